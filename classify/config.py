@@ -88,7 +88,7 @@ class ClassifyConfig(_Frozen):
         min_length=1,
         max_length=2000,
     )
-    max_doc_tokens: int = Field(384, ge=8, le=100_000)
+    max_doc_tokens: int = Field(256, ge=8, le=100_000)
     max_doc_bytes: int = Field(200_000, ge=1, le=100_000_000)
     scoring: Literal["auto", "first-token", "choice"] = "auto"
 

