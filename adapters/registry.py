@@ -1,0 +1,386 @@
+"""The adapter registry shared by the training and serving images.
+
+Layout (``DOCPILOT_REGISTRY``, default ``<state>/registry``)::
+
+    <root>/<name>/<version>/adapter_config.json        peft files (immutable once published)
+    <root>/<name>/<version>/adapter_model.safetensors
+    <root>/<name>/<version>/loss_curve.png ...         any other published file (hashed too)
+    <root>/<name>/<version>/card.json                  the card (see :data:`CARD_FILE`)
+
+``card.json`` holds the base model (name + fingerprint), the sha256 of every other file,
+the adapter's content hash, the training config, metrics, code revision, creation time
+and the pilot status. Versions are positive integers; a version is published by writing
+a temporary folder and renaming it into place, and an existing version is never replaced.
+Every :meth:`Registry.resolve` re-hashes the files and, when asked, checks the base-model
+fingerprint, so a flipped byte or a wrong base model is refused before vLLM loads it.
+
+Example:
+    >>> reg = Registry()  # doctest: +SKIP
+    >>> adapter = reg.resolve("bbc-news@latest", base_fingerprint=model.fingerprint)  # doctest: +SKIP
+    >>> classifier.classify(docs, adapter=adapter.handle())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from filelock import FileLock
+
+from classify.errors import AdapterError, AdapterIntegrityError, AdapterNotFound
+from classify.model import file_sha256
+from classify.paths import registry_dir
+from classify.runrecords import code_revision, package_versions, utc_now, write_json_atomic
+
+CARD_FILE = "card.json"
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
+REQUIRED_FILES = (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE)
+"""peft's artifact contract (``peft.utils.constants``): what vLLM's LoRA loader reads."""
+
+CARD_SCHEMA = 1
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+PILOT_STATUSES = ("passed", "failed")
+
+
+def content_sha256(files: dict[str, str]) -> str:
+    """One content hash for an adapter: sha256 over sorted ``"<file>:<sha256>\\n"`` lines.
+
+    Args:
+        files: relative POSIX path -> sha256 hex of every adapter file (``card.json`` excluded).
+
+    Returns:
+        A 64-hex digest (same construction as :func:`classify.model.weights_fingerprint`).
+    """
+    return hashlib.sha256("".join(f"{k}:{files[k]}\n" for k in sorted(files)).encode()).hexdigest()
+
+
+def lora_int_id(ref: str) -> int:
+    """vLLM's integer id for an adapter: the first 31 bits of sha256(``ref``), never 0.
+
+    Args:
+        ref: ``name@version``.
+
+    Returns:
+        A positive int32, stable for the same ``ref`` across processes and machines.
+    """
+    value = int(hashlib.sha256(ref.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+    return value or 1
+
+
+def parse_ref(ref: str) -> tuple[str, int | None]:
+    """Split ``name@version`` / ``name@latest`` / ``name`` into ``(name, version or None for latest)``.
+
+    Raises:
+        AdapterError: the name or version is malformed (names the part and what is allowed).
+    """
+    name, sep, version = ref.strip().partition("@")
+    if not NAME_RE.match(name):
+        raise AdapterError(
+            f"adapter name must match {NAME_RE.pattern} (lower case, digits, '.', '_', '-'), got {name!r} in {ref!r}"
+        )
+    if not sep or version == "latest":
+        return name, None
+    if not version.isdigit() or int(version) < 1:
+        raise AdapterError(f"adapter version must be a positive integer or 'latest', got {version!r} in {ref!r}")
+    return name, int(version)
+
+
+@dataclass(frozen=True)
+class ResolvedAdapter:
+    """One published adapter version.
+
+    Attributes:
+        name: adapter name.
+        version: positive integer version.
+        path: the version folder (peft files + ``card.json``).
+        card: the parsed ``card.json``.
+        sha256: the adapter's content hash (:func:`content_sha256` over its files).
+    """
+
+    name: str
+    version: int
+    path: Path
+    card: dict[str, Any] = field(hash=False, compare=False)
+    sha256: str
+
+    @property
+    def ref(self) -> str:
+        """``name@version``."""
+        return f"{self.name}@{self.version}"
+
+    @property
+    def base_fingerprint(self) -> str:
+        """Fingerprint of the base model the adapter was trained on."""
+        return str(self.card.get("base_model", {}).get("fingerprint", ""))
+
+    @property
+    def pilot_passed(self) -> bool:
+        """Whether the latest pilot of this adapter version passed."""
+        return (self.card.get("pilot") or {}).get("status") == "passed"
+
+    def handle(self) -> Any:
+        """The :class:`classify.engine.AdapterHandle` the engine applies (stable ``int_id`` per ref)."""
+        from classify.engine import AdapterHandle
+
+        return AdapterHandle(name=self.ref, path=str(self.path), int_id=lora_int_id(self.ref), sha256=self.sha256)
+
+    def summary(self) -> dict[str, Any]:
+        """A short JSON-able view for listings (ref, base model, metrics, pilot, created)."""
+        return {
+            "ref": self.ref,
+            "sha256": self.sha256,
+            "base_model": self.card.get("base_model", {}),
+            "metrics": self.card.get("metrics", {}),
+            "pilot": self.card.get("pilot", {}),
+            "created": self.card.get("created"),
+            "path": str(self.path),
+        }
+
+
+def _adapter_files(folder: Path) -> dict[str, str]:
+    """sha256 of every regular file under ``folder`` except the card and hidden files."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if p.is_file() and rel.as_posix() != CARD_FILE and not any(part.startswith(".") for part in rel.parts):
+            out[rel.as_posix()] = file_sha256(p)
+    return out
+
+
+class Registry:
+    """A folder of named, versioned, hash-verified LoRA adapters.
+
+    Args:
+        root: registry folder (default :func:`classify.paths.registry_dir`, ``DOCPILOT_REGISTRY``).
+            It is created on the first publish.
+    """
+
+    def __init__(self, root: Path | str | None = None):
+        self.root = Path(root) if root is not None else registry_dir()
+
+    def __repr__(self) -> str:
+        return f"Registry({str(self.root)!r})"
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def versions(self, name: str) -> list[int]:
+        """Published versions of ``name``, ascending (empty when unknown)."""
+        folder = self.root / name
+        if not folder.is_dir():
+            return []
+        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit() and (p / CARD_FILE).is_file())
+
+    def names(self) -> list[str]:
+        """Adapter names with at least one published version, sorted."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if NAME_RE.match(p.name) and self.versions(p.name))
+
+    def next_version(self, name: str) -> int:
+        """The version a new publish of ``name`` should take (1 for a new name)."""
+        parse_ref(name)
+        found = self.versions(name)
+        return found[-1] + 1 if found else 1
+
+    def _load(self, name: str, version: int) -> ResolvedAdapter:
+        path = self.root / name / str(version)
+        try:
+            card = json.loads((path / CARD_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise AdapterNotFound(f"adapter {name}@{version} not found in registry {self.root}") from None
+        except (OSError, json.JSONDecodeError) as err:
+            raise AdapterIntegrityError(f"adapter {name}@{version}: {CARD_FILE} is unreadable: {err}") from None
+        return ResolvedAdapter(name, version, path, card, str(card.get("sha256", "")))
+
+    def _locate(self, ref: str) -> tuple[str, int]:
+        name, version = parse_ref(ref)
+        found = self.versions(name)
+        if not found:
+            known = ", ".join(self.names()) or "none"
+            raise AdapterNotFound(f"adapter {name!r} not found in registry {self.root} (known adapters: {known})")
+        if version is None:
+            return name, found[-1]
+        if version not in found:
+            raise AdapterNotFound(
+                f"adapter {name}@{version} not found in registry {self.root} (published versions: {found})"
+            )
+        return name, version
+
+    def show(self, ref: str) -> ResolvedAdapter:
+        """Read one version's card without re-hashing its files (for listings; loads use :meth:`resolve`).
+
+        Raises:
+            AdapterNotFound: unknown name or version.
+        """
+        return self._load(*self._locate(ref))
+
+    def list(self) -> list[ResolvedAdapter]:
+        """Every published version, by name then version. Cards are read, files are not re-hashed."""
+        return [self._load(name, v) for name in self.names() for v in self.versions(name)]
+
+    def resolve(self, ref: str, base_fingerprint: str | None = None) -> ResolvedAdapter:
+        """Find an adapter version and verify it before anything loads it.
+
+        Args:
+            ref: ``name@version``, ``name@latest`` or ``name`` (= latest).
+            base_fingerprint: the engine's base-model fingerprint (``ModelRef.fingerprint``); when
+                given, the card's base-model fingerprint must equal it.
+
+        Returns:
+            The verified :class:`ResolvedAdapter`.
+
+        Raises:
+            AdapterError: malformed ``ref``.
+            AdapterNotFound: unknown name or version.
+            AdapterIntegrityError: a file is missing, unlisted or differs from its card sha256, or
+                the base-model fingerprint does not match.
+        """
+        adapter = self.show(ref)
+        problems = self.check(adapter)
+        if problems:
+            raise AdapterIntegrityError(
+                f"adapter {adapter.ref} failed verification and was not loaded: {'; '.join(problems)}"
+            )
+        if base_fingerprint is not None and adapter.base_fingerprint != base_fingerprint:
+            base_name = adapter.card.get("base_model", {}).get("name", "?")
+            raise AdapterIntegrityError(
+                f"adapter {adapter.ref} was trained on base model {base_name} ({adapter.base_fingerprint or 'no fingerprint'}) "
+                f"but the engine's base model has fingerprint {base_fingerprint}; "
+                "use an adapter trained on this base model or load its base model"
+            )
+        return adapter
+
+    def check(self, adapter: ResolvedAdapter) -> list[str]:
+        """Re-hash an adapter's files against its card.
+
+        Returns:
+            Problems found (empty = intact): missing, unlisted or changed files, a wrong content hash.
+        """
+        listed: dict[str, str] = adapter.card.get("files") or {}
+        if not listed:
+            return [f"{CARD_FILE} lists no files"]
+        actual = _adapter_files(adapter.path)
+        problems = [f"{rel}: missing" for rel in listed if rel not in actual]
+        problems += [f"{rel}: not listed in {CARD_FILE}" for rel in actual if rel not in listed]
+        problems += [
+            f"{rel}: sha256 {actual[rel][:12]}... != card {listed[rel][:12]}..."
+            for rel in listed
+            if rel in actual and actual[rel] != listed[rel]
+        ]
+        if not problems and content_sha256(listed) != adapter.sha256:
+            problems.append(f"content sha256 {content_sha256(listed)[:12]}... != card {adapter.sha256[:12]}...")
+        return problems
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def publish(self, src_dir: Path | str, name: str, version: int | str, card_fields: dict[str, Any]) -> ResolvedAdapter:
+        """Copy a saved peft adapter into the registry as ``name@version`` (atomic, immutable).
+
+        The files are copied into a temporary folder next to the target, hashed, the card is
+        written, and the folder is renamed into place; a concurrent or repeated publish of the
+        same version fails at the rename and leaves the published one untouched.
+
+        Args:
+            src_dir: folder holding ``adapter_config.json`` and ``adapter_model.safetensors``
+                (plus any extra files to keep, e.g. ``loss_curve.png``; hidden files are skipped).
+            name: adapter name (lower case, digits, ``.``, ``_``, ``-``).
+            version: positive integer (see :meth:`next_version`).
+            card_fields: card content; must hold ``base_model: {"name": ..., "fingerprint": ...}``;
+                usually also ``training``, ``metrics`` and ``loss_curve``. ``files``, ``sha256``,
+                ``name``, ``version``, ``created``, ``code_revision`` and ``pilot`` are set here.
+
+        Returns:
+            The published, verified adapter.
+
+        Raises:
+            AdapterError: bad name/version, missing peft files, missing base-model fingerprint,
+                or the version already exists (versions are immutable).
+        """
+        src = Path(src_dir)
+        name, _ = parse_ref(name)
+        _, ver = parse_ref(f"{name}@{version}")
+        if ver is None:
+            raise AdapterError(f"publish needs an explicit version, got {version!r}")
+        missing = [f for f in REQUIRED_FILES if not (src / f).is_file()]
+        if missing:
+            raise AdapterError(f"cannot publish {src}: missing peft file(s) {missing} (save with peft's save_pretrained)")
+        base = card_fields.get("base_model")
+        if not isinstance(base, dict) or not base.get("fingerprint") or not base.get("name"):
+            raise AdapterError(
+                "card_fields `base_model` must be {'name': ..., 'fingerprint': ...} "
+                f"(the base model the adapter was trained on), got {base!r}"
+            )
+        ref = f"{name}@{ver}"
+        target = self.root / name / str(ver)
+        if target.exists():
+            raise AdapterError(f"adapter {ref} already exists in {self.root}; versions are immutable, publish a new version")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{ver}-", suffix=".tmp", dir=target.parent))
+        try:
+            for path in sorted(src.rglob("*")):
+                rel = path.relative_to(src)
+                if path.is_file() and rel.as_posix() != CARD_FILE and not any(p.startswith(".") for p in rel.parts):
+                    (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, tmp / rel)
+            files = _adapter_files(tmp)
+            card = {
+                **card_fields,
+                "schema": CARD_SCHEMA,
+                "name": name,
+                "version": ver,
+                "ref": ref,
+                "files": files,
+                "sha256": content_sha256(files),
+                "created": utc_now(),
+                "code_revision": card_fields.get("code_revision") or code_revision(),
+                "packages": card_fields.get("packages") or package_versions(("docpilot", "torch", "transformers", "peft")),
+                "pilot": {"status": "not-run", "run_id": None, "at": None, "history": []},
+            }
+            write_json_atomic(tmp / CARD_FILE, card)
+            os.chmod(tmp, 0o755)
+            try:
+                os.rename(tmp, target)  # fails when target exists and is non-empty: the race is lost safely
+            except OSError:
+                raise AdapterError(
+                    f"adapter {ref} already exists in {self.root}; versions are immutable, publish a new version"
+                ) from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return self.resolve(ref)
+
+    def set_pilot_status(self, ref: str, status: Literal["passed", "failed"], run_id: str) -> ResolvedAdapter:
+        """Record a pilot outcome in the card (atomic rewrite of ``card.json`` only; files stay immutable).
+
+        Args:
+            ref: ``name@version`` (``latest`` is resolved first).
+            status: ``passed`` or ``failed``.
+            run_id: the pilot's run folder name.
+
+        Returns:
+            The adapter with its updated card.
+
+        Raises:
+            AdapterError: ``status`` is not allowed.
+            AdapterNotFound: unknown adapter.
+        """
+        if status not in PILOT_STATUSES:
+            raise AdapterError(f"pilot `status` must be one of {list(PILOT_STATUSES)}, got {status!r}")
+        name, version = self._locate(ref)
+        with FileLock(str(self.root / name / f".{version}.lock"), timeout=30):
+            adapter = self._load(name, version)
+            card = dict(adapter.card)
+            at = utc_now()
+            history = list((card.get("pilot") or {}).get("history") or [])
+            history.append({"status": status, "run_id": run_id, "at": at})
+            card["pilot"] = {"status": status, "run_id": run_id, "at": at, "history": history}
+            write_json_atomic(adapter.path / CARD_FILE, card)
+        return self._load(name, version)

@@ -1,0 +1,179 @@
+"""Adapter registry: publish, resolve, verify, immutability, pilot status, CLI.
+
+These are bookkeeping tests over small stand-in files (the registry hashes bytes, it does not
+parse them); the real peft adapter through real vLLM is tested in ``test_train.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from adapters.registry import CARD_FILE, Registry, ResolvedAdapter, content_sha256, lora_int_id, parse_ref
+from classify.errors import AdapterError, AdapterIntegrityError, AdapterNotFound
+
+BASE = {"name": "smollm2-135m-instruct", "fingerprint": "sha256:" + "a" * 64}
+
+
+def _adapter_dir(tmp_path: Path, payload: bytes = b"weights-v1") -> Path:
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "adapter_config.json").write_text(json.dumps({"r": 8, "peft_type": "LORA"}))
+    (src / "adapter_model.safetensors").write_bytes(payload)
+    (src / "loss_curve.png").write_bytes(b"png")
+    (src / ".hidden").write_text("skipped")
+    return src
+
+
+@pytest.fixture()
+def reg(tmp_path: Path) -> Registry:
+    return Registry(tmp_path / "registry")
+
+
+def test_publish_then_resolve_verifies_and_fills_the_card(reg: Registry, tmp_path: Path):
+    pub = reg.publish(_adapter_dir(tmp_path), "bbc-news", 1, {"base_model": BASE, "metrics": {"accuracy": 0.9}})
+    assert isinstance(pub, ResolvedAdapter) and pub.ref == "bbc-news@1"
+    card = json.loads((reg.root / "bbc-news" / "1" / CARD_FILE).read_text())
+    assert sorted(card["files"]) == ["adapter_config.json", "adapter_model.safetensors", "loss_curve.png"]
+    assert card["sha256"] == content_sha256(card["files"]) == pub.sha256
+    assert card["base_model"] == BASE and card["metrics"] == {"accuracy": 0.9}
+    assert card["pilot"]["status"] == "not-run" and not pub.pilot_passed
+    assert {"created", "code_revision", "packages"} <= set(card)
+    for ref in ("bbc-news@1", "bbc-news@latest", "bbc-news"):
+        assert reg.resolve(ref, base_fingerprint=BASE["fingerprint"]).sha256 == pub.sha256
+    assert not list(reg.root.glob("bbc-news/.*tmp"))  # no temporary folder left behind
+
+
+def test_latest_is_the_highest_version_and_list_is_sorted(reg: Registry, tmp_path: Path):
+    reg.publish(_adapter_dir(tmp_path, b"one"), "bbc-news", 1, {"base_model": BASE})
+    reg.publish(_adapter_dir(tmp_path, b"two"), "bbc-news", 2, {"base_model": BASE})
+    reg.publish(_adapter_dir(tmp_path, b"x"), "alpha", 1, {"base_model": BASE})
+    assert reg.resolve("bbc-news@latest").version == 2
+    assert [a.ref for a in reg.list()] == ["alpha@1", "bbc-news@1", "bbc-news@2"]
+    assert reg.next_version("bbc-news") == 3 and reg.next_version("new-one") == 1
+
+
+def test_second_publish_of_a_version_is_refused_and_the_first_kept(reg: Registry, tmp_path: Path):
+    first = reg.publish(_adapter_dir(tmp_path, b"one"), "bbc-news", 1, {"base_model": BASE})
+    with pytest.raises(AdapterError, match=r"^adapter bbc-news@1 already exists in .*; versions are immutable, publish a new version$"):
+        reg.publish(_adapter_dir(tmp_path, b"other"), "bbc-news", 1, {"base_model": BASE})
+    assert reg.resolve("bbc-news@1").sha256 == first.sha256
+
+
+def test_concurrent_publishes_of_one_version_leave_exactly_one(reg: Registry, tmp_path: Path):
+    outcomes: list[str] = []
+
+    def publish(i: int) -> None:
+        src = _adapter_dir(tmp_path / f"p{i}", f"payload-{i}".encode())
+        try:
+            outcomes.append(reg.publish(src, "race", 1, {"base_model": BASE}).sha256)
+        except AdapterError:
+            outcomes.append("refused")
+
+    for d in ("p0", "p1", "p2", "p3"):
+        (tmp_path / d).mkdir()
+    threads = [threading.Thread(target=publish, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("refused") == 3
+    assert reg.resolve("race@1").sha256 in outcomes
+
+
+def test_a_flipped_byte_in_an_adapter_file_is_refused_at_load(reg: Registry, tmp_path: Path):
+    pub = reg.publish(_adapter_dir(tmp_path), "bbc-news", 1, {"base_model": BASE})
+    weights = pub.path / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[3] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(
+        AdapterIntegrityError,
+        match=r"^adapter bbc-news@1 failed verification and was not loaded: adapter_model.safetensors: sha256 [0-9a-f]{12}\.\.\. != card [0-9a-f]{12}\.\.\.$",
+    ):
+        reg.resolve("bbc-news@1")
+
+
+def test_missing_and_unlisted_files_are_refused(reg: Registry, tmp_path: Path):
+    pub = reg.publish(_adapter_dir(tmp_path), "bbc-news", 1, {"base_model": BASE})
+    (pub.path / "loss_curve.png").unlink()
+    (pub.path / "extra.bin").write_bytes(b"x")
+    with pytest.raises(AdapterIntegrityError, match=r"loss_curve.png: missing; extra.bin: not listed in card.json$"):
+        reg.resolve("bbc-news@1")
+
+
+def test_base_model_fingerprint_mismatch_is_refused(reg: Registry, tmp_path: Path):
+    reg.publish(_adapter_dir(tmp_path), "bbc-news", 1, {"base_model": BASE})
+    other = "sha256:" + "b" * 64
+    with pytest.raises(
+        AdapterIntegrityError,
+        match=rf"^adapter bbc-news@1 was trained on base model smollm2-135m-instruct \({BASE['fingerprint']}\) "
+        rf"but the engine's base model has fingerprint {other};",
+    ):
+        reg.resolve("bbc-news@1", base_fingerprint=other)
+
+
+@pytest.mark.parametrize(
+    ("ref", "exc", "message"),
+    [
+        ("nope@1", AdapterNotFound, r"^adapter 'nope' not found in registry .* \(known adapters: bbc-news\)$"),
+        ("bbc-news@7", AdapterNotFound, r"^adapter bbc-news@7 not found in registry .* \(published versions: \[1\]\)$"),
+        ("bbc-news@v1", AdapterError, r"^adapter version must be a positive integer or 'latest', got 'v1' in 'bbc-news@v1'$"),
+        ("Bad Name@1", AdapterError, r"^adapter name must match .*, got 'Bad Name' in 'Bad Name@1'$"),
+    ],
+)
+def test_bad_refs_are_refused_with_clear_messages(reg: Registry, tmp_path: Path, ref, exc, message):
+    reg.publish(_adapter_dir(tmp_path), "bbc-news", 1, {"base_model": BASE})
+    with pytest.raises(exc, match=message):
+        reg.resolve(ref)
+
+
+def test_not_found_is_a_404_and_integrity_a_409():
+    assert AdapterNotFound.http_status == 404 and AdapterIntegrityError.http_status == 409
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda src: (src / "adapter_model.safetensors").unlink(), r"missing peft file\(s\) \['adapter_model.safetensors'\]"),
+        (lambda src: None, None),
+    ],
+)
+def test_publish_checks_the_source_and_card(reg: Registry, tmp_path: Path, mutate, message):
+    src = _adapter_dir(tmp_path)
+    mutate(src)
+    if message:
+        with pytest.raises(AdapterError, match=message):
+            reg.publish(src, "bbc-news", 1, {"base_model": BASE})
+    else:
+        with pytest.raises(AdapterError, match=r"^card_fields `base_model` must be \{'name': \.\.\., 'fingerprint': \.\.\.\}"):
+            reg.publish(src, "bbc-news", 1, {"base_model": {"name": "x"}})
+    assert reg.list() == []
+
+
+def test_pilot_status_updates_only_the_card(reg: Registry, tmp_path: Path):
+    pub = reg.publish(_adapter_dir(tmp_path), "bbc-news", 1, {"base_model": BASE})
+    updated = reg.set_pilot_status("bbc-news@latest", "passed", "20261130T000000Z-pilot-abcd1234")
+    assert updated.pilot_passed and updated.card["pilot"]["run_id"] == "20261130T000000Z-pilot-abcd1234"
+    assert updated.sha256 == pub.sha256 and reg.resolve("bbc-news@1").pilot_passed  # files untouched, still verifies
+    failed = reg.set_pilot_status("bbc-news@1", "failed", "run-2")
+    assert not failed.pilot_passed and [h["status"] for h in failed.card["pilot"]["history"]] == ["passed", "failed"]
+    with pytest.raises(AdapterError, match=r"^pilot `status` must be one of \['passed', 'failed'\], got 'ok'$"):
+        reg.set_pilot_status("bbc-news@1", "ok", "run-3")
+
+
+def test_handle_int_id_is_stable_positive_int32(reg: Registry, tmp_path: Path):
+    pub = reg.publish(_adapter_dir(tmp_path), "bbc-news", 1, {"base_model": BASE})
+    handle = pub.handle()
+    assert handle.name == "bbc-news@1" and handle.path == str(pub.path) and handle.sha256 == pub.sha256
+    assert handle.int_id == lora_int_id("bbc-news@1") == Registry(reg.root).resolve("bbc-news@1").handle().int_id
+    assert 0 < handle.int_id < 2**31 and lora_int_id("bbc-news@2") != handle.int_id
+    assert parse_ref("bbc-news") == ("bbc-news", None)
+
+
+def test_default_root_follows_docpilot_registry(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("DOCPILOT_REGISTRY", str(tmp_path / "elsewhere"))
+    assert Registry().root == (tmp_path / "elsewhere").resolve()
