@@ -1,0 +1,304 @@
+"""Private machinery of ``make plan``: model shapes and per-card memory estimates.
+
+All sizes are bytes unless a name says otherwise. The formulas assume the Llama
+layout (rotary attention with grouped KV heads, gated SiLU MLP, RMSNorm, no linear
+biases unless ``attention_bias``), which covers SmolLM2, Llama 2/3, Mistral and Qwen2.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from classify.errors import ConfigError
+
+GIB = 1 << 30
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Every linear layer of a Llama block: vLLM puts LoRA slots on all of them."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers of a decoder-only model that memory depends on (from its ``config.json``).
+
+    Attributes:
+        name: where the shape came from (a built-in name or a folder).
+        num_layers: ``num_hidden_layers``.
+        hidden_size: ``hidden_size``.
+        num_heads: ``num_attention_heads``.
+        num_kv_heads: ``num_key_value_heads`` (grouped-query attention; = heads when absent).
+        head_dim: ``head_dim`` (= hidden_size / heads when absent).
+        intermediate_size: MLP width.
+        vocab_size: vocabulary size.
+        tie_word_embeddings: the output head shares the embedding matrix.
+        attention_bias: q/k/v projections carry biases (Qwen2).
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+
+    def linear_dims(self) -> dict[str, tuple[int, int]]:
+        """``(in_features, out_features)`` of each linear layer in one block."""
+        h, q, kv, i = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.intermediate_size
+        return {
+            "q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h),
+        }
+
+    def num_parameters(self) -> int:
+        """Parameter count: embeddings (+ untied head) + layers x (linears + 2 norms) + final norm."""
+        per_layer = sum(a * b for a, b in self.linear_dims().values()) + 2 * self.hidden_size
+        if self.attention_bias:
+            per_layer += (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        return self.vocab_size * self.hidden_size + head + self.num_layers * per_layer + self.hidden_size
+
+
+BUILTIN_SHAPES: dict[str, ModelShape] = {
+    # meta-llama/Llama-2-7b-hf config.json
+    "llama-2-7b": ModelShape("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000),
+    # mistralai/Mistral-7B-v0.1 config.json
+    "mistral-7b": ModelShape("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000),
+    # meta-llama/Meta-Llama-3-8B config.json
+    "llama-3-8b": ModelShape("llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256),
+    # Qwen/Qwen2.5-7B config.json
+    "qwen2.5-7b": ModelShape("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, attention_bias=True),
+}
+"""7B-class shapes copied from the models' published ``config.json``, so planning needs no download."""
+
+
+def shape_from_config(config: dict[str, Any], name: str) -> ModelShape:
+    """Build a :class:`ModelShape` from a Hugging Face ``config.json`` dict.
+
+    Args:
+        config: the parsed ``config.json``.
+        name: label for messages and the plan.
+
+    Returns:
+        The shape.
+
+    Raises:
+        ConfigError: a field the estimate needs is missing.
+    """
+    need = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+    missing = [k for k in need if k not in config]
+    if missing:
+        raise ConfigError(f"{name}: config.json lacks {missing}; the plan needs a decoder-only (Llama-style) config")
+    heads = int(config["num_attention_heads"])
+    return ModelShape(
+        name=name,
+        num_layers=int(config["num_hidden_layers"]),
+        hidden_size=int(config["hidden_size"]),
+        num_heads=heads,
+        num_kv_heads=int(config.get("num_key_value_heads") or heads),
+        head_dim=int(config.get("head_dim") or config["hidden_size"] // heads),
+        intermediate_size=int(config["intermediate_size"]),
+        vocab_size=int(config["vocab_size"]),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        attention_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
+    )
+
+
+def shape_from_folder(folder: str | Path) -> ModelShape:
+    """Read a model folder's ``config.json`` into a :class:`ModelShape`.
+
+    Raises:
+        ConfigError: no readable ``config.json`` in ``folder``.
+    """
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError(f"cannot read the model shape from {path}: {err}") from None
+    return shape_from_config(config, str(folder))
+
+
+def kv_bytes_per_token(shape: ModelShape, kv_dtype_bytes: int) -> int:
+    """KV-cache bytes one token occupies across all layers.
+
+    Formula: ``layers x 2 (K and V) x kv_heads x head_dim x bytes``. Source: Kwon et al. 2023,
+    "Efficient Memory Management for Large Language Model Serving with PagedAttention" (SOSP),
+    section 2.2; vLLM's ``AttentionSpec.page_size_bytes`` = ``2 x block_size x kv_heads x
+    head_size x dtype bytes`` per layer (``vllm/v1/kv_cache_interface.py``).
+
+    Args:
+        shape: the model shape.
+        kv_dtype_bytes: bytes per KV element (2 for bf16/fp16).
+
+    Returns:
+        Bytes per token.
+    """
+    return shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim * kv_dtype_bytes
+
+
+def lora_params_per_rank(shape: ModelShape, targets: tuple[str, ...]) -> int:
+    """LoRA parameters per unit of rank: ``layers x sum over targets of (in + out)``.
+
+    Source: Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models": a target
+    ``W (out x in)`` gets ``A (r x in)`` and ``B (out x r)``, i.e. ``r x (in + out)`` parameters.
+    """
+    dims = shape.linear_dims()
+    return shape.num_layers * sum(dims[t][0] + dims[t][1] for t in targets)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A per-card memory estimate and its fit verdict (bytes).
+
+    Attributes:
+        parts: named components (weights, kv_cache, ...), bytes each.
+        needed: sum of the parts.
+        usable: card bytes the job may use (serving: card x gpu_memory_utilization).
+        margin: ``usable - needed`` (negative = does not fit).
+        fits: ``margin >= 0``.
+    """
+
+    parts: dict[str, int]
+    needed: int
+    usable: int
+    margin: int
+    fits: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form with GiB figures beside the bytes."""
+        out = asdict(self)
+        out["needed_gib"] = round(self.needed / GIB, 3)
+        out["usable_gib"] = round(self.usable / GIB, 3)
+        out["margin_gib"] = round(self.margin / GIB, 3)
+        return out
+
+
+def _verdict(parts: dict[str, int], usable: int) -> Estimate:
+    needed = sum(parts.values())
+    return Estimate(parts, needed, usable, usable - needed, usable >= needed)
+
+
+def serving_estimate(
+    shape: ModelShape,
+    dtype_bytes: int,
+    max_model_len: int,
+    max_num_seqs: int,
+    max_loras: int,
+    max_lora_rank: int,
+    overhead_bytes: int,
+    usable_bytes: int,
+) -> Estimate:
+    """Per-card memory vLLM needs to serve ``max_num_seqs`` full-length sequences at once.
+
+    Formula (bytes):
+
+    * ``weights = parameters x dtype bytes``;
+    * ``kv_cache = layers x 2 x kv_heads x head_dim x dtype bytes x max_model_len x max_num_seqs``
+      (Kwon et al. 2023, PagedAttention; see :func:`kv_bytes_per_token`);
+    * ``lora_slots = max_loras x max_lora_rank x layers x sum over the 7 linears of (in + out)
+      x dtype bytes``: vLLM pre-allocates A and B buffers for every LoRA slot on every linear
+      layer (``vllm/lora/layers``; Hu et al. 2021 for the A/B shapes);
+    * ``overhead``: a stated reserve for the CUDA/ROCm context, the activation peak of one
+      scheduler step and allocator fragmentation (config ``overhead_gib_per_card``).
+
+    Args:
+        shape: model shape.
+        dtype_bytes: bytes per weight / KV element.
+        max_model_len: tokens per sequence (prompt + answer).
+        max_num_seqs: sequences held at once.
+        max_loras: LoRA slots.
+        max_lora_rank: rank every slot is sized for.
+        overhead_bytes: the fixed reserve.
+        usable_bytes: card bytes vLLM may use (card x ``gpu_memory_utilization``).
+
+    Returns:
+        The :class:`Estimate`.
+    """
+    parts = {
+        "weights": shape.num_parameters() * dtype_bytes,
+        "kv_cache": kv_bytes_per_token(shape, dtype_bytes) * max_model_len * max_num_seqs,
+        "lora_slots": max_loras * max_lora_rank * lora_params_per_rank(shape, LINEAR_MODULES) * dtype_bytes,
+        "overhead": overhead_bytes,
+    }
+    return _verdict(parts, usable_bytes)
+
+
+def activation_bytes(shape: ModelShape, batch_size: int, seq_len: int, gradient_checkpointing: bool, dtype_bytes: int) -> int:
+    """Activation memory of one training step (a stated approximation).
+
+    Per layer without recomputation: ``s x b x h x (34 + 5 x a x s / h)`` bytes for 16-bit
+    activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+    Transformer Models", eq. 1, tensor-parallel size 1). With gradient checkpointing only
+    each layer's input is kept (``2 x s x b x h`` bytes) plus one layer recomputed in full.
+    The loss adds the logits: ``b x s x vocab x (dtype bytes + 4 + 4)`` (logits, their fp32
+    upcast in the cross-entropy, and its fp32 gradient). Eq. 1 assumes a 4h MLP and
+    materialised attention scores, so it over-estimates fused-attention kernels: a safe side.
+
+    Args:
+        shape: model shape.
+        batch_size: sequences per step (micro-batch).
+        seq_len: tokens per training sequence.
+        gradient_checkpointing: recompute layer activations in the backward pass.
+        dtype_bytes: bytes per activation element.
+
+    Returns:
+        Bytes.
+    """
+    s, b, h, a = seq_len, batch_size, shape.hidden_size, shape.num_heads
+    full_layer = s * b * h * 34 + 5 * a * s * s * b
+    layers = (shape.num_layers * 2 * s * b * h + full_layer) if gradient_checkpointing else shape.num_layers * full_layer
+    logits = b * s * shape.vocab_size * (dtype_bytes + 8)
+    return layers + logits
+
+
+def training_estimate(
+    shape: ModelShape,
+    dtype_bytes: int,
+    lora_rank: int,
+    lora_targets: tuple[str, ...],
+    batch_size: int,
+    seq_len: int,
+    gradient_checkpointing: bool,
+    overhead_bytes: int,
+    usable_bytes: int,
+) -> Estimate:
+    """Per-card memory of LoRA fine-tuning (frozen base, one full model copy per card).
+
+    Formula (bytes):
+
+    * ``weights = parameters x dtype bytes`` (frozen base);
+    * ``lora_state = 16 x trainable`` with ``trainable = rank x layers x sum over targets of
+      (in + out)`` (Hu et al. 2021): fp32 adapter weights (4; peft up-casts adapters to fp32),
+      fp32 gradients (4) and AdamW's two fp32 moments (8; Loshchilov & Hutter 2019,
+      "Decoupled Weight Decay Regularization");
+    * ``activations``: :func:`activation_bytes` (Korthikanti et al. 2022);
+    * ``overhead``: the stated fixed reserve.
+
+    Args:
+        shape: model shape.
+        dtype_bytes: bytes per frozen weight / activation element.
+        lora_rank: adapter rank.
+        lora_targets: linear layers that get adapters (names in :data:`LINEAR_MODULES`).
+        batch_size: micro-batch size in sequences.
+        seq_len: training sequence length in tokens.
+        gradient_checkpointing: recompute activations in the backward pass.
+        overhead_bytes: the fixed reserve.
+        usable_bytes: card bytes.
+
+    Returns:
+        The :class:`Estimate`.
+    """
+    trainable = lora_rank * lora_params_per_rank(shape, lora_targets)
+    parts = {
+        "weights": shape.num_parameters() * dtype_bytes,
+        "lora_state": 16 * trainable,
+        "activations": activation_bytes(shape, batch_size, seq_len, gradient_checkpointing, dtype_bytes),
+        "overhead": overhead_bytes,
+    }
+    return _verdict(parts, usable_bytes)

@@ -1,0 +1,353 @@
+"""``docpilot plan`` (``make plan``): the lot order summary, the Ray plan and the per-card memory fit.
+
+Reads ``config/lots.json`` (:class:`LotsConfig`), prints the order (GPU model, period,
+lots, cards, total USD), the number of Ray engine actors the batch will start, the
+backend check against the serving image, and per-card memory estimates for serving
+and LoRA training with a fit verdict. Memory is never pooled across cards: every
+card holds a full model copy. The plan is written to ``runs/<utc>-plan-<id>/plan.json``.
+Nothing here imports vLLM or torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from batch._plan_memory import (
+    BUILTIN_SHAPES,
+    DTYPE_BYTES,
+    GIB,
+    ModelShape,
+    kv_bytes_per_token,
+    serving_estimate,
+    shape_from_folder,
+    training_estimate,
+)
+from classify.config import EngineConfig, ModelConfig, config_sha256, load_config
+from classify.errors import ConfigError
+
+Period = Literal["3", "7", "30"]
+_NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
+LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GpuSpec(_Frozen):
+    """One rentable GPU model: what a lot holds and what the user pays for it.
+
+    Attributes:
+        card_memory_gib: memory of ONE card in GiB, as the driver reports it (``nvidia-smi`` /
+            ``rocm-smi`` total), never summed over the cards of a lot.
+        cards_per_lot: cards in one lot (2 for B200, 1 otherwise).
+        backend: ``cuda`` (NVIDIA) or ``rocm`` (AMD) — which vLLM build the card needs.
+        usd_per_lot: the user's price in USD for ONE lot (all its cards) per period, keyed by
+            period in days (``"3"``, ``"7"``, ``"30"``).
+    """
+
+    card_memory_gib: float = Field(gt=0, le=1024)
+    cards_per_lot: int = Field(1, ge=1, le=8)
+    backend: Literal["cuda", "rocm"] = "cuda"
+    usd_per_lot: dict[Period, float] = Field(min_length=1)
+
+    @field_validator("usd_per_lot")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in value.items() if not v > 0}
+        if bad:
+            raise ValueError(f"must hold prices > 0 USD, got {bad}")
+        return value
+
+
+class TrainingShape(_Frozen):
+    """The LoRA training job whose memory the plan estimates (mirror of ``config/train.json``).
+
+    Attributes:
+        batch_size: sequences per optimizer micro-step (per card).
+        seq_len_tokens: tokens per training sequence.
+        lora_rank: adapter rank r.
+        lora_targets: linear layers that get adapters (``q_proj`` ... ``down_proj``).
+        gradient_checkpointing: recompute activations in the backward pass.
+    """
+
+    batch_size: int = Field(8, ge=1, le=4096)
+    seq_len_tokens: int = Field(512, ge=16, le=131072)
+    lora_rank: int = Field(16, ge=1, le=512)
+    lora_targets: tuple[LoraTarget, ...] = Field(("q_proj", "k_proj", "v_proj", "o_proj"), min_length=1)
+    gradient_checkpointing: bool = True
+
+
+class LotsConfig(_Frozen):
+    """``config/lots.json``: the order, the price table and the workload to fit on one card.
+
+    Attributes:
+        gpu_model: key of ``gpus`` to order.
+        period_days: rental period: 3, 7 or 30 days.
+        lots: number of lots, 1 to 10.
+        image_backend: the vLLM build inside the serving image (``cuda`` or ``rocm``).
+        overhead_gib_per_card: fixed reserve per card in GiB (driver context, one step's
+            activation peak, allocator fragmentation).
+        model: base model and dtype; ``base_model`` may also name a built-in shape
+            (``llama-2-7b``, ``mistral-7b``, ``llama-3-8b``, ``qwen2.5-7b``).
+        engine: serving sizing (``max_num_seqs``, ``max_loras``, ``max_lora_rank``,
+            ``gpu_memory_utilization``), the same section as ``config/pilot.json``.
+        training: the LoRA training job.
+        gpus: the catalogue and the user's price table, by GPU model name.
+    """
+
+    gpu_model: str = Field(min_length=1)
+    period_days: Literal[3, 7, 30]
+    lots: int = Field(ge=1, le=10)
+    image_backend: Literal["cuda", "rocm"] = "cuda"
+    overhead_gib_per_card: float = Field(2.0, ge=0, le=64)
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    training: TrainingShape = TrainingShape()
+    gpus: dict[str, GpuSpec] = Field(min_length=1)
+
+
+def gpu_spec(cfg: LotsConfig) -> GpuSpec:
+    """The ordered GPU model's entry, with its price for the period checked.
+
+    Raises:
+        ConfigError: unknown ``gpu_model`` or no price for ``period_days``.
+    """
+    if cfg.gpu_model not in cfg.gpus:
+        raise ConfigError(f"`gpu_model` must be one of {sorted(cfg.gpus)}, got {cfg.gpu_model!r}")
+    spec = cfg.gpus[cfg.gpu_model]
+    if str(cfg.period_days) not in spec.usd_per_lot:
+        raise ConfigError(
+            f"`gpus.{cfg.gpu_model}.usd_per_lot` has no price for period_days {cfg.period_days} "
+            f"(listed: {sorted(spec.usd_per_lot, key=int)})"
+        )
+    return spec
+
+
+def order_summary(cfg: LotsConfig) -> dict[str, Any]:
+    """The order: model, period, lots, total cards and total price.
+
+    ``total_usd = usd_per_lot[period] x lots``. The lot price already covers every card of the
+    lot (a B200 lot's two cards), so it is never multiplied by ``cards_per_lot``.
+
+    Args:
+        cfg: the lots config.
+
+    Returns:
+        ``{gpu_model, period_days, lots, cards_per_lot, total_cards, usd_per_lot, total_usd,
+        usd_per_card_day}``.
+
+    Raises:
+        ConfigError: unknown GPU model or missing price.
+
+    Example:
+        >>> order_summary(cfg)["total_usd"]  # doctest: +SKIP
+        3200.0
+    """
+    spec = gpu_spec(cfg)
+    price = spec.usd_per_lot[str(cfg.period_days)]
+    total_cards = cfg.lots * spec.cards_per_lot
+    total = round(price * cfg.lots, 2)
+    return {
+        "gpu_model": cfg.gpu_model,
+        "period_days": cfg.period_days,
+        "lots": cfg.lots,
+        "cards_per_lot": spec.cards_per_lot,
+        "total_cards": total_cards,
+        "usd_per_lot": price,
+        "total_usd": total,
+        "usd_per_card_day": round(total / (total_cards * cfg.period_days), 2),
+    }
+
+
+def ray_plan(cfg: LotsConfig) -> dict[str, Any]:
+    """How the batch maps onto the lots: one Ray engine actor per card (``num_gpus=1``).
+
+    Returns:
+        ``{engine_actors, num_gpus_per_actor, machines, needs_cluster, backend, image_backend,
+        backend_ok, warnings}``.
+    """
+    spec = gpu_spec(cfg)
+    warnings = []
+    if spec.backend != cfg.image_backend:
+        build = "vLLM's ROCm build (rocm/vllm base image)" if spec.backend == "rocm" else "the official CUDA vLLM build"
+        warnings.append(
+            f"{cfg.gpu_model} needs a {_NAMES[spec.backend]} vLLM but the serving image is built for "
+            f"{_NAMES[cfg.image_backend]} (`image_backend`): rebuild the image on {build} before renting"
+        )
+    if cfg.lots > 1:
+        warnings.append(
+            f"{cfg.lots} lots are {cfg.lots} machines: start a Ray cluster across them and run the batch "
+            "with RAY_ADDRESS set (or `ray job submit`); a local Ray sees one lot only"
+        )
+    return {
+        "engine_actors": cfg.lots * spec.cards_per_lot,
+        "num_gpus_per_actor": 1,
+        "machines": cfg.lots,
+        "needs_cluster": cfg.lots > 1,
+        "backend": spec.backend,
+        "image_backend": cfg.image_backend,
+        "backend_ok": spec.backend == cfg.image_backend,
+        "warnings": warnings,
+    }
+
+
+def model_shape(model_cfg: ModelConfig) -> ModelShape:
+    """The base model's shape: a built-in 7B-class table entry, or the model folder's ``config.json``.
+
+    Raises:
+        ConfigError: a Hugging Face id that is not a local folder (the plan never downloads).
+        EngineError: the default model cannot be provisioned (from :func:`classify.model.resolve_model`).
+    """
+    if model_cfg.base_model in BUILTIN_SHAPES:
+        return BUILTIN_SHAPES[model_cfg.base_model]
+    from classify.model import resolve_model
+
+    ref = resolve_model(model_cfg)
+    if not Path(ref.path).is_dir():
+        raise ConfigError(
+            f"`model.base_model` {model_cfg.base_model!r} is not a local folder; the plan reads config.json "
+            f"without downloading: give a folder or one of {sorted(BUILTIN_SHAPES)}"
+        )
+    return shape_from_folder(ref.path)
+
+
+def memory_plan(cfg: LotsConfig, shape: ModelShape) -> dict[str, Any]:
+    """Per-card serving and training estimates for the ordered card (memory is not pooled).
+
+    Returns:
+        ``{card_memory_gib, dtype_bytes, parameters, kv_bytes_per_token, serving, training,
+        max_full_sequences}`` where ``max_full_sequences`` is how many ``max_model_len``
+        sequences the KV space left on one card holds.
+    """
+    spec = gpu_spec(cfg)
+    dtype_bytes = DTYPE_BYTES.get(cfg.model.dtype, 2)  # "auto": Hugging Face checkpoints are 16-bit
+    card = int(spec.card_memory_gib * GIB)
+    overhead = int(cfg.overhead_gib_per_card * GIB)
+    eng, tr = cfg.engine, cfg.training
+    serving = serving_estimate(
+        shape, dtype_bytes, cfg.model.max_model_len, eng.max_num_seqs, eng.max_loras, eng.max_lora_rank,
+        overhead, int(card * eng.gpu_memory_utilization),
+    )
+    training = training_estimate(
+        shape, dtype_bytes, tr.lora_rank, tr.lora_targets, tr.batch_size, tr.seq_len_tokens,
+        tr.gradient_checkpointing, overhead, card,
+    )
+    per_token = kv_bytes_per_token(shape, dtype_bytes)
+    kv_space = serving.usable - serving.needed + serving.parts["kv_cache"]
+    return {
+        "card_memory_gib": spec.card_memory_gib,
+        "dtype_bytes": dtype_bytes,
+        "parameters": shape.num_parameters(),
+        "kv_bytes_per_token": per_token,
+        "max_full_sequences": max(0, kv_space // (per_token * cfg.model.max_model_len)),
+        "serving": serving.as_dict(),
+        "training": training.as_dict(),
+    }
+
+
+def build_plan(cfg: LotsConfig, shape: ModelShape | None = None) -> dict[str, Any]:
+    """The whole plan as one JSON-ready dict (order, Ray, memory, warnings).
+
+    Args:
+        cfg: the lots config.
+        shape: the model shape (default: :func:`model_shape` of ``cfg.model``).
+
+    Raises:
+        ConfigError: unknown GPU model, missing price, unreadable model shape.
+    """
+    order = order_summary(cfg)
+    ray = ray_plan(cfg)
+    shape = shape or model_shape(cfg.model)
+    memory = memory_plan(cfg, shape)
+    warnings = list(ray["warnings"])
+    for job in ("serving", "training"):
+        if not memory[job]["fits"]:
+            warnings.append(
+                f"{job} does not fit one {cfg.gpu_model} card: needs {memory[job]['needed_gib']} GiB, "
+                f"usable {memory[job]['usable_gib']} GiB (memory is not pooled across cards)"
+            )
+    return {
+        "order": order,
+        "ray": ray,
+        "model": {"base_model": cfg.model.base_model, "shape": shape.__dict__},
+        "memory": memory,
+        "warnings": warnings,
+        "config": cfg.model_dump(mode="json"),
+        "config_sha256": config_sha256(cfg),
+    }
+
+
+def _print(plan: dict[str, Any], json_path: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    o, r, m = plan["order"], plan["ray"], plan["memory"]
+    order = Table(title="Lot order", show_header=False)
+    for key, label in (("gpu_model", "GPU model"), ("period_days", "period (days)"), ("lots", "lots"),
+                       ("cards_per_lot", "cards per lot"), ("total_cards", "total cards"),
+                       ("usd_per_lot", "USD per lot (period)"), ("total_usd", "total USD"),
+                       ("usd_per_card_day", "USD per card-day")):
+        order.add_row(label, f"{o[key]:,}" if isinstance(o[key], float) else str(o[key]))
+    order.add_row("Ray engine actors", f"{r['engine_actors']} (num_gpus=1 each, {r['machines']} machine(s))")
+    order.add_row("backend", f"{r['backend']} card, {r['image_backend']} image: {'ok' if r['backend_ok'] else 'MISMATCH'}")
+    console.print(order)
+    mem = Table(title=f"Memory per card (GiB), 1 x {o['gpu_model']} = {m['card_memory_gib']} GiB")
+    mem.add_column("part")
+    mem.add_column("serving", justify="right")
+    mem.add_column("training", justify="right")
+    s, t = m["serving"], m["training"]
+    for part in ("weights", "kv_cache", "lora_slots", "lora_state", "activations", "overhead"):
+        mem.add_row(part, *(f"{j['parts'][part] / GIB:.2f}" if part in j["parts"] else "-" for j in (s, t)))
+    mem.add_row("needed", f"{s['needed_gib']:.2f}", f"{t['needed_gib']:.2f}")
+    mem.add_row("usable", f"{s['usable_gib']:.2f}", f"{t['usable_gib']:.2f}")
+    mem.add_row("margin", f"{s['margin_gib']:.2f}", f"{t['margin_gib']:.2f}")
+    mem.add_row("verdict", *("fits" if j["fits"] else "[red]DOES NOT FIT[/red]" for j in (s, t)))
+    console.print(mem)
+    console.print(f"KV cache: {m['kv_bytes_per_token']:,} bytes/token; one card holds "
+                  f"{m['max_full_sequences']:,} full-length sequences at once")
+    for line in plan["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {line}")
+    console.print(f"plan written to {json_path}")
+
+
+def main(argv: list[str]) -> int:
+    """``docpilot plan --config config/lots.json [--gpu-model M] [--period-days D] [--lots N]``.
+
+    Prints the order, Ray and memory tables and writes ``plan.json`` in a new run folder.
+
+    Returns:
+        0 (a plan that does not fit is reported as a warning, not an error).
+
+    Raises:
+        ConfigError: invalid config or overrides (exit 2 through the CLI).
+    """
+    from classify.paths import runs_dir
+    from classify.runrecords import code_revision, new_run_dir, utc_now, write_json_atomic
+
+    parser = argparse.ArgumentParser(prog="docpilot plan", description="lot order summary and per-card memory fit")
+    parser.add_argument("--config", default="config/lots.json", help="lots config (JSON)")
+    parser.add_argument("--gpu-model", help="override `gpu_model`")
+    parser.add_argument("--period-days", type=int, help="override `period_days` (3, 7 or 30)")
+    parser.add_argument("--lots", type=int, help="override `lots` (1 to 10)")
+    args = parser.parse_args(argv)
+    overrides = {k: v for k, v in (("gpu_model", args.gpu_model), ("period_days", args.period_days),
+                                   ("lots", args.lots)) if v is not None}
+    cfg = load_config(LotsConfig, args.config, overrides)
+    plan = build_plan(cfg)
+    run_id, run_dir = new_run_dir("plan", runs_dir())
+    plan.update(run_id=run_id, created=utc_now(), code_revision=code_revision())
+    write_json_atomic(run_dir / "plan.json", plan)
+    _print(plan, run_dir / "plan.json")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
