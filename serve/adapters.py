@@ -1,0 +1,108 @@
+"""Adapters the server applies: resolved by name from the registry, verified once, pilot-gated per request.
+
+A request names an adapter (``name@version``, ``name@latest`` or ``name``), never a path
+(vLLM's ``lora/request.py`` habit). The first use of a version re-hashes its files and checks
+the base-model fingerprint (:meth:`adapters.registry.Registry.resolve`); later uses reuse that
+verification while the card's content hash is unchanged. The card's pilot status is re-read on
+every request, so an adapter that passes its pilot while the server runs is served at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from classify.config import ClassifyConfig, ModelConfig, classification_sha256
+from classify.errors import PilotGateError
+from classify.model import ModelRef
+from classify.pilotgate import combo_key, require_pilot
+
+log = logging.getLogger(__name__)
+
+
+class AdapterService:
+    """Registry look-ups, verification cache and the pilot gate for one base model.
+
+    Args:
+        registry: an :class:`adapters.registry.Registry`.
+        model: the engine's resolved base model (its fingerprint must match each adapter's card).
+        model_cfg: the model section of the config (part of the base model's pilot-gate key).
+        classify_cfg: the classify section (part of the base model's pilot-gate key).
+        skip_pilot_gate: serve unpiloted adapters and an unpiloted base model, logging each use.
+    """
+
+    def __init__(self, registry: Any, model: ModelRef, model_cfg: ModelConfig, classify_cfg: ClassifyConfig,
+                 skip_pilot_gate: bool = False):
+        self.registry = registry
+        self.model = model
+        self.skip_pilot_gate = skip_pilot_gate
+        self._base_key = combo_key(model.fingerprint, None, classification_sha256(model_cfg, classify_cfg))
+        self._verified: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def check_base(self) -> None:
+        """Apply the pilot gate to the base model alone (no adapter).
+
+        Raises:
+            PilotGateError: the base model + config has no passed pilot and the gate is not skipped.
+        """
+        require_pilot(self._base_key, f"base model {self.model.name} (no adapter)", self.skip_pilot_gate)
+
+    def resolve(self, ref: str) -> Any:
+        """Find, verify (first use) and pilot-gate an adapter; blocking file I/O, call it in a thread.
+
+        Args:
+            ref: ``name@version``, ``name@latest`` or ``name``.
+
+        Returns:
+            The :class:`adapters.registry.ResolvedAdapter` (``.handle()`` gives the engine handle).
+
+        Raises:
+            AdapterError: malformed ref (400).
+            AdapterNotFound: unknown name or version (404).
+            AdapterIntegrityError: changed files or another base model (409).
+            PilotGateError: the card's pilot status is not ``passed`` and the gate is not skipped (409).
+        """
+        shown = self.registry.show(ref)  # re-reads the card: current version and pilot status
+        key = (shown.ref, shown.sha256)
+        with self._lock:
+            verified = key in self._verified
+        if not verified:
+            adapter = self.registry.resolve(shown.ref, base_fingerprint=self.model.fingerprint)
+            with self._lock:
+                self._verified[(adapter.ref, adapter.sha256)] = adapter
+        if not shown.pilot_passed:
+            status = (shown.card.get("pilot") or {}).get("status", "not-run")
+            if not self.skip_pilot_gate:
+                raise PilotGateError(
+                    f"adapter {shown.ref} has not passed a pilot (card pilot status: {status}); run "
+                    f"`make pilot ADAPTER={shown.ref}` first, or start the server with --skip-pilot-gate (logged)"
+                )
+            log.warning("!!! PILOT GATE SKIPPED: serving adapter %s with pilot status %s (--skip-pilot-gate)",
+                        shown.ref, status)
+        return shown
+
+    def is_verified(self, ref: str, sha256: str) -> bool:
+        """Whether ``ref`` with content hash ``sha256`` has been verified by this server."""
+        with self._lock:
+            return (ref, sha256) in self._verified
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Every registry version with what the server thinks of it (cards only; files are not re-hashed)."""
+        out = []
+        for adapter in self.registry.list():
+            status = (adapter.card.get("pilot") or {}).get("status", "not-run")
+            matches = adapter.base_fingerprint == self.model.fingerprint
+            out.append({
+                "ref": adapter.ref,
+                "sha256": adapter.sha256,
+                "base_model": adapter.card.get("base_model", {}),
+                "base_model_matches": matches,
+                "pilot_status": status,
+                "servable": matches and (status == "passed" or self.skip_pilot_gate),
+                "loaded": self.is_verified(adapter.ref, adapter.sha256),
+                "created": adapter.card.get("created"),
+            })
+        return out
+

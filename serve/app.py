@@ -1,0 +1,105 @@
+"""The app factory: FastAPI over vLLM's async engine, in one process.
+
+:func:`create_app` reads the config and resolves the base model (cheap: the model cache
+holds its fingerprint) but starts nothing heavy; the engine loads in the app's lifespan,
+in a worker thread, and stops there on shutdown (uvicorn drains requests first on SIGTERM).
+
+Example:
+    >>> app = create_app(load_settings(config_path="config/pilot.json"))  # doctest: +SKIP
+    >>> uvicorn.run(app, host="127.0.0.1", port=8000)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+from fastapi import FastAPI
+
+from classify.config import PilotConfig, load_config
+from classify.model import ModelRef, resolve_model
+from serve import routes_adapters, routes_classify, routes_health, routes_metrics
+from serve.adapters import AdapterService
+from serve.errors import install_error_handlers
+from serve.metrics import ServeMetrics, ServeMiddleware
+from serve.settings import ServeSettings
+from serve.state import ServerState
+
+log = logging.getLogger(__name__)
+
+
+def load_server_config(settings: ServeSettings) -> PilotConfig:
+    """Read ``settings.config_path`` with ``settings.base_model`` applied on top.
+
+    Raises:
+        ConfigError: missing file or invalid fields.
+    """
+    overrides = {"model.base_model": settings.base_model} if settings.base_model else None
+    return load_config(PilotConfig, settings.config_path, overrides)
+
+
+def create_app(
+    settings: ServeSettings,
+    config: PilotConfig | None = None,
+    model: ModelRef | None = None,
+    registry: Any = None,
+    engine_factory: Callable[[], Any] | None = None,
+) -> FastAPI:
+    """Build the FastAPI application (routes, error shape, metrics, lifespan).
+
+    Args:
+        settings: server settings (token, limits, pilot-gate override).
+        config: the pilot config (default: read from ``settings.config_path``).
+        model: the resolved base model (default: :func:`classify.model.resolve_model`).
+        registry: the adapter registry (default: ``adapters.registry.Registry()`` at ``DOCPILOT_REGISTRY``).
+        engine_factory: blocking ``() -> AsyncClassifier`` (default: :func:`serve.engine.build_async_engine`
+            with LoRA enabled); tests pass a fake one for bookkeeping checks.
+
+    Returns:
+        The app; the engine starts when the server runs its lifespan.
+
+    Raises:
+        ConfigError: invalid config. EngineError: the base model cannot be resolved.
+    """
+    config = config or load_server_config(settings)
+    model = model or resolve_model(config.model)
+    if registry is None:
+        from adapters.registry import Registry
+
+        registry = Registry()
+    if engine_factory is None:
+        from serve.engine import build_async_engine
+
+        engine_factory = partial(build_async_engine, model, config.model, config.engine, config.classify, True)
+    metrics = ServeMetrics()
+    state = ServerState(
+        settings=settings,
+        config=config,
+        model=model,
+        adapters=AdapterService(registry, model, config.model, config.classify, settings.skip_pilot_gate),
+        metrics=metrics,
+        max_doc_bytes=settings.max_doc_bytes or config.classify.max_doc_bytes,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.begin(engine_factory)
+        yield
+        await state.stop()
+
+    app = FastAPI(
+        title="docpilot",
+        summary="Document classification with a base model + LoRA adapters on vLLM",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.server = state
+    app.state.metrics = metrics
+    install_error_handlers(app)
+    app.add_middleware(ServeMiddleware, metrics=metrics, max_request_bytes=settings.max_request_bytes)
+    for module in (routes_health, routes_classify, routes_adapters, routes_metrics):
+        app.include_router(module.router)
+    return app

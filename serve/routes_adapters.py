@@ -1,0 +1,24 @@
+"""``GET /v1/adapters``: the registry's adapter versions and whether this server would serve them."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+
+from serve.deps import Authorized, State
+from serve.schemas import AdapterOut, AdaptersResponse, ErrorResponse
+
+router = APIRouter(prefix="/v1", tags=["adapters"], dependencies=[Authorized])
+
+
+@router.get("/adapters", response_model=AdaptersResponse, responses={401: {"model": ErrorResponse}})
+async def list_adapters(state: State) -> AdaptersResponse:
+    """List every published adapter version: base model match, pilot status, servable, loaded."""
+    rows = await asyncio.to_thread(state.adapters.listing)
+    return AdaptersResponse(
+        model=state.model.name,
+        model_fingerprint=state.model.fingerprint,
+        skip_pilot_gate=state.settings.skip_pilot_gate,
+        adapters=[AdapterOut(**row) for row in rows],
+    )

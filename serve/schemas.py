@@ -1,0 +1,114 @@
+"""Request and response bodies of the HTTP API (separate models, with length limits).
+
+The result subset (``id, status, category, score, reason``) is the one result record
+:class:`classify.records.Result` that pilot and batch write, minus the bookkeeping fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+from classify.records import Result
+
+MAX_ID_CHARS = 512
+MAX_REF_CHARS = 100
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DocumentIn(_Body):
+    """One document to classify.
+
+    Attributes:
+        id: the caller's id, unique within the request; echoed in its result.
+        text: the document text (UTF-8 in the JSON body; at most ``max_doc_bytes`` bytes).
+    """
+
+    id: StrictStr = Field(min_length=1, max_length=MAX_ID_CHARS)
+    text: StrictStr = Field(min_length=1)
+
+
+class ClassifyRequest(_Body):
+    """``POST /v1/classify`` body.
+
+    Attributes:
+        adapter: ``name@version``, ``name@latest`` or ``name`` from the adapter registry;
+            omitted or ``null`` = the base model alone.
+        documents: one or more documents (at most the server's ``max_documents``).
+    """
+
+    adapter: StrictStr | None = Field(None, min_length=1, max_length=MAX_REF_CHARS)
+    documents: list[DocumentIn] = Field(min_length=1)
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={
+            "examples": [
+                {"adapter": "bbc-news@1", "documents": [{"id": "a1", "text": "Shares in the bank rose 5% ..."}]}
+            ]
+        },
+    )
+
+
+class ResultOut(_Body):
+    """One result: the shared result record's public fields."""
+
+    id: str
+    status: Literal["accepted", "rejected"]
+    category: str | None = None
+    score: float | None = None
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, result: Result) -> ResultOut:
+        """The public view of a :class:`classify.records.Result`."""
+        return cls(id=result.id, status=result.status, category=result.category, score=result.score, reason=result.reason)
+
+
+class ClassifyResponse(_Body):
+    """``POST /v1/classify`` answer: one result per document, in request order."""
+
+    model: str
+    adapter: str | None
+    results: list[ResultOut]
+
+
+class AdapterOut(_Body):
+    """One registry adapter version as ``GET /v1/adapters`` lists it."""
+
+    ref: str
+    sha256: str
+    base_model: dict[str, Any]
+    base_model_matches: bool
+    pilot_status: str
+    servable: bool
+    loaded: bool
+    created: str | None = None
+
+
+class AdaptersResponse(_Body):
+    """``GET /v1/adapters`` answer."""
+
+    model: str
+    model_fingerprint: str
+    skip_pilot_gate: bool
+    adapters: list[AdapterOut]
+
+
+class ErrorDetail(_Body):
+    """The one error shape: HTTP status, machine-readable kind, human message."""
+
+    status: int
+    kind: str
+    message: str
+
+
+class ErrorResponse(_Body):
+    """Every 4xx/5xx answer: ``{"error": {"status", "kind", "message"}}``."""
+
+    error: ErrorDetail

@@ -1,0 +1,94 @@
+"""Server settings: command-line options over ``DOCPILOT_*`` environment variables (pydantic-settings).
+
+The bearer token comes only from the environment (``DOCPILOT_API_TOKEN``), never from a
+config file or the command line, so it stays out of shell history and ``ps``. The server
+refuses to start without one, or with a known placeholder, unless ``--insecure-no-auth``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from classify.config import format_validation_error
+from classify.errors import ConfigError
+
+UNSAFE_TOKENS = frozenset({"changeme", "changethis", "secret", "token", "password", "test", "admin"})
+"""Placeholder tokens refused by name (the FastAPI full-stack template's habit)."""
+
+MIN_TOKEN_CHARS = 16
+
+
+class ServeSettings(BaseSettings):
+    """Everything the server needs besides the pilot config file.
+
+    Attributes:
+        api_token: bearer token clients must send (env ``DOCPILOT_API_TOKEN``; at least 16 characters).
+        insecure_no_auth: serve without authentication (logged loudly; for loopback experiments only).
+        host: interface to bind.
+        port: TCP port to bind.
+        config_path: the pilot config (model, engine, classify sections) the server runs with.
+        base_model: overrides ``model.base_model`` from the config (alias, folder or HF id).
+        adapters: ``name@version`` refs verified and loaded at start-up (others load on first use).
+        max_documents: most documents one ``/v1/classify`` request may hold (more: 413).
+        max_doc_bytes: most UTF-8 bytes per document text (more: 413); ``None`` = the config's
+            ``classify.max_doc_bytes``.
+        max_request_bytes: most bytes in one request body (more: 413, checked before parsing).
+        skip_pilot_gate: the pilot-gate override: serve adapters and a base model that have not
+            passed a pilot (every such request is logged as a warning).
+        graceful_timeout_s: seconds in-flight requests get to finish after SIGTERM.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="DOCPILOT_", extra="forbid", frozen=True)
+
+    api_token: SecretStr | None = None
+    insecure_no_auth: bool = False
+    host: str = Field("127.0.0.1", min_length=1)
+    port: int = Field(8000, ge=0, le=65535)
+    config_path: Path = Path("config/pilot.json")
+    base_model: str | None = None
+    adapters: tuple[str, ...] = ()
+    max_documents: int = Field(64, ge=1, le=10_000)
+    max_doc_bytes: int | None = Field(None, ge=1, le=100_000_000)
+    max_request_bytes: int = Field(16 * 2**20, ge=1024, le=2**31)
+    skip_pilot_gate: bool = False
+    graceful_timeout_s: float = Field(30.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _check_token(self) -> ServeSettings:
+        token = self.api_token.get_secret_value() if self.api_token else ""
+        if self.insecure_no_auth:
+            return self
+        if not token:
+            raise ConfigError(
+                "DOCPILOT_API_TOKEN must be set to the bearer token clients send "
+                "(e.g. `export DOCPILOT_API_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')`), "
+                "got nothing; or start with --insecure-no-auth for a loopback-only experiment"
+            )
+        if token.lower() in UNSAFE_TOKENS or len(token) < MIN_TOKEN_CHARS:
+            raise ConfigError(
+                f"DOCPILOT_API_TOKEN must be at least {MIN_TOKEN_CHARS} characters and not a placeholder "
+                f"({', '.join(sorted(UNSAFE_TOKENS))}), got a {len(token)}-character token"
+            )
+        return self
+
+
+def load_settings(**overrides: object) -> ServeSettings:
+    """Build :class:`ServeSettings` from the environment with command-line ``overrides`` on top.
+
+    Args:
+        **overrides: field values from the command line (``None`` values are dropped).
+
+    Returns:
+        The frozen settings.
+
+    Raises:
+        ConfigError: a missing or unsafe token, or a field out of bounds (names the field and value).
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return ServeSettings(**given)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, "serve settings")) from None
