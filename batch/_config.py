@@ -1,0 +1,113 @@
+"""``config/batch.json``: the batch's frozen config (model/engine/classify as the pilot's, plus corpus and Ray sizing).
+
+The ``model`` and ``classify`` sections must equal ``config/pilot.json``'s so the pilot gate key
+(:func:`classify.config.classification_sha256`) matches the pilot that cleared the combination.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from classify.config import ClassifyConfig, EngineConfig, ModelConfig, canonical_json, load_config
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CorpusConfig(_Frozen):
+    """Where the corpus is and how to read it.
+
+    Attributes:
+        path: a ``.jsonl`` file (``id`` plus ``text`` or ``path``), a ``.csv`` file, or a folder of
+            files (id = relative path); relative paths are taken from the current directory.
+            ``--corpus`` replaces it.
+        format: ``auto`` (by suffix: ``.jsonl``/``.csv``/folder), ``jsonl``, ``csv`` or ``dir``.
+        text_column: CSV only: the column holding the text.
+        id_column: CSV only: the column holding the id; ``null`` (or a header without it) gives
+            generated ids ``<id_prefix>-<row index, 4 digits>``, stable across runs.
+        id_prefix: CSV only: prefix of generated ids (default: the file's stem).
+    """
+
+    path: str = Field("../shared/data/bbc-news/test.csv", min_length=1)
+    format: Literal["auto", "jsonl", "csv", "dir"] = "auto"
+    text_column: str = Field("text", min_length=1)
+    id_column: str | None = None
+    id_prefix: str | None = Field("bbc-test", min_length=1, max_length=100)
+
+
+class RunConfig(_Frozen):
+    """Sharding, actor pool and output settings.
+
+    Attributes:
+        shard_docs: documents per shard (the unit of work, retry and resume).
+        cpu_actors: engine actors to start on a machine without GPUs (on GPUs: one per GPU).
+        actor_num_cpus: Ray CPUs each CPU engine actor reserves; ``cpu_actors x actor_num_cpus``
+            must fit the cluster's CPUs or the extra actors wait forever.
+        max_shard_retries: times one shard is re-run on a fresh actor after its actor died or its
+            task failed, before the batch stops with the first error.
+        export_dir: parent folder of the export copy (``null``: ``exports/``, ``DOCPILOT_EXPORTS``);
+            the copy is ``<export_dir>/<batch-id>/``.
+    """
+
+    shard_docs: int = Field(16, ge=1, le=1_000_000)
+    cpu_actors: int = Field(1, ge=1, le=256)
+    actor_num_cpus: float = Field(1.0, gt=0, le=1024)
+    max_shard_retries: int = Field(2, ge=0, le=20)
+    export_dir: str | None = None
+
+
+class BatchConfig(_Frozen):
+    """``config/batch.json``: everything ``make batch`` needs."""
+
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    classify: ClassifyConfig = ClassifyConfig()
+    corpus: CorpusConfig = CorpusConfig()
+    batch: RunConfig = RunConfig()
+
+
+def load_batch_config(path: str | Path, overrides: dict[str, Any] | None = None) -> BatchConfig:
+    """Read and validate ``config/batch.json``.
+
+    Args:
+        path: the JSON file.
+        overrides: dotted keys to set after reading, e.g. ``{"corpus.path": "/data/c.jsonl"}``.
+
+    Returns:
+        The frozen :class:`BatchConfig`.
+
+    Raises:
+        ConfigError: missing file, invalid JSON, or an invalid or unknown field.
+    """
+    return load_config(BatchConfig, path, overrides)
+
+
+def results_config(cfg: BatchConfig) -> dict[str, Any]:
+    """The part of the config that decides a batch's results and shard plan.
+
+    Resuming a batch requires this to be unchanged. Engine sizing, actor counts, retries and the
+    export folder do not change any answer and may differ between attempts; the corpus path
+    does not either (the corpus fingerprint covers the content).
+
+    Args:
+        cfg: the batch config.
+
+    Returns:
+        A JSON-able dict with ``model``, ``classify``, ``corpus`` (reading options) and ``shard_docs``.
+    """
+    return {
+        "model": cfg.model.model_dump(mode="json"),
+        "classify": cfg.classify.model_dump(mode="json"),
+        "corpus": cfg.corpus.model_dump(mode="json", exclude={"path"}),
+        "shard_docs": cfg.batch.shard_docs,
+    }
+
+
+def results_config_sha256(cfg: BatchConfig) -> str:
+    """sha256 of :func:`results_config` (canonical JSON), the manifest's ``config_sha256``."""
+    return hashlib.sha256(canonical_json(results_config(cfg)).encode()).hexdigest()

@@ -1,0 +1,93 @@
+"""Private: ``progress.json``, rewritten atomically by the driver as shards complete (read by ``docpilot status``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from batch.manifest import PROGRESS
+from classify.runrecords import utc_now, write_json_atomic
+
+
+class Progress:
+    """Counts for one attempt of one batch, saved to ``<run_dir>/progress.json`` on every change.
+
+    Args:
+        run_dir: the batch's run folder.
+        batch_id: its id.
+        total: distinct ids in the corpus.
+    """
+
+    def __init__(self, run_dir: Path, batch_id: str, total: int):
+        self.path = run_dir / PROGRESS
+        self.batch_id = batch_id
+        self.total = total
+        self.done = self.accepted = self.rejected = 0
+        self.processed = self.processed_tokens = self.retries = 0
+        self.last_error: str | None = None
+        self.actors: list[dict[str, Any]] = []
+        self.state = "starting"
+        self.started_at = utc_now()
+        self._t0 = time.monotonic()
+        self.previous_actors: list[dict[str, Any]] = []
+        if self.path.is_file():
+            try:
+                old = json.loads(self.path.read_text(encoding="utf-8"))
+                if old.get("host") == socket.gethostname() and old.get("state") in ("running", "starting"):
+                    self.previous_actors = old.get("actors") or []
+            except (OSError, json.JSONDecodeError):
+                pass
+
+    def start(self, done_shards: dict[int, list[dict[str, Any]]]) -> None:
+        """Count the shards an earlier attempt completed and save ``running``."""
+        for rows in done_shards.values():
+            self._count(rows)
+        self.state = "running"
+        self._t0 = time.monotonic()
+        self.save()
+
+    def _count(self, rows: list[dict[str, Any]]) -> None:
+        self.done += len(rows)
+        self.accepted += sum(r["status"] == "accepted" for r in rows)
+        self.rejected += sum(r["status"] == "rejected" for r in rows)
+
+    def shard_done(self, rows: list[dict[str, Any]]) -> None:
+        """Count a shard completed in this attempt and save."""
+        self._count(rows)
+        self.processed += len(rows)
+        self.processed_tokens += sum(int(r.get("n_tokens") or 0) for r in rows)
+        self.save()
+
+    def update(self, **fields: Any) -> None:
+        """Set attributes (``last_error``, ``actors``, ``retries``) and save."""
+        for key, value in fields.items():
+            setattr(self, key, value)
+        self.save()
+
+    def finish(self) -> None:
+        """Save state ``done``."""
+        self.state = "done"
+        self.save()
+
+    def fail(self, error: str) -> None:
+        """Save state ``failed`` with the error."""
+        self.state, self.last_error = "failed", error[:2000]
+        self.save()
+
+    def save(self) -> None:
+        """Write ``progress.json`` atomically: done/total, rejected, docs/s and ETA of this attempt."""
+        elapsed = max(time.monotonic() - self._t0, 1e-9)
+        rate = self.processed / elapsed if self.processed else 0.0
+        left = self.total - self.done
+        write_json_atomic(self.path, {
+            "batch_id": self.batch_id, "state": self.state, "total": self.total, "done": self.done,
+            "accepted": self.accepted, "rejected": self.rejected, "processed_this_attempt": self.processed,
+            "docs_per_s": round(rate, 3), "eta_s": round(left / rate, 1) if rate and left else (0.0 if not left else None),
+            "elapsed_s": round(elapsed, 1), "retries": self.retries, "last_error": self.last_error,
+            "actors": self.actors, "pid": os.getpid(), "host": socket.gethostname(),
+            "started_at": self.started_at, "updated_at": utc_now(),
+        })

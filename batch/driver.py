@@ -1,0 +1,337 @@
+"""``docpilot batch`` / ``make batch``: classify a corpus over Ray engine actors, resumable by manifest.
+
+Order of work: read config and corpus, resolve the model (and adapter), check the pilot gate,
+open or create ``runs/<batch-id>/`` (refusing a resume whose corpus, config, model or adapter
+changed), run only the shards without a complete shard file, merge, summarize, export with
+SHA256SUMS and re-check the copy. See ``docs/batch.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+from tqdm import tqdm
+
+from batch import manifest as mf
+from batch._config import BatchConfig, load_batch_config, results_config, results_config_sha256
+from batch._progress import Progress
+from batch.corpus import Corpus, read_corpus
+from classify.config import classification_sha256
+from classify.errors import InputError, VerificationError
+from classify.model import ModelRef, resolve_model
+from classify.paths import exports_dir, runs_dir
+from classify.pilotgate import combo_key, require_pilot
+from classify.runrecords import (
+    code_revision,
+    export_run,
+    package_versions,
+    utc_now,
+    verify_export,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
+
+log = logging.getLogger("docpilot.batch")
+
+BATCH_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Parse ``docpilot batch`` options (see ``--help``)."""
+    p = argparse.ArgumentParser(prog="docpilot batch", description="Classify a corpus over Ray engine actors, resumable by batch id.")
+    p.add_argument("--config", default="config/batch.json", help="batch config JSON (default: %(default)s)")
+    p.add_argument("--corpus", help="corpus file or folder (replaces `corpus.path`)")
+    p.add_argument("--batch-id", help="run folder name under runs/; an existing one is resumed")
+    p.add_argument("--adapter", help="LoRA adapter from the registry, name@version or name@latest")
+    p.add_argument("--export-dir", help="parent folder of the export copy (replaces `batch.export_dir`)")
+    p.add_argument("--cpu-actors", type=int, help="engine actors on a CPU-only cluster (replaces `batch.cpu_actors`)")
+    p.add_argument("--skip-pilot-gate", action="store_true",
+                   help="run although this model/adapter/config has not passed a pilot (logged and recorded)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (progress.json is still written)")
+    return p.parse_args(argv)
+
+
+def _resolve_adapter(ref: str | None, model: ModelRef) -> Any:
+    if ref is None:
+        return None
+    from adapters.registry import Registry  # imported only when an adapter is asked for
+
+    return Registry().resolve(ref, base_fingerprint=model.fingerprint)
+
+
+def _open_run(batch_id: str | None) -> tuple[str, Path]:
+    root = runs_dir()
+    if batch_id is None:
+        from classify.runrecords import new_run_dir
+
+        return new_run_dir("batch", root)
+    if not BATCH_ID_RE.match(batch_id):
+        raise InputError(f"`--batch-id` must match {BATCH_ID_RE.pattern}, got {batch_id!r}")
+    run_dir = root / batch_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return batch_id, run_dir
+
+
+def build_manifest(batch_id: str, cfg: BatchConfig, corpus: Corpus, model: ModelRef, adapter: Any,
+                   gate: dict[str, Any]) -> dict[str, Any]:
+    """The manifest this invocation would write for a new batch (see :mod:`batch.manifest`).
+
+    Returns:
+        A JSON-able dict with the resume keys, the shard plan and provenance.
+    """
+    return {
+        "manifest_version": mf.MANIFEST_VERSION,
+        "batch_id": batch_id,
+        "created_at": utc_now(),
+        "corpus": corpus.describe(),
+        "corpus_fingerprint": corpus.fingerprint,
+        "config": results_config(cfg),
+        "config_sha256": results_config_sha256(cfg),
+        "full_config": cfg.model_dump(mode="json"),
+        "model": {"name": model.name, "path": model.path, "source": model.source},
+        "model_fingerprint": model.fingerprint,
+        "adapter": adapter.ref if adapter else None,
+        "adapter_sha256": adapter.sha256 if adapter else None,
+        "pilot_gate": gate,
+        "shard_docs": cfg.batch.shard_docs,
+        "shards": mf.plan_shards(corpus.docs, cfg.batch.shard_docs),
+        "code": code_revision(),
+        "packages": package_versions(),
+        "attempts": [],
+    }
+
+
+def _init_ray() -> bool:
+    """Join ``RAY_ADDRESS`` (or the job's cluster) or start a small local Ray; True when this call started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"])
+    else:
+        ray.init(include_dashboard=False, object_store_memory=512 * 1024**2)
+    return True
+
+
+def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: Corpus, manifest: dict[str, Any], pending: list[int],
+                adapter: Any, progress: Progress, show_bar: bool) -> dict[str, Any]:
+    import ray
+
+    from batch._pool import actor_class, actor_options, reap, run_pool
+
+    started_ray = _init_ray()
+    try:
+        if progress.previous_actors:
+            reap(progress.previous_actors)  # engine processes an earlier, killed attempt left behind
+        n_actors, options = actor_options(cfg.batch.cpu_actors, cfg.batch.actor_num_cpus)
+        n_actors = min(n_actors, len(pending))
+        cls = actor_class().options(**options)
+        handle = adapter.handle() if adapter else None
+        plan = {s["index"]: s for s in manifest["shards"]}
+        shards = [(i, list(corpus.docs[plan[i]["start"]:plan[i]["start"] + plan[i]["n_docs"]])) for i in pending]
+        bar = tqdm(total=progress.total, initial=progress.done, unit="doc", desc=f"batch {manifest['batch_id']}",
+                   disable=not show_bar, dynamic_ncols=True)
+        actors: dict[int, dict[str, Any]] = {}
+
+        def on_event(name: str, detail: dict[str, Any]) -> None:
+            if name == "actor-started":
+                try:
+                    info = ray.get(detail["info_ref"], timeout=600)
+                except Exception as err:  # noqa: BLE001 - a failing actor is reported by its shard
+                    info = {"error": f"{type(err).__name__}"}
+                actors[detail["slot"]] = {"slot": detail["slot"], "generation": detail["generation"], **info}
+                progress.update(actors=list(actors.values()))
+            elif name == "retry":
+                progress.update(last_error=detail["error"], retries=progress.retries + 1)
+
+        def on_done(index: int, rows: list[dict[str, Any]]) -> None:
+            mf.write_shard(run_dir, index, rows)
+            progress.shard_done(rows)
+            bar.update(len(rows))
+
+        with logging_redirect(bar):
+            stats = run_pool(lambda: cls.remote(cfg.model, cfg.engine, cfg.classify, handle, manifest["model_fingerprint"]),
+                             n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event)
+        bar.close()
+        return {"actors": n_actors, "actors_started": stats.actors_started, "retries": stats.retries,
+                "errors": stats.errors, "first_shard_s": stats.first_ready_s}
+    finally:
+        if started_ray:
+            ray.shutdown()
+
+
+def logging_redirect(bar: tqdm) -> Any:
+    """Keep log lines from tearing the progress bar (tqdm's logging redirect)."""
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    return logging_redirect_tqdm()
+
+
+def merge(run_dir: Path, manifest: dict[str, Any], corpus: Corpus) -> tuple[list[dict[str, Any]], list[str]]:
+    """Merge the shard files in plan order and check the batch invariants against the corpus ids.
+
+    Returns:
+        ``(rows, problems)``.
+    """
+    done = mf.completed_shards(run_dir, manifest["shards"])
+    rows = [r for s in manifest["shards"] for r in done.get(s["index"], [])]
+    return rows, mf.check_results(rows, [d.id for d in corpus.docs], list(manifest["config"]["classify"]["categories"]))
+
+
+def run_batch(args: argparse.Namespace) -> dict[str, Any]:
+    """Run or resume one batch (the body of :func:`main`).
+
+    Returns:
+        The summary written to ``summary.json`` (with ``run_dir`` and ``export_dir`` added).
+
+    Raises:
+        ConfigError, InputError, AdapterError, PilotGateError, EngineError, VerificationError:
+            as described in ``docs/batch.md``.
+    """
+    t_start = time.monotonic()
+    overrides: dict[str, Any] = {}
+    if args.cpu_actors is not None:
+        overrides["batch.cpu_actors"] = args.cpu_actors
+    cfg = load_batch_config(args.config, overrides)
+    corpus = read_corpus(cfg.corpus, cfg.classify.max_doc_bytes, args.corpus)
+    model = resolve_model(cfg.model)
+    adapter = _resolve_adapter(args.adapter, model)
+    what = f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + {f'adapter {adapter.ref}' if adapter else 'no adapter'}"
+    key = combo_key(model.fingerprint, adapter.sha256 if adapter else None, classification_sha256(cfg.model, cfg.classify))
+    gate = require_pilot(key, what, override=args.skip_pilot_gate)
+    gate_record = {"key": key, "passed": gate["passed"], "override": gate["override"],
+                   "pilot_run_id": (gate["pilot"] or {}).get("run_id"), "checked_at": utc_now()}
+    batch_id, run_dir = _open_run(args.batch_id)
+    lock = FileLock(str(run_dir / ".driver.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise InputError(f"batch {batch_id} is already running (another driver holds {run_dir}/.driver.lock); "
+                         f"watch it with `docpilot status {batch_id}`") from None
+    try:
+        return _run_locked(args, cfg, corpus, model, adapter, gate_record, batch_id, run_dir, t_start)
+    finally:
+        lock.release()
+
+
+def _run_locked(args: argparse.Namespace, cfg: BatchConfig, corpus: Corpus, model: ModelRef, adapter: Any,
+                gate_record: dict[str, Any], batch_id: str, run_dir: Path, t_start: float) -> dict[str, Any]:
+    new = build_manifest(batch_id, cfg, corpus, model, adapter, gate_record)
+    old = mf.read_manifest(run_dir)
+    if old is not None:
+        mf.check_resume(run_dir, old, new)
+        manifest = old
+    else:
+        manifest = new
+    attempt = {"started_at": utc_now(), "pid": os.getpid(), "host": socket.gethostname(), "pilot_gate": gate_record,
+               "cpu_actors": cfg.batch.cpu_actors}
+    manifest["attempts"].append(attempt)
+    mf.write_manifest(run_dir, manifest)
+    log.info("batch %s: %d distinct ids (%d input rows) in %d shards, run folder %s",
+             batch_id, len(corpus.docs), corpus.input_rows, len(manifest["shards"]), run_dir)
+    done = mf.completed_shards(run_dir, manifest["shards"])
+    pending = [s["index"] for s in manifest["shards"] if s["index"] not in done]
+    progress = Progress(run_dir, batch_id, total=len(corpus.docs))
+    progress.start(done)
+    log.info("batch %s: %d shards complete, %d to run", batch_id, len(done), len(pending))
+    pool: dict[str, Any] = {"actors": 0}
+    t_pool = time.monotonic()
+    try:
+        if pending:
+            pool = _run_shards(cfg, run_dir, corpus, manifest, pending, adapter, progress, not args.no_progress)
+        t_end = time.monotonic()
+        rows, problems = merge(run_dir, manifest, corpus)
+        if problems:
+            raise VerificationError(f"batch {batch_id}: merged results break the invariants: {'; '.join(problems)}")
+        processed = progress.processed
+        tokens = progress.processed_tokens
+        pool_s = max(t_end - t_pool, 1e-9)
+        summary = mf.summarize(rows, corpus.describe(), list(cfg.classify.categories))
+        summary.update({
+            "batch_id": batch_id,
+            "corpus": corpus.describe(),
+            "model_fingerprint": model.fingerprint,
+            "adapter": adapter.ref if adapter else None,
+            "pilot_gate": gate_record,
+            "this_attempt": {
+                "processed_docs": processed, "processed_tokens": tokens,
+                "docs_per_s": round(processed / pool_s, 3), "tokens_per_s": round(tokens / pool_s, 1),
+                "pool_wall_s": round(pool_s, 2), "wall_s": round(t_end - t_start, 2), **pool,
+            },
+            "attempts": len(manifest["attempts"]),
+            "finished_at": utc_now(),
+            "invariants": {"accepted_plus_rejected_eq_distinct_ids": summary_ok(rows, corpus), "problems": problems},
+        })
+        write_jsonl_atomic(run_dir / mf.RESULTS, rows)
+        write_json_atomic(run_dir / mf.SUMMARY, summary)
+        attempt.update(finished_at=utc_now(), processed_docs=processed, wall_s=round(time.monotonic() - t_start, 2))
+        mf.write_manifest(run_dir, manifest)
+        progress.finish()
+        export_root = Path(args.export_dir or cfg.batch.export_dir or exports_dir())
+        export = _export(run_dir, export_root / batch_id)
+    except Exception as err:
+        progress.fail(f"{type(err).__name__}: {err}")
+        attempt.update(failed_at=utc_now(), error=f"{type(err).__name__}: {err}"[:2000])
+        mf.write_manifest(run_dir, manifest)
+        raise
+    summary["run_dir"], summary["export_dir"] = str(run_dir), str(export)
+    return summary
+
+
+def summary_ok(rows: list[dict[str, Any]], corpus: Corpus) -> bool:
+    """Whether accepted + rejected equals the corpus's distinct ids."""
+    return sum(r["status"] in ("accepted", "rejected") for r in rows) == len(corpus.docs)
+
+
+def _export(run_dir: Path, dest: Path) -> Path:
+    """Copy the finished run with SHA256SUMS and re-check the copy (an earlier attempt's copy is re-checked, not overwritten)."""
+    if dest.exists():
+        log.info("export %s exists (an earlier attempt); re-checking it", dest)
+    else:
+        export_run(run_dir, dest)
+    problems = verify_export(dest, mf.check_export)
+    if problems:
+        raise VerificationError(f"export {dest} failed its re-check: {'; '.join(problems)}")
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``docpilot batch``: run or resume a batch; prints where the results are.
+
+    Args:
+        argv: command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        0 when the batch completed, was exported and re-checked.
+
+    Raises:
+        DocpilotError: any known failure (mapped to an exit code by :mod:`classify.cli`).
+    """
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.skip_pilot_gate:
+        log.warning("!!! --skip-pilot-gate given: the pilot gate is OVERRIDDEN for this batch; recorded in manifest.json")
+    summary = run_batch(args)
+    t = summary["this_attempt"]
+    print(f"batch {summary['batch_id']}: {summary['total']} ids = {summary['accepted']} accepted + "
+          f"{summary['rejected']} rejected ({summary['input_rows']} input rows, {summary['duplicate_rows']} duplicate rows); "
+          f"this attempt {t['processed_docs']} docs at {t['docs_per_s']} docs/s in {t['wall_s']} s")
+    print(f"results: {summary['run_dir']}/results.jsonl  summary: {summary['run_dir']}/summary.json")
+    print(f"export (SHA256SUMS verified): {summary['export_dir']}")
+    return 0
+
+
+if __name__ == "__main__":
+    from classify.cli import main as cli_main
+
+    sys.exit(cli_main(["batch", *sys.argv[1:]]))
