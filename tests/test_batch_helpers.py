@@ -1,4 +1,4 @@
-"""Shared helpers of the batch tests: a corpus from BBC test.csv plus planted bad documents."""
+"""Shared helpers of the batch tests (no tests here): a corpus from BBC test.csv plus planted bad documents."""
 
 from __future__ import annotations
 
