@@ -1,0 +1,174 @@
+"""Fast bookkeeping tests of the HTTP layer: settings, the error shape, limits (fake engine, in-process).
+
+The same paths run against the real engine over real HTTP in ``test_serve_http.py``; these add
+the cases that need no model (settings refusals, the streamed body limit, a failed engine load).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from classify.config import PilotConfig
+from classify.errors import ConfigError, EngineError
+from classify.model import ModelRef
+from classify.records import Result
+from serve.app import create_app
+from serve.settings import load_settings
+
+TOKEN = "t" * 32
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+MODEL = ModelRef("fake-base", "/nonexistent", "sha256:" + "0" * 64, "test")
+
+
+class FakeLLM:
+    async def add_lora(self, request):
+        return True
+
+
+class FakeEngine:
+    """Accepts every readable document as 'tech' (bookkeeping only; never the only test of a path)."""
+
+    llm = FakeLLM()
+
+    async def classify(self, docs, adapter=None):
+        return [Result.rejected(d, d.reject_reason) if d.reject_reason
+                else Result(id=d.id, status="accepted", category="tech", score=0.5) for d in docs]
+
+    def shutdown(self):
+        pass
+
+
+def _failing_engine():
+    raise EngineError("vLLM could not load '/nonexistent': OSError: no weights")
+
+
+@pytest.fixture
+def registry(tmp_path):
+    from adapters.registry import Registry
+
+    reg = Registry(tmp_path / "registry")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "adapter_config.json").write_text("{}")
+    (src / "adapter_model.safetensors").write_bytes(b"not real weights")
+    reg.publish(src, "ok", 1, {"base_model": {"name": MODEL.name, "fingerprint": MODEL.fingerprint}})
+    reg.set_pilot_status("ok@1", "passed", "run-1")
+    return reg
+
+
+@pytest.fixture
+def make_client(registry):
+    """``make_client(factory=FakeEngine, **settings)`` -> a started TestClient (closed at teardown)."""
+    clients = []
+
+    def make(factory=FakeEngine, **settings):
+        app = create_app(load_settings(api_token=TOKEN, **settings), config=PilotConfig(), model=MODEL,
+                         registry=registry, engine_factory=factory)
+        client = TestClient(app)
+        client.__enter__()
+        clients.append(client)
+        deadline = time.time() + 10
+        while client.get("/readyz").json()["status"] == "loading" and time.time() < deadline:
+            time.sleep(0.02)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "env_token", "message"),
+    [
+        ({}, None, "DOCPILOT_API_TOKEN must be set to the bearer token clients send"),
+        ({}, "changeme", "DOCPILOT_API_TOKEN must be at least 16 characters and not a placeholder"),
+        ({}, "short-token", "got a 11-character token"),
+        ({"port": 70000}, TOKEN, r"serve settings: `port` must be less than or equal to 65535, got 70000"),
+        ({"max_documents": 0}, TOKEN, r"`max_documents` must be greater than or equal to 1, got 0"),
+    ],
+)
+def test_settings_refusals(monkeypatch, overrides, env_token, message):
+    monkeypatch.delenv("DOCPILOT_API_TOKEN", raising=False)
+    if env_token:
+        monkeypatch.setenv("DOCPILOT_API_TOKEN", env_token)
+    with pytest.raises(ConfigError, match=message):
+        load_settings(**overrides)
+
+
+def test_insecure_no_auth_needs_no_token(monkeypatch, registry):
+    monkeypatch.delenv("DOCPILOT_API_TOKEN", raising=False)
+    settings = load_settings(insecure_no_auth=True)
+    app = create_app(settings, config=PilotConfig(), model=MODEL, registry=registry, engine_factory=FakeEngine)
+    with TestClient(app) as client:
+        time.sleep(0.2)
+        assert client.get("/v1/adapters").status_code == 200
+
+
+def test_cli_refuses_to_start_without_token(monkeypatch, capsys):
+    from classify.cli import main
+
+    monkeypatch.delenv("DOCPILOT_API_TOKEN", raising=False)
+    assert main(["serve", "--port", "0"]) == ConfigError.exit_code
+    assert "DOCPILOT_API_TOKEN must be set" in capsys.readouterr().err
+
+
+def test_streamed_body_over_limit_is_413(registry, make_client):
+    client = make_client(max_request_bytes=2048)
+
+    def chunks():
+        for _ in range(10):
+            yield b" " * 512
+
+    resp = client.post("/v1/classify", content=chunks(), headers={**AUTH, "Content-Type": "application/json"})
+    assert resp.status_code == 413
+    message = resp.json()["error"]["message"]
+    assert message.startswith("request body is at least ") and " bytes, over the limit of 2048 bytes" in message
+    resp = client.post("/v1/classify", content=b" " * 4096, headers={**AUTH, "Content-Type": "application/json"})
+    assert resp.json()["error"] == {
+        "status": 413, "kind": "too_large",
+        "message": "request body is 4096 bytes, over the limit of 2048 bytes (`max_request_bytes`); "
+                   "send fewer or smaller documents per request",
+    }
+
+
+def test_failed_engine_load_is_reported_by_health_and_classify(registry, make_client):
+    client = make_client(factory=_failing_engine)
+    assert client.get("/healthz").status_code == 503
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["status"] == "failed"
+    resp = client.post("/v1/classify", json={"adapter": "ok@1", "documents": [{"id": "a", "text": "x"}]}, headers=AUTH)
+    assert resp.status_code == 503
+    assert resp.json()["error"]["message"] == (
+        "the engine failed to load: EngineError: vLLM could not load '/nonexistent': OSError: no weights"
+    )
+
+
+def test_base_model_pilot_gate_and_override(registry, make_client):
+    body = {"documents": [{"id": "a", "text": "x"}]}
+    resp = make_client().post("/v1/classify", json=body, headers=AUTH)
+    assert resp.status_code == 409
+    assert resp.json()["error"]["message"].startswith("base model fake-base (no adapter) has not passed a pilot (never piloted)")
+    resp = make_client(skip_pilot_gate=True).post("/v1/classify", json=body, headers=AUTH)
+    assert resp.status_code == 200 and resp.json()["results"][0]["category"] == "tech"
+
+
+def test_adapter_with_changed_file_is_refused_409(registry, make_client):
+    adapter = registry.show("ok@1")
+    (adapter.path / "adapter_model.safetensors").write_bytes(b"tampered")
+    resp = make_client().post("/v1/classify", json={"adapter": "ok@1", "documents": [{"id": "a", "text": "x"}]},
+                                  headers=AUTH)
+    assert resp.status_code == 409
+    assert resp.json()["error"]["kind"] == "adapter_integrity"
+    assert "adapter_model.safetensors: sha256" in resp.json()["error"]["message"]
+
+
+def test_unpiloted_adapter_served_with_override(registry, make_client):
+    registry.set_pilot_status("ok@1", "failed", "run-2")
+    body = {"adapter": "ok@1", "documents": [{"id": "a", "text": "x"}]}
+    resp = make_client().post("/v1/classify", json=body, headers=AUTH)
+    assert resp.status_code == 409 and "card pilot status: failed" in resp.json()["error"]["message"]
+    resp = make_client(skip_pilot_gate=True).post("/v1/classify", json=body, headers=AUTH)
+    assert resp.status_code == 200 and resp.json()["adapter"] == "ok@1"
