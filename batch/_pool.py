@@ -211,7 +211,8 @@ def run_pool(
         shards: ``(shard index, documents)`` still to do.
         on_done: called in the driver with ``(index, result rows)`` as each shard completes.
         max_shard_retries: re-runs allowed per shard.
-        on_event: optional callback ``(event, detail)`` for ``actor-started`` / ``retry`` (progress file).
+        on_event: optional callback ``(event, detail)`` for ``actor-ready`` (with :meth:`EngineActor.info`)
+            and ``retry`` (progress file).
 
     Returns:
         :class:`PoolStats`.
@@ -228,12 +229,13 @@ def run_pool(
     slots: list[list[Any]] = []  # [actor, generation]
 
     infos: dict[tuple[int, int], Any] = {}
+    info_waiting: dict[Any, tuple[int, int]] = {}
 
     def start(slot: int, generation: int) -> Any:
         actor = make_actor()
         stats.actors_started += 1
         infos[(slot, generation)] = actor.info.remote()
-        event("actor-started", {"slot": slot, "generation": generation, "info_ref": infos[(slot, generation)]})
+        info_waiting[infos[(slot, generation)]] = (slot, generation)
         return actor
 
     for slot in range(n_actors):
@@ -249,8 +251,15 @@ def run_pool(
                 ref = slots[slot][0].classify.remote(shard[1])
                 inflight[ref] = (slot, slots[slot][1], shard)
                 load[slot] += 1
-        ready, _ = ray.wait(list(inflight), num_returns=1)
+        ready, _ = ray.wait([*inflight, *info_waiting], num_returns=1)
         ref = ready[0]
+        if ref in info_waiting:  # an actor finished starting: report its processes (progress.json)
+            slot, generation = info_waiting.pop(ref)
+            try:
+                event("actor-ready", {"slot": slot, "generation": generation, **ray.get(ref)})
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
+                pass  # its shards fail too and are retried below
+            continue
         slot, generation, shard = inflight.pop(ref)
         if generation == slots[slot][1]:
             load[slot] -= 1

@@ -144,12 +144,8 @@ def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: Corpus, manifest: dict[
         actors: dict[int, dict[str, Any]] = {}
 
         def on_event(name: str, detail: dict[str, Any]) -> None:
-            if name == "actor-started":
-                try:
-                    info = ray.get(detail["info_ref"], timeout=600)
-                except Exception as err:  # noqa: BLE001 - a failing actor is reported by its shard
-                    info = {"error": f"{type(err).__name__}"}
-                actors[detail["slot"]] = {"slot": detail["slot"], "generation": detail["generation"], **info}
+            if name == "actor-ready":
+                actors[detail["slot"]] = detail
                 progress.update(actors=list(actors.values()))
             elif name == "retry":
                 progress.update(last_error=detail["error"], retries=progress.retries + 1)

@@ -1,0 +1,124 @@
+"""Ray batch throughput vs the plain vLLM offline call, and 1 vs 2 engine actors, on the BBC News test articles.
+
+1. Offline: :func:`classify.engine.build_engine` + one ``Classifier.classify`` call over all articles
+   (vLLM batches them itself). Timed: engine start, and the classify call (first-call warm-up included).
+2. Ray batch, 1 actor: ``docpilot batch`` in this process (local Ray, ``config/batch.json``, 16 docs/shard).
+3. Ray batch, 2 actors (``--cpu-actors 2``, 1 Ray CPU each) on the same articles.
+Each run's engine is stopped before the next starts. Ray figures come from the batch's own
+``summary.json``: docs/s over the whole pool (engine start and warm-up included), and a
+steady-state docs/s after the first shard came back.
+
+Run alone: ``python -m bench.batch [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _corpus(folder: Path, n: int | None) -> Path:
+    from classify.paths import bbc_dir
+
+    csv_path = bbc_dir() / "test.csv"
+    if not csv_path.is_file():
+        csv_path = ROOT.parent / "shared" / "data" / "bbc-news" / "test.csv"
+    import csv
+
+    with csv_path.open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))[:n]
+    path = folder / "bbc-test.jsonl"
+    path.write_text("".join(json.dumps({"id": f"bbc-test-{i:04d}", "text": r["text"]}) + "\n" for i, r in enumerate(rows)))
+    return path
+
+
+def _offline(corpus: Path) -> dict:
+    from batch._config import load_batch_config
+    from batch.corpus import read_corpus
+    from classify.engine import build_engine
+
+    cfg = load_batch_config(ROOT / "config" / "batch.json")
+    docs = list(read_corpus(cfg.corpus, cfg.classify.max_doc_bytes, corpus).docs)
+    t0 = time.monotonic()
+    clf = build_engine(cfg.model, cfg.engine, cfg.classify)
+    t1 = time.monotonic()
+    try:
+        results = clf.classify(docs)
+    finally:
+        t2 = time.monotonic()
+        clf.shutdown()
+    tokens = sum(r.n_tokens for r in results)
+    return {"docs": len(docs), "engine_start_s": round(t1 - t0, 1), "classify_s": round(t2 - t1, 1),
+            "docs_per_s": round(len(docs) / (t2 - t0), 2), "docs_per_s_steady": round(len(docs) / (t2 - t1), 2),
+            "tokens_per_s_steady": round(tokens / (t2 - t1), 1)}
+
+
+def _ray(corpus: Path, actors: int, out: Path) -> dict:
+    from batch.driver import parse_args, run_batch
+
+    os.environ["DOCPILOT_RUNS"] = str(out / "runs")
+    os.environ["DOCPILOT_EXPORTS"] = str(out / "exports")
+    args = parse_args(["--config", str(ROOT / "config" / "batch.json"), "--corpus", str(corpus), "--batch-id",
+                       f"bench-{actors}a", "--cpu-actors", str(actors), "--skip-pilot-gate", "--no-progress"])
+    t = run_batch(args)["this_attempt"]
+    shard_docs = 16
+    steady_s = max(t["pool_wall_s"] - (t["first_shard_s"] or 0), 1e-9)
+    return {"docs": t["processed_docs"], "actors": t["actors"], "pool_wall_s": t["pool_wall_s"],
+            "first_shard_s": round(t["first_shard_s"] or 0, 1), "docs_per_s": t["docs_per_s"],
+            "docs_per_s_steady": round(max(t["processed_docs"] - shard_docs * t["actors"], 0) / steady_s, 2),
+            "tokens_per_s": t["tokens_per_s"], "retries": t["retries"]}
+
+
+def run(quick: bool = False) -> dict:
+    """Time the offline call, the Ray batch with 1 actor and with 2 actors on the same articles.
+
+    Args:
+        quick: 48 articles instead of all 334 (checks the path; the figures are dominated by engine start).
+
+    Returns:
+        ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
+    """
+    n = 48 if quick else None
+    with tempfile.TemporaryDirectory(prefix="bench-batch-") as tmp:
+        corpus = _corpus(Path(tmp), n)
+        offline = _offline(corpus)
+        one = _ray(corpus, 1, Path(tmp))
+        two = _ray(corpus, 2, Path(tmp))
+    figures = {"offline": offline, "ray_1_actor": one, "ray_2_actors": two, "cpus": os.cpu_count()}
+    rows = [
+        ("vLLM offline (one LLM.generate)", offline["docs_per_s"], offline["docs_per_s_steady"], offline["engine_start_s"]),
+        ("Ray batch, 1 actor", one["docs_per_s"], one["docs_per_s_steady"], one["first_shard_s"]),
+        ("Ray batch, 2 actors", two["docs_per_s"], two["docs_per_s_steady"], two["first_shard_s"]),
+    ]
+    table = "\n".join(f"| {name} | {a} | {b} | {c} |" for name, a, b, c in rows)
+    ratio_batch = one["docs_per_s_steady"] / offline["docs_per_s_steady"] if offline["docs_per_s_steady"] else 0
+    ratio_actors = two["docs_per_s_steady"] / one["docs_per_s_steady"] if one["docs_per_s_steady"] else 0
+    markdown = (
+        f"### Batch on Ray vs offline vLLM ({offline['docs']} BBC test articles, {os.cpu_count()} CPUs)\n\n"
+        "| path | docs/s end-to-end | docs/s steady | start s (engine / first shard) |\n|---|---|---|---|\n"
+        f"{table}\n\n"
+        f"Ray 1 actor / offline (steady): {ratio_batch:.2f}x. 2 actors / 1 actor (steady): {ratio_actors:.2f}x. "
+        "End-to-end includes engine start and warm-up. Ray shards are 16 documents, so vLLM batches 16-32 prompts "
+        "at a time instead of all of them; on 2 cores a second engine competes for the same cores "
+        "(each vLLM CPU engine binds its OpenMP threads to the cores it sees and keeps one for its front end), "
+        "so 2 actors add memory and contention rather than throughput here; on GPUs each actor owns a card.\n"
+    )
+    return {"title": "Batch: Ray actors vs offline vLLM", "figures": figures, "markdown": markdown}
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    result = run(quick=parser.parse_args(sys.argv[1:]).quick)
+    print(json.dumps(result["figures"], indent=2))
+    print(result["markdown"])

@@ -1,0 +1,146 @@
+"""Batch on real Ray: the shard scheduler's retry (fake engine, fast) and the whole path with the real engine.
+
+The end-to-end test runs ``docpilot batch`` as a subprocess (real local Ray, one real vLLM engine
+actor) on 24 BBC News test articles plus planted bad documents, then checks exactly-once accounting,
+the export re-check, ``docpilot status``, a no-op resume, a refused changed config and the pilot gate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from classify.errors import EngineError
+from classify.records import Document
+from tests.test_batch_helpers import PLANTED, ROOT, make_corpus, write_config
+
+pytestmark = pytest.mark.ray
+
+
+class FakeEngineActor:
+    """Stands in for EngineActor in the scheduler test: kills its own process on the first try of a marked shard."""
+
+    def __init__(self, marker_dir: str, always_die: bool = False):
+        self.marker_dir = Path(marker_dir)
+        self.always_die = always_die
+
+    def info(self) -> dict:
+        return {"pid": os.getpid(), "procs": []}
+
+    def classify(self, docs: list[Document]) -> list[dict]:
+        if docs[0].id == "d-0004":
+            marker = self.marker_dir / "died-once"
+            if self.always_die or not marker.exists():
+                marker.touch()
+                os.kill(os.getpid(), signal.SIGKILL)  # an actor lost mid-shard
+        return [{"id": d.id, "status": "accepted", "category": "tech", "n_tokens": 1} for d in docs]
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _fake_shards():
+    docs = [Document(f"d-{i:04d}", "text", "", 4) for i in range(12)]
+    return [(i, docs[4 * i:4 * i + 4]) for i in range(3)]
+
+
+def test_pool_retries_a_killed_actors_shard_on_a_fresh_actor(local_ray, tmp_path):
+    from batch._pool import run_pool
+
+    remote = local_ray.remote(max_restarts=0)(FakeEngineActor).options(num_cpus=0.5)
+    done: dict[int, list] = {}
+    stats = run_pool(lambda: remote.remote(str(tmp_path)), 2, _fake_shards(), done.__setitem__, 2)
+    assert sorted(done) == [0, 1, 2]
+    ids = [r["id"] for i in sorted(done) for r in done[i]]
+    assert ids == [f"d-{i:04d}" for i in range(12)]  # each id exactly once
+    assert stats.retries >= 1 and stats.actors_started >= 3
+    assert "ActorDiedError" in stats.errors[0] or "RayActorError" in stats.errors[0]
+
+
+def test_pool_gives_up_after_max_shard_retries(local_ray, tmp_path):
+    from batch._pool import run_pool
+
+    remote = local_ray.remote(max_restarts=0)(FakeEngineActor).options(num_cpus=0.5)
+    with pytest.raises(EngineError, match=r"shard 1 failed 2 times \(batch.max_shard_retries 1\); rerun the same batch id"):
+        run_pool(lambda: remote.remote(str(tmp_path), True), 1, _fake_shards(), lambda i, r: None, 1)
+
+
+def _docpilot(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "classify.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=os.environ.copy())
+
+
+@pytest.mark.engine
+def test_batch_end_to_end_real_ray_and_engine(tmp_path, bbc_dir, pilot_config):
+    from batch.manifest import check_export
+    from classify.config import classification_sha256
+    from classify.model import resolve_model
+    from classify.paths import exports_dir, runs_dir
+    from classify.pilotgate import combo_key, record_pilot
+    from classify.runrecords import read_jsonl, verify_export
+
+    spec = make_corpus(tmp_path / "corpus", bbc_dir, 24)
+    config = write_config(tmp_path / "batch.json", shard_docs=8)
+    model = resolve_model(pilot_config.model)
+    key = combo_key(model.fingerprint, None, classification_sha256(pilot_config.model, pilot_config.classify))
+    record_pilot(key, "test-pilot-run", "pass", {"note": "recorded by test_batch_ray"})
+
+    proc = _docpilot("batch", "--config", str(config), "--corpus", str(spec["path"]), "--batch-id", "e2e", "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = runs_dir() / "e2e"
+    rows = read_jsonl(run / "results.jsonl")
+    assert sorted(r["id"] for r in rows) == sorted(spec["ids"])  # every id exactly once, none invented
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["accepted"] + summary["rejected"] == summary["total"] == len(spec["ids"])
+    assert (summary["input_rows"], summary["duplicate_rows"], summary["duplicate_ids"]) == (spec["input_rows"], 1, [])
+    assert summary["this_attempt"]["docs_per_s"] > 0 and summary["this_attempt"]["tokens_per_s"] > 0
+    by_id = {r["id"]: r for r in rows}
+    for doc_id, reason in PLANTED.items():
+        assert by_id[doc_id]["status"] == "rejected" and by_id[doc_id]["reason"].startswith(reason)
+    assert by_id[spec["dup_id"]]["reason"].startswith("duplicate id")
+    assert by_id["mojibake-ok"]["status"] == "accepted"
+    accepted = [r for r in rows if r["status"] == "accepted"]
+    assert len(accepted) >= 23 and all(r["category"] in pilot_config.classify.categories for r in accepted)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["pilot_gate"]["passed"] and not manifest["pilot_gate"]["override"]
+    assert len(list((run / "shards").glob("*.jsonl"))) == len(manifest["shards"]) == 4
+    export = exports_dir() / "e2e"
+    assert (export / "SHA256SUMS").is_file() and verify_export(export, check_export) == []
+    assert "export (SHA256SUMS verified)" in proc.stdout
+
+    status = _docpilot("status", "e2e", "--json")
+    st = json.loads(status.stdout)
+    assert (st["state"], st["done"], st["total"], st["rejected"]) == ("done", len(spec["ids"]), len(spec["ids"]), summary["rejected"])
+
+    again = _docpilot("batch", "--config", str(config), "--corpus", str(spec["path"]), "--batch-id", "e2e", "--no-progress")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "4 shards complete, 0 to run" in again.stderr
+    assert json.loads((run / "summary.json").read_text())["this_attempt"]["processed_docs"] == 0
+    assert len(read_jsonl(run / "results.jsonl")) == len(spec["ids"])
+
+    data = json.loads(config.read_text())
+    data["classify"]["max_doc_tokens"] = 128
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(data))
+    refused = _docpilot("batch", "--config", str(changed), "--corpus", str(spec["path"]), "--batch-id", "e2e", "--skip-pilot-gate")
+    assert refused.returncode == 3
+    assert "batch e2e cannot resume: config changed: classify.max_doc_tokens: 256 -> 128" in refused.stderr
+    gated = _docpilot("batch", "--config", str(changed), "--corpus", str(spec["path"]), "--batch-id", "other")
+    assert gated.returncode == 7 and "has not passed a pilot (never piloted)" in gated.stderr
