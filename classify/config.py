@@ -36,12 +36,13 @@ class ModelConfig(_Frozen):
     Attributes:
         base_model: ``smollm2-135m-instruct`` (provisioned by ``make model``), a local
             Hugging Face model folder, or a Hugging Face model id (needs network or a warm HF cache).
-        dtype: weight and activation dtype for vLLM and training.
+        dtype: compute dtype for vLLM and training; ``auto`` = bfloat16 on accelerators and on CPUs
+            with native bf16 (AVX512-BF16/AMX), float32 elsewhere (see ``classify.engine.compute_dtype``).
         max_model_len: longest prompt + answer in tokens the engine accepts.
     """
 
     base_model: str = Field(DEFAULT_BASE_MODEL, min_length=1)
-    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "bfloat16"
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = "auto"
     max_model_len: int = Field(1024, ge=128, le=131072)
 
 

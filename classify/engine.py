@@ -65,6 +65,30 @@ def on_accelerator() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this x86 CPU multiplies bf16 natively (AVX512-BF16 or AMX-BF16 in ``/proc/cpuinfo``).
+
+    Without them torch falls back to a slow reference kernel: measured here on an AVX2-only
+    AMD EPYC, a 2048 x 2048 bf16 matmul ran at ~1 GFLOP/s against ~150 GFLOP/s in float32.
+    """
+    try:
+        flags = open("/proc/cpuinfo", encoding="ascii", errors="replace").read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def compute_dtype(model_cfg: ModelConfig) -> str:
+    """Resolve ``model.dtype``: ``auto`` is bfloat16 on accelerators and bf16-capable CPUs, else float32.
+
+    Returns:
+        ``"bfloat16"``, ``"float16"`` or ``"float32"``.
+    """
+    if model_cfg.dtype != "auto":
+        return model_cfg.dtype
+    return "bfloat16" if on_accelerator() or cpu_has_native_bf16() else "float32"
+
+
 def engine_kwargs(model: ModelRef, model_cfg: ModelConfig, engine_cfg: EngineConfig, enable_lora: bool) -> dict[str, Any]:
     """vLLM ``EngineArgs`` keyword arguments for docpilot's classifier.
 
@@ -73,7 +97,7 @@ def engine_kwargs(model: ModelRef, model_cfg: ModelConfig, engine_cfg: EngineCon
 
     Args:
         model: the resolved base model.
-        model_cfg: dtype and ``max_model_len``.
+        model_cfg: dtype (``auto`` resolved by :func:`compute_dtype`) and ``max_model_len``.
         engine_cfg: engine sizing.
         enable_lora: reserve LoRA slots (``max_loras`` x ``max_lora_rank``).
 
@@ -83,7 +107,7 @@ def engine_kwargs(model: ModelRef, model_cfg: ModelConfig, engine_cfg: EngineCon
     kwargs: dict[str, Any] = {
         "model": model.path,
         "tokenizer": model.path,
-        "dtype": model_cfg.dtype,
+        "dtype": compute_dtype(model_cfg),
         "max_model_len": model_cfg.max_model_len,
         "max_num_seqs": engine_cfg.max_num_seqs,
         "enforce_eager": engine_cfg.enforce_eager,

