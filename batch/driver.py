@@ -9,6 +9,7 @@ SHA256SUMS and re-check the copy. See ``docs/batch.md``.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -229,14 +230,23 @@ def _run_locked(args: argparse.Namespace, cfg: BatchConfig, corpus: Corpus, mode
         manifest = old
     else:
         manifest = new
-    attempt = {"started_at": utc_now(), "pid": os.getpid(), "host": socket.gethostname(), "pilot_gate": gate_record,
-               "cpu_actors": cfg.batch.cpu_actors}
-    manifest["attempts"].append(attempt)
-    mf.write_manifest(run_dir, manifest)
     log.info("batch %s: %d distinct ids (%d input rows) in %d shards, run folder %s",
              batch_id, len(corpus.docs), corpus.input_rows, len(manifest["shards"]), run_dir)
     done = mf.completed_shards(run_dir, manifest["shards"])
     pending = [s["index"] for s in manifest["shards"] if s["index"] not in done]
+    export_root = Path(args.export_dir or cfg.batch.export_dir or exports_dir())
+    if not pending and (run_dir / mf.SUMMARY).is_file() and (export_root / batch_id).is_dir():
+        log.info("batch %s is already complete: %d shards; re-checking it, writing nothing", batch_id, len(done))
+        rows, problems = merge(run_dir, manifest, corpus)
+        if problems:
+            raise VerificationError(f"batch {batch_id}: merged results break the invariants: {'; '.join(problems)}")
+        summary = json.loads((run_dir / mf.SUMMARY).read_text(encoding="utf-8"))
+        summary["run_dir"], summary["export_dir"] = str(run_dir), str(_export(run_dir, export_root / batch_id))
+        return summary
+    attempt = {"started_at": utc_now(), "pid": os.getpid(), "host": socket.gethostname(), "pilot_gate": gate_record,
+               "cpu_actors": cfg.batch.cpu_actors}
+    manifest["attempts"].append(attempt)
+    mf.write_manifest(run_dir, manifest)
     progress = Progress(run_dir, batch_id, total=len(corpus.docs))
     progress.start(done)
     log.info("batch %s: %d shards complete, %d to run", batch_id, len(done), len(pending))
@@ -273,7 +283,6 @@ def _run_locked(args: argparse.Namespace, cfg: BatchConfig, corpus: Corpus, mode
         attempt.update(finished_at=utc_now(), processed_docs=processed, wall_s=round(time.monotonic() - t_start, 2))
         mf.write_manifest(run_dir, manifest)
         progress.finish()
-        export_root = Path(args.export_dir or cfg.batch.export_dir or exports_dir())
         export = _export(run_dir, export_root / batch_id)
     except Exception as err:
         progress.fail(f"{type(err).__name__}: {err}")
