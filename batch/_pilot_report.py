@@ -1,0 +1,174 @@
+"""Pilot bookkeeping: the summary's checks, the verdict and the decision (pure functions, no engine)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from classify.config import PilotConfig
+from classify.errors import AdapterError, ConfigError, InputError
+from classify.runrecords import read_jsonl
+
+STAGES = ("doctor", "read-inputs", "load-model", "load-adapter", "classify", "write", "export", "verify")
+PROCEED, FIX_ENV, REVISIT = "proceed", "fix-environment", "revisit-configuration"
+
+# Checks whose failure means the machine or the code path is broken, not the configuration.
+_ENVIRONMENT_CHECKS = {"accounting", "allowed_categories", "reject_reasons", "export_verified"}
+
+
+def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
+    return {"name": name, "ok": bool(ok), "detail": detail}
+
+
+def build_summary(
+    results: list[dict[str, Any]],
+    input_ids: list[str],
+    labels: dict[str, str],
+    cfg: PilotConfig,
+) -> dict[str, Any]:
+    """Recompute the pilot summary from result rows (used on the run folder and again on the export copy).
+
+    Args:
+        results: rows of ``results.jsonl``.
+        input_ids: the ids read from the input, in order.
+        labels: id -> expected category or ``reject``.
+        cfg: the pilot config (categories and thresholds).
+
+    Returns:
+        The summary dict: counts, duplicate/unknown/missing ids, expected rejects matched,
+        accuracy against labels, the thresholds, ``checks`` (each ``{name, ok, detail}``),
+        ``failed_checks`` and ``verdict`` (``pass`` only when every check passed).
+    """
+    th = cfg.thresholds
+    ids = [r["id"] for r in results]
+    counts = Counter(ids)
+    duplicate_ids = sorted(i for i, n in counts.items() if n > 1)
+    unknown_ids = sorted(set(ids) - set(input_ids))
+    missing_ids = [i for i in input_ids if i not in counts]
+    accepted = [r for r in results if r["status"] == "accepted"]
+    rejected = [r for r in results if r["status"] == "rejected"]
+    bad_category = [r["id"] for r in accepted if r.get("category") not in cfg.classify.categories]
+    no_reason = [r["id"] for r in rejected if not r.get("reason")]
+    by_id = {r["id"]: r for r in results}
+    expected_rejects = sorted(i for i, lab in labels.items() if lab == "reject")
+    matched = [i for i in expected_rejects if by_id.get(i, {}).get("status") == "rejected"]
+    labelled = sorted(i for i, lab in labels.items() if lab != "reject" and i in by_id)
+    correct = [i for i in labelled if by_id[i].get("category") == labels[i]]
+    unexpected_rejects = [i for i in labelled if by_id[i]["status"] == "rejected"]
+    accuracy = len(correct) / len(labelled) if labelled else 0.0
+    match_share = len(matched) / len(expected_rejects) if expected_rejects else 1.0
+    unlabelled = [i for i in input_ids if i not in labels]
+    stray_labels = sorted(set(labels) - set(input_ids))
+    checks = [
+        _check("count", len(input_ids) == th.expected_documents,
+               f"{len(input_ids)} input documents, expected {th.expected_documents}"),
+        _check("accounting",
+               len(accepted) + len(rejected) == len(results) == len(input_ids) and not (duplicate_ids or unknown_ids or missing_ids),
+               f"accepted {len(accepted)} + rejected {len(rejected)} = {len(results)} rows for {len(input_ids)} ids; "
+               f"duplicate {duplicate_ids}, unknown {unknown_ids}, missing {missing_ids}"),
+        _check("allowed_categories", not bad_category, f"accepted rows outside the allowed set: {bad_category}"),
+        _check("reject_reasons", not no_reason, f"rejected rows without a reason: {no_reason}"),
+        _check("labels_complete", not unlabelled and not stray_labels,
+               f"ids without a label: {unlabelled}; labels for ids not in the input: {stray_labels}"),
+        _check("expected_rejects", match_share >= th.min_expected_rejects_matched,
+               f"{len(matched)}/{len(expected_rejects)} planned rejects rejected "
+               f"(min share {th.min_expected_rejects_matched:.2f})"),
+        _check("accuracy", accuracy >= th.min_accuracy,
+               f"{len(correct)}/{len(labelled)} labelled documents classified as labelled = {accuracy:.3f} "
+               f"(min_accuracy {th.min_accuracy:.2f})"),
+    ]
+    failed = [c["name"] for c in checks if not c["ok"]]
+    return {
+        "total": len(results),
+        "accepted": len(accepted),
+        "rejected": len(rejected),
+        "input_ids": len(input_ids),
+        "duplicate_ids": duplicate_ids,
+        "unknown_ids": unknown_ids,
+        "missing_ids": missing_ids,
+        "expected_rejects": expected_rejects,
+        "expected_rejects_matched": len(matched),
+        "unexpected_rejects": unexpected_rejects,
+        "labelled": len(labelled),
+        "correct": len(correct),
+        "accuracy": round(accuracy, 4),
+        "per_category": dict(Counter(r["category"] for r in accepted)),
+        "thresholds": th.model_dump(),
+        "checks": checks,
+        "failed_checks": failed,
+        "verdict": "pass" if not failed else "fail",
+    }
+
+
+def decide(summary: dict[str, Any] | None, stage: str, error: BaseException | None) -> dict[str, Any]:
+    """Choose ``proceed``, ``fix-environment`` or ``revisit-configuration`` with the reasons.
+
+    Args:
+        summary: the summary (``None`` when the run stopped before classification).
+        stage: the last stage reached.
+        error: the first error, if a stage failed.
+
+    Returns:
+        ``{"decision", "reasons": [...], "stage_reached", "first_error"}``.
+    """
+    if error is not None:
+        config_side = isinstance(error, (ConfigError, InputError, AdapterError))
+        what = REVISIT if config_side else FIX_ENV
+        hint = ("fix the pilot input, config or adapter named above and run the pilot again" if config_side
+                else "fix the machine or the model path (see environment.json), then run the pilot again")
+        return {
+            "decision": what,
+            "reasons": [f"stage {stage!r} failed: {type(error).__name__}: {error}", hint],
+            "stage_reached": stage,
+            "first_error": {"stage": stage, "type": type(error).__name__, "message": str(error)},
+        }
+    assert summary is not None
+    failed = [c for c in summary["checks"] if not c["ok"]]
+    if not failed:
+        return {"decision": PROCEED, "stage_reached": stage, "first_error": None,
+                "reasons": [f"all {len(summary['checks'])} checks passed: start the planned volume (make batch)"]}
+    env = [c for c in failed if c["name"] in _ENVIRONMENT_CHECKS]
+    reasons = [f"check {c['name']!r} failed: {c['detail']}" for c in failed]
+    if env:
+        return {"decision": FIX_ENV, "stage_reached": stage, "first_error": None,
+                "reasons": reasons + ["the pipeline itself lost or garbled results: fix the environment before any volume"]}
+    if any(c["name"] == "accuracy" for c in failed):
+        reasons.append("fine-tune a LoRA adapter (make train), or revise the prompt or categories, then pilot again "
+                       "(make pilot ADAPTER=name@version)")
+    return {"decision": REVISIT, "stage_reached": stage, "first_error": None, "reasons": reasons}
+
+
+def decision_markdown(run_id: str, decision: dict[str, Any], summary: dict[str, Any] | None, what: str) -> str:
+    """Render ``decision.md``: the decision, why, and the checks table."""
+    lines = [f"# Pilot {run_id}: **{decision['decision']}**", "", f"Piloted: {what}", "",
+             f"Stage reached: `{decision['stage_reached']}`", "", "## Why", ""]
+    lines += [f"- {r}" for r in decision["reasons"]]
+    if summary:
+        lines += ["", "## Checks", "", "| check | result | detail |", "|---|---|---|"]
+        lines += [f"| {c['name']} | {'pass' if c['ok'] else 'FAIL'} | {c['detail']} |" for c in summary["checks"]]
+        lines += ["", f"Accepted {summary['accepted']}, rejected {summary['rejected']}, total {summary['total']}; "
+                  f"accuracy {summary['accuracy']:.3f} on {summary['labelled']} labelled documents."]
+    return "\n".join(lines) + "\n"
+
+
+def recheck_copy(folder: Path, cfg: PilotConfig) -> list[str]:
+    """Recompute the summary invariants from a copied run folder's ``results.jsonl`` and compare.
+
+    Returns:
+        Problems (empty = the copy agrees with its own summary).
+    """
+    import json
+
+    results = read_jsonl(folder / "results.jsonl")
+    stored = json.loads((folder / "summary.json").read_text())
+    inputs = json.loads((folder / "inputs.json").read_text())
+    again = build_summary(results, inputs["ids"], inputs["labels"], cfg)
+    problems = [
+        f"summary.json {key}={stored.get(key)!r} but the copied results give {again[key]!r}"
+        for key in ("total", "accepted", "rejected", "duplicate_ids", "unknown_ids", "missing_ids", "accuracy", "correct")
+        if stored.get(key) != again[key]
+    ]
+    if again["accepted"] + again["rejected"] != again["total"]:
+        problems.append("accepted + rejected != total in the copied results")
+    return problems

@@ -1,0 +1,167 @@
+"""The pilot end to end through the real vLLM engine (session fixture), plus its failure paths."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from batch._pilot_report import recheck_copy
+from batch.pilot import main, run_pilot
+from classify.config import PilotConfig, parse_config
+from classify.pilotgate import combo_key, pilot_status
+from classify.runrecords import read_jsonl, verify_export
+
+ROOT = Path(__file__).resolve().parent.parent
+PILOT = ROOT / "data" / "pilot"
+RUN_FILES = {"results.jsonl", "summary.json", "params.json", "environment.json", "decision.json", "decision.md", "inputs.json"}
+
+
+@pytest.fixture(scope="module")
+def default_trial(engine, pilot_config):
+    return run_pilot(pilot_config, PILOT, engine=engine, config_path="config/pilot.json")
+
+
+@pytest.mark.engine
+def test_default_pilot_accounts_for_every_id_once(default_trial, pilot_config):
+    rows = read_jsonl(default_trial.run_dir / "results.jsonl")
+    ids = [r["id"] for r in rows]
+    expected = sorted(json.loads((PILOT / "labels.json").read_text()))
+    assert sorted(ids) == expected and len(set(ids)) == len(ids) == 12
+    summary = json.loads((default_trial.run_dir / "summary.json").read_text())
+    assert summary["accepted"] + summary["rejected"] == summary["total"] == 12
+    assert summary["duplicate_ids"] == [] and summary["unknown_ids"] == [] and summary["missing_ids"] == []
+    for row in rows:
+        if row["status"] == "accepted":
+            assert row["category"] in pilot_config.classify.categories
+            assert 0.0 <= row["score"] <= 1.0 and row["n_tokens"] > 0 and row["reason"] is None
+        else:
+            assert row["reason"]
+
+
+@pytest.mark.engine
+def test_planned_reject_is_rejected_with_reason(default_trial):
+    rows = {r["id"]: r for r in read_jsonl(default_trial.run_dir / "results.jsonl")}
+    assert rows["doc12.png"]["status"] == "rejected"
+    assert rows["doc12.png"]["reason"].startswith("binary content")
+    summary = json.loads((default_trial.run_dir / "summary.json").read_text())
+    assert summary["expected_rejects_matched"] == 1
+
+
+@pytest.mark.engine
+def test_run_folder_is_complete_and_decision_follows_accuracy(default_trial, pilot_config):
+    assert RUN_FILES <= {p.name for p in default_trial.run_dir.iterdir()}
+    summary = json.loads((default_trial.run_dir / "summary.json").read_text())
+    decision = json.loads((default_trial.run_dir / "decision.json").read_text())
+    params = json.loads((default_trial.run_dir / "params.json").read_text())
+    assert params["model"]["fingerprint"].startswith("sha256:")
+    assert params["config_sha256"] and params["code"]["commit"]
+    if summary["accuracy"] < pilot_config.thresholds.min_accuracy:
+        assert summary["verdict"] == "fail" and "accuracy" in summary["failed_checks"]
+        assert decision["decision"] == "revisit-configuration"
+        assert any("accuracy" in r for r in decision["reasons"])
+    else:
+        assert decision["decision"] == "proceed" and summary["verdict"] == "pass"
+    # the outcome is recorded for (base model, no adapter, config)
+    key = combo_key(params["model"]["fingerprint"], None, params["classification_sha256"])
+    assert pilot_status(key)["run_id"] == default_trial.run_id
+
+
+@pytest.mark.engine
+def test_export_copy_verifies_and_tampering_is_caught(default_trial, pilot_config, tmp_path):
+    assert default_trial.export_dir is not None
+    assert verify_export(default_trial.export_dir, lambda f: recheck_copy(f, pilot_config)) == []
+    copy = tmp_path / "copy"
+    shutil.copytree(default_trial.export_dir, copy)
+    results = copy / "results.jsonl"
+    results.write_text(results.read_text().replace('"accepted"', '"rejected"', 1))
+    problems = verify_export(copy, lambda f: recheck_copy(f, pilot_config))
+    assert any("results.jsonl: sha256" in p for p in problems)
+
+
+@pytest.mark.engine
+def test_second_trial_writes_a_new_folder(default_trial, engine, pilot_config):
+    again = run_pilot(pilot_config, PILOT, engine=engine)
+    assert again.run_dir != default_trial.run_dir and default_trial.run_dir.is_dir()
+    assert again.export_dir != default_trial.export_dir
+
+
+def _bad_input_folder(root: Path) -> Path:
+    docs = root / "documents"
+    docs.mkdir(parents=True)
+    labels = {}
+    good = sorted((PILOT / "documents").glob("doc0[1-8].txt"))
+    for path in good:
+        shutil.copy(path, docs / path.name)
+        labels[path.name] = json.loads((PILOT / "labels.json").read_text())[path.name]
+    (docs / "empty.txt").write_bytes(b"")
+    (docs / "binary.bin").write_bytes(bytes(range(256)) * 4)
+    (docs / "latin1.txt").write_bytes("Caf\xe9 prices rise as the euro falls".encode("latin-1"))
+    (docs / "huge.txt").write_bytes(b"word " * 210_000)  # ~1 MB
+    labels.update({"empty.txt": "reject", "binary.bin": "reject", "latin1.txt": "reject"})
+    # huge.txt deliberately has no labels entry
+    (root / "labels.json").write_text(json.dumps(labels))
+    return root
+
+
+@pytest.mark.engine
+def test_bad_inputs_each_get_a_clear_outcome_and_nothing_is_dropped(engine, pilot_config, tmp_path):
+    outcome = run_pilot(pilot_config, _bad_input_folder(tmp_path / "bad"), engine=engine)
+    rows = {r["id"]: r for r in read_jsonl(outcome.run_dir / "results.jsonl")}
+    assert len(rows) == 12
+    assert rows["empty.txt"]["reason"] == "empty document (0 bytes)"
+    assert rows["binary.bin"]["reason"].startswith("binary content")
+    assert rows["latin1.txt"]["reason"].startswith("not valid UTF-8: byte 0xe9 at offset 3")
+    assert rows["huge.txt"]["reason"].startswith("over size limit: 1050000 bytes > classify.max_doc_bytes 200000")
+    summary = outcome.summary
+    labels_check = next(c for c in summary["checks"] if c["name"] == "labels_complete")
+    assert not labels_check["ok"] and "huge.txt" in labels_check["detail"]
+    assert outcome.verdict == "fail" and outcome.decision == "revisit-configuration"
+
+
+def test_broken_model_path_stops_at_load_model(pilot_config, tmp_path):
+    cfg = parse_config(PilotConfig, {**pilot_config.model_dump(mode="json"), "model": {"base_model": str(tmp_path / "no-model")}})
+    outcome = run_pilot(cfg, PILOT)
+    assert outcome.stage == "load-model" and outcome.verdict == "fail"
+    first = outcome.summary["first_error"]
+    assert first["stage"] == "load-model" and first["type"] == "EngineError"
+    assert "does not exist" in first["message"]
+    decision = json.loads((outcome.run_dir / "decision.json").read_text())
+    assert decision["decision"] == "fix-environment"
+    assert "load-model" in (outcome.run_dir / "decision.md").read_text()
+    assert not (outcome.run_dir / "results.jsonl").exists() and outcome.exit_code == 5
+
+
+@pytest.mark.parametrize(
+    ("make_input", "message"),
+    [
+        (lambda d: d / "missing", r"pilot input .*missing does not exist"),
+        (lambda d: (d / "empty").mkdir() or (d / "empty"), r"holds no documents"),
+        (lambda d: _jsonl(d, 3), r"holds 3 documents; the pilot needs exactly 12"),
+        (lambda d: _jsonl(d, 12, dup=True), r"duplicate ids in pilot input .*'d0' at"),
+    ],
+    ids=["missing-path", "empty-folder", "wrong-count", "duplicate-id"],
+)
+def test_bad_pilot_input_stops_at_read_inputs(pilot_config, tmp_path, make_input, message):
+    outcome = run_pilot(pilot_config, make_input(tmp_path))
+    assert outcome.stage == "read-inputs" and outcome.exit_code == 3
+    assert outcome.summary["first_error"]["type"] == "InputError"
+    import re
+
+    assert re.search(message, outcome.summary["first_error"]["message"])
+    assert json.loads((outcome.run_dir / "decision.json").read_text())["decision"] == "revisit-configuration"
+
+
+def _jsonl(folder: Path, n: int, dup: bool = False) -> Path:
+    path = folder / "pilot.jsonl"
+    lines = [json.dumps({"id": f"d{0 if dup and i == 1 else i}", "text": f"text {i}", "label": "business"}) for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cli_reports_the_first_error_and_exit_code(tmp_path, capsys):
+    code = main(["--input", str(tmp_path / "nowhere")])
+    assert code == 3
+    assert "error at stage read-inputs: InputError" in capsys.readouterr().err
