@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 
 from serve.settings import ServeSettings
 
@@ -78,8 +79,13 @@ def main(argv: list[str]) -> int:
              state.model.fingerprint[:19], settings.host, settings.port)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
                             timeout_graceful_shutdown=int(settings.graceful_timeout_s), access_log=False)
+    # uvicorn re-raises the signal that stopped it once it has shut down; these handlers take that
+    # re-raise, so a SIGTERM / Ctrl-C after a graceful shutdown ends with exit status 0, not -15.
+    stopped_by: list[str] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stopped_by.append(signal.Signals(signum).name))
     uvicorn.Server(config).run()
-    log.info("server stopped")
+    log.info("server stopped%s", f" ({', '.join(stopped_by)})" if stopped_by else "")
     return 0
 
 

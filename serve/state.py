@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from classify.config import PilotConfig
+from classify.documents import document_from_text
 from classify.model import ModelRef
 from serve.adapters import AdapterService
 from serve.metrics import ServeMetrics
@@ -56,6 +57,8 @@ class ServerState:
         """
         try:
             engine = await asyncio.to_thread(engine_factory)
+            # vLLM's first generate pays a one-time warm-up (~20 s on CPU): pay it before /readyz says ready.
+            await engine.classify([document_from_text("warm-up", "Warm-up document.", 1000, "start-up")])
             for ref in self.settings.adapters:
                 adapter = await asyncio.to_thread(self.adapters.resolve, ref)
                 await engine.llm.add_lora(adapter.handle().lora_request())

@@ -1,0 +1,270 @@
+"""The real server on 127.0.0.1: real uvicorn, real vLLM async engine, real LoRA adapters from the registry.
+
+One server process starts for the module (``docpilot serve`` in a subprocess, about 1-2 min on
+the 2-core CPU); every request is bounded by a timeout. The last test stops it with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from classify.documents import document_from_text, iter_csv
+
+pytestmark = pytest.mark.engine
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "test-token-" + "k" * 24
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+MAX_DOCUMENTS = 8
+MAX_DOC_BYTES = 60_000
+START_TIMEOUT_S = 600
+REQUEST_TIMEOUT_S = 180
+
+
+def make_tiny_lora(model_path: str, out: Path, seed: int) -> Path:
+    """Save a random-init peft LoRA (r=8 on q_proj, v_proj; B not zero, so it changes answers)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16)
+    cfg = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(base, cfg).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def published(pilot_config, tmp_path_factory):
+    """Publish a piloted adapter (tiny-lora@1) and an unpiloted one (tiny-raw@1); record a base-model pilot pass."""
+    from adapters.registry import Registry
+    from classify.config import classification_sha256
+    from classify.model import resolve_model
+    from classify.pilotgate import combo_key, record_pilot
+
+    model = resolve_model(pilot_config.model)
+    reg = Registry()
+    card = {"base_model": {"name": model.name, "fingerprint": model.fingerprint}, "training": {"kind": "random-init test"}}
+    for name, seed in (("tiny-lora", 1), ("tiny-raw", 2)):
+        src = make_tiny_lora(model.path, tmp_path_factory.mktemp(name), seed)
+        reg.publish(src, name, 1, card)
+    reg.set_pilot_status("tiny-lora@1", "passed", "test-pilot")
+    key = combo_key(model.fingerprint, None, classification_sha256(pilot_config.model, pilot_config.classify))
+    record_pilot(key, "test-pilot", "pass", {"what": "test"})
+    return reg
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(published, tmp_path_factory):
+    """``docpilot serve`` on a free loopback port; yields ``(base_url, process, log_path)``."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("serve") / "server.log"
+    env = {**os.environ, "DOCPILOT_API_TOKEN": TOKEN}
+    cmd = [sys.executable, "-m", "classify.cli", "serve", "--config", str(ROOT / "config" / "pilot.json"),
+           "--host", "127.0.0.1", "--port", str(port), "--adapter", "tiny-lora@1",
+           "--max-documents", str(MAX_DOCUMENTS), "--max-doc-bytes", str(MAX_DOC_BYTES),
+           "--graceful-timeout-s", str(REQUEST_TIMEOUT_S)]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + START_TIMEOUT_S
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.time() > deadline:
+                pytest.fail(f"server not ready after {START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(1)
+        yield url, proc, log_path
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with httpx.Client(base_url=server[0], timeout=REQUEST_TIMEOUT_S) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def bbc_docs(bbc_dir):
+    rows = list(iter_csv(bbc_dir / "test.csv", MAX_DOC_BYTES, id_column=None, id_prefix="bbc-test"))
+    return [{"id": doc.id, "text": doc.text} for doc, _ in rows[:6]]
+
+
+def _classify(client, documents, adapter=None, headers=AUTH):
+    body = {"documents": documents} if adapter is None else {"adapter": adapter, "documents": documents}
+    return client.post("/v1/classify", json=body, headers=headers)
+
+
+def _error(resp, status, kind):
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    assert (err["status"], err["kind"]) == (status, kind)
+    return err["message"]
+
+
+def test_health_needs_no_token(client):
+    assert client.get("/healthz").json()["status"] == "ok"
+    assert client.get("/readyz").json()["status"] == "ready"
+    assert client.get("/docs").status_code == 200
+    assert "/v1/classify" in client.get("/openapi.json").json()["paths"]
+
+
+def test_classify_one_document_base_model(client, pilot_config, bbc_docs):
+    resp = _classify(client, bbc_docs[:1])
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["model"] == pilot_config.model.base_model and body["adapter"] is None
+    [result] = body["results"]
+    assert set(result) == {"id", "status", "category", "score", "reason"}
+    assert result["id"] == bbc_docs[0]["id"] and result["status"] == "accepted"
+    assert result["category"] in pilot_config.classify.categories and 0 <= result["score"] <= 1
+
+
+@pytest.mark.parametrize("adapter", [None, "tiny-lora@1"])
+def test_many_documents_equal_the_offline_engine(client, engine, published, bbc_docs, adapter):
+    documents = bbc_docs + [{"id": "blank", "text": "   \n"}, {"id": "binary", "text": "\x01\x02\x03\x04 x"}]
+    resp = _classify(client, documents, adapter)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["adapter"] == adapter
+    served = resp.json()["results"]
+    handle = published.resolve(adapter).handle() if adapter else None
+    offline = engine.classify([document_from_text(d["id"], d["text"], MAX_DOC_BYTES) for d in documents], handle)
+    assert [r["id"] for r in served] == [d["id"] for d in documents]
+    for got, want in zip(served, offline, strict=True):
+        assert (got["id"], got["status"], got["category"], got["reason"]) == (want.id, want.status, want.category, want.reason)
+        if want.score is not None:
+            assert got["score"] == pytest.approx(want.score, abs=2e-3)
+    assert served[-2]["reason"] == "empty document: only whitespace"
+    assert served[-1]["reason"].startswith("binary content")
+
+
+def test_adapter_changes_answers(client, bbc_docs):
+    base = _classify(client, bbc_docs).json()["results"]
+    tuned = _classify(client, bbc_docs, "tiny-lora@1").json()["results"]
+    assert [(r["category"], r["score"]) for r in base] != [(r["category"], r["score"]) for r in tuned]
+
+
+def test_auth_401(client, bbc_docs):
+    msg = _error(_classify(client, bbc_docs[:1], headers={}), 401, "unauthorized")
+    assert msg.startswith("missing bearer token")
+    resp = _classify(client, bbc_docs[:1], headers={"Authorization": "Bearer " + "x" * len(TOKEN)})
+    assert _error(resp, 401, "unauthorized") == "invalid bearer token"
+    assert resp.headers["www-authenticate"] == "Bearer"
+    _error(client.get("/v1/adapters"), 401, "unauthorized")
+    _error(client.get("/metrics"), 401, "unauthorized")
+
+
+def test_limits_413_and_duplicates_422(client):
+    many = [{"id": f"d{i}", "text": "short text"} for i in range(MAX_DOCUMENTS + 1)]
+    msg = _error(_classify(client, many), 413, "too_large")
+    assert msg == (f"request holds {MAX_DOCUMENTS + 1} documents, over the limit of {MAX_DOCUMENTS} per request "
+                   "(`max_documents`); send them in several requests")
+    msg = _error(_classify(client, [{"id": "big", "text": "a" * (MAX_DOC_BYTES + 1)}]), 413, "too_large")
+    assert msg.startswith(f"document 'big' is {MAX_DOC_BYTES + 1} bytes, over the limit of {MAX_DOC_BYTES} bytes")
+    msg = _error(_classify(client, [{"id": "a", "text": "x y"}, {"id": "a", "text": "z"}]), 422, "input")
+    assert msg == "duplicate document ids in one request: ['a']; give each document a unique `id`"
+
+
+def test_unknown_adapter_404_and_unpiloted_409(client, bbc_docs):
+    msg = _error(_classify(client, bbc_docs[:1], "nope@1"), 404, "adapter_not_found")
+    assert msg.startswith("adapter 'nope' not found in registry")
+    _error(_classify(client, bbc_docs[:1], "tiny-lora@7"), 404, "adapter_not_found")
+    msg = _error(_classify(client, bbc_docs[:1], "tiny-raw@1"), 409, "not_piloted")
+    assert msg.startswith("adapter tiny-raw@1 has not passed a pilot (card pilot status: not-run)")
+
+
+@pytest.mark.parametrize(
+    ("content", "ctype", "status", "kind", "start"),
+    [
+        (b'{"documents": [{"id": "a", "text": "x"}', "application/json", 400, "bad_json", "request body is not valid JSON"),
+        (b'{"documents": [{"id": "a", "text": "caf\xe9"}]}', "application/json", 400, "bad_request", "request body is not valid UTF-8"),
+        (b'{"documents": [{"id": 7, "text": "x"}]}', "application/json", 422, "input", "`documents.0.id` must be a valid string"),
+        (b'{"documents": [{"id": "a", "text": ["x"]}]}', "application/json", 422, "input", "`documents.0.text` must be a valid string"),
+        (b'{"documents": []}', "application/json", 422, "input", "`documents` must have at least 1 item"),
+        (b'{"documents": [{"id": "a", "text": ""}]}', "application/json", 422, "input", "`documents.0.text` must have at least 1 character"),
+        (b'{"docs": []}', "application/json", 422, "input", "`documents` is required"),
+        (b'[1, 2]', "application/json", 400, "bad_request", "request body must be a JSON object"),
+        (b'{"documents": [{"id": "a", "text": "x"}]}', "text/plain", 400, "bad_request", "request body must be a JSON object"),
+    ],
+)
+def test_bad_bodies_get_clear_4xx_and_the_server_keeps_serving(client, bbc_docs, content, ctype, status, kind, start):
+    resp = client.post("/v1/classify", content=content, headers={**AUTH, "Content-Type": ctype})
+    assert _error(resp, status, kind).startswith(start)
+    assert _classify(client, bbc_docs[:1]).status_code == 200
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        series, _, value = line.rpartition(" ")
+        if series == (f"{name}{{{want}}}" if want else name):
+            return float(value)
+    return 0.0
+
+
+def test_metrics_count_what_was_sent(client, bbc_docs):
+    before = client.get("/metrics", headers=AUTH).text
+    assert _classify(client, bbc_docs[:3] + [{"id": "blank", "text": " "}], "tiny-lora@1").status_code == 200
+    _classify(client, bbc_docs[:1], headers={})
+    after = client.get("/metrics", headers=AUTH).text
+    docs = {s: _metric(after, "docpilot_documents_total", adapter="tiny-lora@1", status=s)
+            - _metric(before, "docpilot_documents_total", adapter="tiny-lora@1", status=s) for s in ("accepted", "rejected")}
+    assert docs == {"accepted": 3, "rejected": 1}
+    route = {"route": "/v1/classify", "method": "POST"}
+    assert _metric(after, "docpilot_requests_total", **route, status="200") - _metric(before, "docpilot_requests_total", **route, status="200") == 1
+    assert _metric(after, "docpilot_errors_total", kind="unauthorized") - _metric(before, "docpilot_errors_total", kind="unauthorized") == 1
+    count = "docpilot_request_latency_seconds_count"
+    assert _metric(after, count, route="/v1/classify") - _metric(before, count, route="/v1/classify") == 2
+    assert _metric(after, "docpilot_engine_ready") == 1
+
+
+def test_adapters_listing(client, published):
+    body = client.get("/v1/adapters", headers=AUTH).json()
+    rows = {a["ref"]: a for a in body["adapters"]}
+    assert rows["tiny-lora@1"]["pilot_status"] == "passed" and rows["tiny-lora@1"]["servable"]
+    assert rows["tiny-lora@1"]["loaded"] and rows["tiny-lora@1"]["base_model_matches"]
+    assert rows["tiny-raw@1"]["pilot_status"] == "not-run" and not rows["tiny-raw@1"]["servable"]
+
+
+def test_sigterm_finishes_in_flight_request_then_exits(server, client, bbc_docs):
+    url, proc, log_path = server
+    answer: dict = {}
+    thread = threading.Thread(target=lambda: answer.update(resp=_classify(client, bbc_docs)))
+    thread.start()
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    thread.join(REQUEST_TIMEOUT_S)
+    assert proc.wait(REQUEST_TIMEOUT_S) == 0, log_path.read_text()[-3000:]
+    assert answer["resp"].status_code == 200
+    assert "server stopped" in log_path.read_text()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{url}/healthz", timeout=5)
