@@ -58,6 +58,8 @@ def _alive(rec: dict) -> bool:
 
 
 def test_sigkill_driver_and_actor_then_resume_gives_each_id_once(tmp_path, bbc_dir):
+    import psutil
+
     from classify.paths import runs_dir
     from classify.runrecords import read_jsonl
 
@@ -69,6 +71,7 @@ def test_sigkill_driver_and_actor_then_resume_gives_each_id_once(tmp_path, bbc_d
     log1 = open(tmp_path / "attempt1.log", "w")
     driver = subprocess.Popen(cmd, cwd=ROOT, stdout=log1, stderr=subprocess.STDOUT, start_new_session=True)
     seen: list[dict] = []
+    tree: list = []
     try:
         # 1. an actor is killed mid-shard (two shards are queued on it): its shard is retried on a fresh actor
         first = _wait_for(lambda: (p := _progress(run)).get("done", 0) >= 4 and p.get("actors") and p, 900, "a first shard", driver)
@@ -80,14 +83,17 @@ def test_sigkill_driver_and_actor_then_resume_gives_each_id_once(tmp_path, bbc_d
                           and p["done"] >= first["done"] + 4 and p, 900, "a shard done by the fresh actor", driver)
         assert "shard" in after["last_error"] and "Actor" in after["last_error"]
         seen += _recorded_procs(run)
-        # 2. the driver is killed with SIGKILL part-way
+        # 2. the driver is killed with SIGKILL part-way (its local Ray goes with it)
         assert after["done"] < len(spec["ids"]), "the batch finished before the driver could be killed"
-        os.killpg(driver.pid, signal.SIGKILL)
+        tree = psutil.Process(driver.pid).children(recursive=True)
+        os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=60)
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
         log1.close()
+    time.sleep(20)  # let Ray's fate sharing stop the killed driver's node processes
+    ray_leftovers = [p for p in tree if p.is_running() and p.pid not in {r["pid"] for r in seen}]
     done_before = [int(p.stem) for p in (run / "shards").glob("*.jsonl")]
     assert 0 < len(done_before) < 12 and not (run / "summary.json").exists()
     # 3. the rerun with the same batch id finishes; every id exactly once
@@ -110,6 +116,9 @@ def test_sigkill_driver_and_actor_then_resume_gives_each_id_once(tmp_path, bbc_d
         assert leftovers == [], f"engine processes left running: {leftovers}"
     finally:
         kill_recorded(seen)
+        for proc in ray_leftovers:
+            if proc.is_running():
+                proc.kill()
 
 
 def _free_port() -> int:
