@@ -186,3 +186,24 @@ def test_check_export_recounts_the_copy(tmp_path, bbc_dir):
     assert mf.check_export(run) == []
     (run / "summary.json").write_text(json.dumps({**summary, "accepted": 9}))
     assert mf.check_export(run) == ["summary.json `accepted` is 9 but the copied results give 8"]
+
+
+def test_unknown_adapter_is_refused_before_any_engine_starts(tmp_path, bbc_dir):
+    from batch.driver import parse_args, run_batch
+    from classify.errors import AdapterNotFound
+
+    spec = make_corpus(tmp_path / "c", bbc_dir, 4)
+    args = parse_args(["--config", str(ROOT / "config" / "batch.json"), "--corpus", str(spec["path"]),
+                       "--batch-id", "adapter-check", "--adapter", "nope@1", "--skip-pilot-gate"])
+    with pytest.raises(AdapterNotFound, match=r"adapter 'nope' not found in registry .* \(known adapters: none\)"):
+        run_batch(args)
+
+
+def test_bad_batch_id_is_refused(tmp_path, bbc_dir):
+    from batch.driver import parse_args, run_batch
+
+    spec = make_corpus(tmp_path / "c", bbc_dir, 4)
+    args = parse_args(["--config", str(ROOT / "config" / "batch.json"), "--corpus", str(spec["path"]),
+                       "--batch-id", "../escape", "--skip-pilot-gate"])
+    with pytest.raises(InputError, match=r"`--batch-id` must match .*, got '../escape'"):
+        run_batch(args)
