@@ -1,0 +1,228 @@
+"""``config/train.json``: the LoRA training config, one frozen section per concern.
+
+The ``classify`` section must equal the one the adapter will be served with
+(``config/pilot.json``), because the training prompt is built by the same
+:func:`classify.prompt.build_training_example` the engine's prompt comes from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from classify.config import ClassifyConfig, EngineConfig, ModelConfig
+from classify.paths import bbc_dir
+
+LLAMA_LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Linear layers of a Llama-architecture block that vLLM can apply LoRA to."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DataSection(_Frozen):
+    """Training data: a CSV or JSONL file with a text and a category per row.
+
+    Attributes:
+        path: the file; ``{bbc_dir}`` is replaced by :func:`classify.paths.bbc_dir`
+            (``DOCPILOT_BBC_DIR``), relative paths are taken from the working directory.
+        format: ``csv``, ``jsonl`` or ``auto`` (by file suffix).
+        text_column: column / key holding the document text.
+        category_column: column / key holding the label (one of ``classify.categories``).
+        validation_rows: rows held out (seeded shuffle) for the end-of-run checks; never trained on.
+        max_train_rows: use at most this many training rows (``null`` = all), for budgets.
+    """
+
+    path: str = "{bbc_dir}/train.csv"
+    format: Literal["auto", "csv", "jsonl"] = "auto"
+    text_column: str = Field("text", min_length=1)
+    category_column: str = Field("category", min_length=1)
+    validation_rows: int = Field(100, ge=1, le=100_000)
+    max_train_rows: int | None = Field(None, ge=1)
+
+    def resolved_path(self) -> Path:
+        """The data file with ``{bbc_dir}`` expanded."""
+        return Path(self.path.replace("{bbc_dir}", str(bbc_dir()))).expanduser()
+
+
+class LoraSection(_Frozen):
+    """peft ``LoraConfig`` fields.
+
+    Attributes:
+        rank: LoRA rank ``r`` (must be <= ``engine.max_lora_rank``, 16 by default).
+        alpha: LoRA scaling numerator (scale = alpha / rank, Hu et al. 2021, eq. 3).
+        dropout: dropout on the LoRA input during training.
+        target_modules: linear layers to adapt (Llama names).
+        layers: block indices to adapt (``null`` = all). Adapting only the top blocks stops the
+            backward pass early (cheaper steps on CPU).
+    """
+
+    rank: int = Field(8, ge=1, le=256)
+    alpha: float = Field(16.0, gt=0)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    layers: tuple[int, ...] | None = None
+
+    @field_validator("target_modules")
+    @classmethod
+    def _check_modules(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [m for m in value if m not in LLAMA_LORA_MODULES]
+        if not value or bad:
+            raise ValueError(f"must be a non-empty subset of {list(LLAMA_LORA_MODULES)}, got {list(value)}")
+        return value
+
+
+class TrainingSection(_Frozen):
+    """The optimisation loop.
+
+    Attributes:
+        dtype: weights and compute dtype for training (``float32`` is faster than ``bfloat16`` on
+            CPUs without AVX512-BF16; the adapter is loaded by vLLM in the engine's dtype).
+        max_seq_tokens: longest prompt + answer in tokens; a longer example stops the run before
+            training (lower ``classify.max_doc_tokens``).
+        batch_size: examples per micro-batch.
+        grad_accum_steps: micro-batches per optimizer step (effective batch = product).
+        learning_rate: peak AdamW learning rate.
+        warmup_steps: linear warm-up steps, then linear decay to 0 at the last step.
+        weight_decay: AdamW weight decay.
+        max_grad_norm: gradient clipping norm (0 = off).
+        max_steps: optimizer steps; exactly one of ``max_steps`` and ``epochs`` is set.
+        epochs: passes over the training rows (converted to steps, rounded up).
+        seed: seeds the data order, LoRA init and dropout.
+        checkpoint_every_steps: write a checkpoint every N optimizer steps (and at the end).
+        keep_checkpoints: most recent checkpoints kept on disk.
+        threads: torch intra-op CPU threads (the machine may be shared).
+        loss_window_steps: steps averaged for the "loss fell" check (first window vs last).
+    """
+
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    max_seq_tokens: int = Field(384, ge=16, le=131072)
+    batch_size: int = Field(4, ge=1, le=1024)
+    grad_accum_steps: int = Field(2, ge=1, le=1024)
+    learning_rate: float = Field(3e-4, gt=0, le=1)
+    warmup_steps: int = Field(10, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, ge=0)
+    max_steps: int | None = Field(None, ge=1)
+    epochs: float | None = Field(None, gt=0, le=100)
+    seed: int = 0
+    checkpoint_every_steps: int = Field(20, ge=1)
+    keep_checkpoints: int = Field(2, ge=1, le=100)
+    threads: int = Field(1, ge=1, le=512)
+    loss_window_steps: int = Field(10, ge=1)
+
+    @model_validator(mode="after")
+    def _steps_or_epochs(self) -> TrainingSection:
+        if (self.max_steps is None) == (self.epochs is None):
+            raise ValueError(
+                f"exactly one of `max_steps` and `epochs` must be set, got max_steps={self.max_steps}, epochs={self.epochs}"
+            )
+        return self
+
+
+class SmokeSection(_Frozen):
+    """Overrides applied by ``--smoke`` (``make train SMOKE=1``): short sequences, a few steps.
+
+    Attributes:
+        max_doc_tokens: document budget inside the prompt.
+        max_seq_tokens: sequence limit.
+        train_rows: training rows used.
+        validation_rows: validation rows checked.
+        max_steps: optimizer steps.
+        batch_size: examples per micro-batch.
+        grad_accum_steps: micro-batches per step.
+        checkpoint_every_steps: checkpoint interval.
+        learning_rate: peak learning rate (higher, so a few steps show the loss falling).
+        loss_window_steps: steps per window of the "loss fell" check.
+    """
+
+    max_doc_tokens: int = Field(48, ge=8)
+    max_seq_tokens: int = Field(160, ge=16)
+    train_rows: int = Field(32, ge=1)
+    validation_rows: int = Field(8, ge=1)
+    max_steps: int = Field(6, ge=2)
+    batch_size: int = Field(2, ge=1)
+    grad_accum_steps: int = Field(1, ge=1)
+    checkpoint_every_steps: int = Field(2, ge=1)
+    learning_rate: float = Field(2e-3, gt=0, le=1)
+    loss_window_steps: int = Field(2, ge=1)
+
+
+class ChecksSection(_Frozen):
+    """End-of-run checks before publishing.
+
+    Attributes:
+        validation_engine: ``vllm`` classifies the validation rows through the real inference path
+            (:func:`classify.engine.build_engine` with the adapter); ``none`` skips it (images without vLLM).
+        min_format_share: least share of validation rows whose free (unconstrained, greedy) answer is
+            exactly an allowed category followed by end-of-turn, i.e. the inference format.
+        min_validation_accuracy: least validation accuracy through the engine (0 = report only).
+    """
+
+    validation_engine: Literal["vllm", "none"] = "vllm"
+    min_format_share: float = Field(0.9, ge=0, le=1)
+    min_validation_accuracy: float = Field(0.0, ge=0, le=1)
+
+
+class OutputSection(_Frozen):
+    """Where the adapter goes.
+
+    Attributes:
+        adapter_name: registry name; smoke runs publish as ``<adapter_name>-smoke``.
+        publish: publish to the registry when every check passes.
+        merge: also write a merged full model (counted in the disk check).
+    """
+
+    adapter_name: str = Field("bbc-news", pattern=r"^[a-z0-9][a-z0-9._-]{0,57}$")
+    publish: bool = True
+    merge: bool = False
+
+
+class TrainConfig(_Frozen):
+    """``config/train.json``."""
+
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    classify: ClassifyConfig = ClassifyConfig()
+    data: DataSection = DataSection()
+    lora: LoraSection = LoraSection()
+    training: TrainingSection = TrainingSection(max_steps=100)
+    smoke: SmokeSection = SmokeSection()
+    checks: ChecksSection = ChecksSection()
+    output: OutputSection = OutputSection()
+
+    @model_validator(mode="after")
+    def _rank_fits_engine(self) -> TrainConfig:
+        if self.lora.rank > self.engine.max_lora_rank:
+            raise ValueError(
+                f"`lora.rank` must be <= engine.max_lora_rank ({self.engine.max_lora_rank}), got {self.lora.rank}"
+            )
+        return self
+
+    def for_smoke(self) -> TrainConfig:
+        """This config with the :class:`SmokeSection` overrides applied (a few-minute run)."""
+        s = self.smoke
+        return self.model_copy(
+            update={
+                "classify": self.classify.model_copy(update={"max_doc_tokens": s.max_doc_tokens}),
+                "data": self.data.model_copy(update={"validation_rows": s.validation_rows, "max_train_rows": s.train_rows}),
+                "training": self.training.model_copy(
+                    update={
+                        "max_seq_tokens": s.max_seq_tokens,
+                        "max_steps": s.max_steps,
+                        "epochs": None,
+                        "batch_size": s.batch_size,
+                        "grad_accum_steps": s.grad_accum_steps,
+                        "checkpoint_every_steps": s.checkpoint_every_steps,
+                        "learning_rate": s.learning_rate,
+                        "warmup_steps": 0,
+                        "loss_window_steps": s.loss_window_steps,
+                    }
+                ),
+                "checks": self.checks.model_copy(update={"min_format_share": 0.0, "min_validation_accuracy": 0.0}),
+                "output": self.output.model_copy(update={"adapter_name": f"{self.output.adapter_name}-smoke"}),
+            }
+        )

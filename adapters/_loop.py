@@ -1,0 +1,157 @@
+"""The LoRA optimisation loop: model setup, the answer-only loss, checkpoints and resume.
+
+Resume is exact: the data order is a pure function of (seed, step), and a checkpoint holds
+the LoRA weights, AdamW and scheduler state and the torch RNG (dropout), so a new process
+that loads step N continues as the uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from adapters._checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from adapters._config import TrainConfig
+from adapters._data import collate_left, micro_batch_indices
+
+log = logging.getLogger("adapters.train")
+
+
+def total_steps(cfg: TrainConfig, n_train: int) -> int:
+    """Optimizer steps of the run: ``max_steps``, or ``epochs`` x rows / effective batch, rounded up."""
+    t = cfg.training
+    if t.max_steps is not None:
+        return t.max_steps
+    return max(1, math.ceil(t.epochs * n_train / (t.batch_size * t.grad_accum_steps)))
+
+
+def build_lora_model(cfg: TrainConfig, model_path: str) -> Any:
+    """Load the base model in ``training.dtype`` and wrap it with a seeded peft LoRA."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(cfg.training.seed)
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, cfg.training.dtype))
+    lora = LoraConfig(
+        r=cfg.lora.rank,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=list(cfg.lora.target_modules),
+        layers_to_transform=list(cfg.lora.layers) if cfg.lora.layers is not None else None,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(base, lora)
+    model.train()
+    return model
+
+
+def _lr_lambda(warmup: int, total: int):
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+def answer_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
+    """Summed cross-entropy over answer tokens only, computing logits for the last positions only.
+
+    With left padding every answer ends at the last position, so ``logits_to_keep = answer_len + 1``
+    covers the predictions of every answer token (the vocabulary projection is the costliest
+    single layer of a small model, so the prompt's logits are never computed).
+
+    Returns:
+        ``(loss_sum tensor, answer token count)``.
+    """
+    import torch
+
+    k = batch["answer_len"]
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        logits_to_keep=k + 1,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1, :].float()
+    labels = batch["labels"][:, -k:]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                                             ignore_index=-100, reduction="sum")
+    return loss, int((labels != -100).sum())
+
+
+def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]], pad_id: int, run_dir: Path,
+             config_sha256: str) -> dict[str, Any]:
+    """Train to the last step, checkpointing every ``checkpoint_every_steps``; resume from the latest checkpoint.
+
+    Args:
+        cfg: resolved train config.
+        model: the peft model from :func:`build_lora_model`.
+        examples: tokenized training examples.
+        pad_id: the tokenizer's pad token id.
+        run_dir: the run folder (``checkpoints/`` lives there).
+        config_sha256: hash of the resolved config (checked on resume).
+
+    Returns:
+        State: ``history`` (one entry per step: loss, lr, tokens, cpu_s, wall_s), ``tokens``,
+        ``cpu_s``, ``wall_s``, ``resumed_from``, ``steps``.
+    """
+    import torch
+
+    t = cfg.training
+    torch.set_num_threads(t.threads)
+    steps = total_steps(cfg, len(examples))
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(t.warmup_steps, steps))
+    ckpt_root = run_dir / "checkpoints"
+    state: dict[str, Any] = {"history": [], "tokens": 0, "cpu_s": 0.0, "wall_s": 0.0, "resumed_from": []}
+    step = 0
+    latest = latest_checkpoint(ckpt_root)
+    if latest is not None:
+        step, state = load_checkpoint(latest, model, optimizer, scheduler, config_sha256)
+        state["resumed_from"] = [*state.get("resumed_from", []), step]
+        log.info("resumed from %s (step %d of %d)", latest.name, step, steps)
+    else:
+        torch.manual_seed(t.seed + 1)  # dropout stream, independent of the LoRA init
+    log.info("training %d steps: %d rows, batch %d x accum %d, lr %.2e, %s, %d thread(s)",
+             steps, len(examples), t.batch_size, t.grad_accum_steps, t.learning_rate, t.dtype, t.threads)
+    while step < steps:
+        cpu0, wall0 = time.process_time(), time.time()
+        micro = [micro_batch_indices(step, m, t.grad_accum_steps, t.batch_size, len(examples), t.seed)
+                 for m in range(t.grad_accum_steps)]
+        n_answer = sum(sum(1 for x in examples[i]["labels"] if x != -100) for idx in micro for i in idx)
+        loss_total, tokens = 0.0, 0
+        for idx in micro:
+            batch = collate_left([examples[i] for i in idx], pad_id)
+            loss_sum, _ = answer_loss_sum(model, batch)
+            (loss_sum / n_answer).backward()
+            loss_total += float(loss_sum.detach())
+            tokens += int(batch["attention_mask"].sum())
+        if t.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, t.max_grad_norm)
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        cpu_s, wall_s = time.process_time() - cpu0, time.time() - wall0
+        state["tokens"] += tokens
+        state["cpu_s"] += cpu_s
+        state["wall_s"] += wall_s
+        entry = {"step": step, "loss": round(loss_total / n_answer, 6), "lr": lr, "tokens": tokens,
+                 "cpu_s": round(cpu_s, 3), "wall_s": round(wall_s, 3)}
+        state["history"].append(entry)
+        log.info("step %d/%d loss %.4f lr %.2e tokens %d (%.0f tok/s cpu, %.0f tok/s wall)",
+                 step, steps, entry["loss"], lr, tokens, tokens / max(cpu_s, 1e-9), tokens / max(wall_s, 1e-9))
+        if step % t.checkpoint_every_steps == 0 or step == steps:
+            path = save_checkpoint(ckpt_root, step, model, optimizer, scheduler, state, config_sha256, t.keep_checkpoints)
+            log.info("checkpoint %s", path.name)
+    state["steps"] = steps
+    return state

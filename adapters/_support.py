@@ -1,0 +1,159 @@
+"""Around a training run: the disk check before it, the loss curve and the support note after it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from pathlib import Path
+from typing import Any
+
+from classify.errors import EnvironmentCheckError
+
+LOG_BYTES = 20 * 2**20
+"""Allowance for logs, loss history and the loss-curve PNG."""
+
+ADAM_COPIES = 3
+"""A checkpoint holds the LoRA weights plus AdamW's two moment buffers (Loshchilov & Hutter 2019)."""
+
+
+def lora_parameter_count(hidden: int, kv_dim: int, intermediate: int, layers: int, modules: tuple[str, ...], rank: int) -> int:
+    """LoRA parameters: rank x (in + out) per adapted linear layer (Hu et al. 2021, section 4).
+
+    Args:
+        hidden: model width.
+        kv_dim: key/value projection width (heads_kv x head_dim).
+        intermediate: MLP width.
+        layers: adapted blocks.
+        modules: adapted linear layers.
+        rank: LoRA rank.
+    """
+    shapes = {
+        "q_proj": (hidden, hidden), "k_proj": (hidden, kv_dim), "v_proj": (hidden, kv_dim), "o_proj": (hidden, hidden),
+        "gate_proj": (hidden, intermediate), "up_proj": (hidden, intermediate), "down_proj": (intermediate, hidden),
+    }
+    return layers * sum(rank * (shapes[m][0] + shapes[m][1]) for m in modules)
+
+
+def disk_plan(base_bytes: int, base_cached: bool, lora_params: int, keep_checkpoints: int, merge: bool) -> dict[str, int]:
+    """Bytes the run will write, by item (fp32 LoRA weights, 4 bytes per parameter).
+
+    Args:
+        base_bytes: size of the base model's weights in bytes.
+        base_cached: whether the base weights are already in the model cache (nothing to write).
+        lora_params: LoRA parameter count.
+        keep_checkpoints: checkpoints kept at once (+1 while the next is written).
+        merge: whether a merged full model is written too.
+
+    Returns:
+        ``{item: bytes}`` with a ``total``.
+    """
+    adapter = 4 * lora_params
+    plan = {
+        "base_weights": 0 if base_cached else base_bytes,
+        "checkpoints": (keep_checkpoints + 1) * ADAM_COPIES * adapter,
+        "logs": LOG_BYTES,
+        "adapter": 2 * adapter,  # the run's copy and the registry's copy
+        "merged_model": base_bytes if merge else 0,
+    }
+    plan["total"] = sum(plan.values())
+    return plan
+
+
+def check_disk(folder: Path, plan: dict[str, int]) -> dict[str, int]:
+    """Stop before training when ``folder``'s file system has less free space than ``plan['total']``.
+
+    Returns:
+        ``plan`` plus ``free`` bytes.
+
+    Raises:
+        EnvironmentCheckError: the shortfall, with every item in MiB.
+    """
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < plan["total"]:
+        items = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in plan.items() if k != "total" and v)
+        raise EnvironmentCheckError(
+            f"not enough free disk at {probe}: the run needs {plan['total'] / 2**20:.1f} MiB ({items}) "
+            f"but only {free / 2**20:.1f} MiB is free; free space or set DOCPILOT_RUNS elsewhere"
+        )
+    return {**plan, "free": free}
+
+
+def device_name() -> str:
+    """The training device in words (CUDA device name, else the CPU model)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"cuda: {torch.cuda.get_device_name(0)}"
+    except ImportError:  # pragma: no cover - torch is a training dependency
+        pass
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"cpu: {model} ({os.cpu_count()} logical cores)"
+
+
+def write_support_note(run_dir: Path, error: BaseException, stage: str, cfg: Any, log_file: Path) -> Path:
+    """Write ``support_note.md`` for a failed run: what to send to whoever runs the lot.
+
+    Holds the image/template name (``DOCPILOT_IMAGE``, else the local venv), the device, sequence
+    length, batch size, the first error and the last 20 lines of the training log.
+    """
+    tail = log_file.read_text(encoding="utf-8", errors="replace").splitlines()[-20:] if log_file.is_file() else []
+    image = os.environ.get("DOCPILOT_IMAGE") or f"local venv ({Path(os.sys.prefix)}), Dockerfile.train equivalent"
+    note = "\n".join([
+        "# docpilot training: support note",
+        "",
+        f"- run: {run_dir.name}",
+        f"- stage reached: {stage}",
+        f"- error: {type(error).__name__}: {error}",
+        f"- image/template: {image}",
+        f"- device: {device_name()}",
+        f"- base model: {cfg.model.base_model} ({cfg.training.dtype})",
+        f"- sequence length: max_seq_tokens {cfg.training.max_seq_tokens}, classify.max_doc_tokens {cfg.classify.max_doc_tokens}",
+        f"- batch size: {cfg.training.batch_size} x grad_accum_steps {cfg.training.grad_accum_steps}",
+        "",
+        "## last 20 lines of the training log",
+        "",
+        "```",
+        *tail,
+        "```",
+        "",
+    ])
+    path = run_dir / "support_note.md"
+    path.write_text(note, encoding="utf-8")
+    return path
+
+
+def plot_loss(history: list[dict[str, float]], path: Path, title: str) -> Path:
+    """Draw the per-step training loss (and its running mean) to a PNG with matplotlib's Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [h["step"] for h in history]
+    losses = [h["loss"] for h in history]
+    window = max(1, len(losses) // 10)
+    smooth = [sum(losses[max(0, i - window + 1): i + 1]) / len(losses[max(0, i - window + 1): i + 1]) for i in range(len(losses))]
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    ax.plot(steps, losses, lw=0.8, alpha=0.5, label="loss per step")
+    ax.plot(steps, smooth, lw=1.8, label=f"running mean ({window} steps)")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy on the answer (nats)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+    return path

@@ -1,0 +1,121 @@
+"""End-of-run checks: the loss fell, checkpoints exist, and validation rows come out in the inference format."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from adapters._checkpoint import list_checkpoints
+from adapters._config import TrainConfig
+from adapters._data import Row
+from classify.errors import EngineError
+from classify.prompt import answer_text, build_prompt
+
+log = logging.getLogger("adapters.train")
+
+FORMAT_ROWS = 40
+"""Validation rows given to the free-generation format check (greedy decoding is the slow part)."""
+
+
+def loss_fell(history: list[dict[str, float]], window: int) -> dict[str, Any]:
+    """Compare the mean loss of the first and the last ``window`` steps (windows shrink for short runs)."""
+    w = max(1, min(window, len(history) // 2))
+    first = sum(h["loss"] for h in history[:w]) / w
+    last = sum(h["loss"] for h in history[-w:]) / w
+    return {"passed": last < first, "first_window_loss": round(first, 6), "last_window_loss": round(last, 6), "window_steps": w}
+
+
+def checkpoints_exist(run_dir: Path) -> dict[str, Any]:
+    """The checkpoint folder holds at least one complete, non-empty checkpoint."""
+    found = [p for p in list_checkpoints(run_dir / "checkpoints") if any(p.iterdir())]
+    return {"passed": bool(found), "checkpoints": [p.name for p in found]}
+
+
+def free_answers(model: Any, tokenizer: Any, cfg: TrainConfig, rows: list[Row]) -> dict[str, Any]:
+    """Greedy, unconstrained answers of the trained model to the engine's prompt.
+
+    A row is in the inference format when the answer is exactly an allowed category followed by
+    the end-of-turn token (:func:`classify.prompt.answer_text`), which is what first-token
+    scoring relies on.
+
+    Returns:
+        ``{"passed", "format_share", "accuracy", "rows", "examples"}``.
+    """
+    import torch
+
+    answers = {c: tokenizer(answer_text(tokenizer, c), add_special_tokens=False)["input_ids"] for c in cfg.classify.categories}
+    longest = max(len(a) for a in answers.values())
+    model.eval()
+    ok = correct = 0
+    examples = []
+    sample = rows[:FORMAT_ROWS]
+    with torch.no_grad():
+        for row in sample:
+            prompt = build_prompt(tokenizer, cfg.classify, row.text)
+            ids = torch.tensor([tokenizer(prompt.text, add_special_tokens=False)["input_ids"]])
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=longest,
+                                 do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+            new = out[0, ids.shape[1]:].tolist()
+            said = next((c for c, a in answers.items() if new[: len(a)] == a), None)
+            ok += said is not None
+            correct += said == row.category
+            if len(examples) < 5:
+                examples.append({"id": row.id, "label": row.category, "answer": tokenizer.decode(new)})
+    model.train()
+    share = ok / len(sample)
+    min_share = cfg.checks.min_format_share
+    return {"passed": share >= min_share, "format_share": round(share, 4), "min_format_share": min_share,
+            "accuracy": round(correct / len(sample), 4), "rows": len(sample), "examples": examples}
+
+
+def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_ref: Any, classifier: Any = None,
+                   label: str = "candidate") -> dict[str, Any]:
+    """Classify validation rows through the real inference path (vLLM + LoRA) with the new adapter.
+
+    Args:
+        cfg: train config (its ``classify`` section scores the answers).
+        adapter_dir: the saved peft adapter.
+        rows: validation rows.
+        model_ref: the resolved base model.
+        classifier: an already-running LoRA-enabled :class:`classify.engine.Classifier` on the same base
+            model (tests pass the session engine); else one is built and shut down here.
+        label: adapter name shown to vLLM.
+
+    Returns:
+        ``{"passed", "accepted", "allowed", "accuracy", "rows"}``; passed means every row came back
+        accepted with an allowed category and accuracy >= ``checks.min_validation_accuracy``.
+
+    Raises:
+        EngineError: the classifier runs another base model or was built without LoRA.
+    """
+    from adapters.registry import lora_int_id
+    from classify.documents import document_from_text
+    from classify.engine import AdapterHandle, Classifier, Scorer, build_engine
+
+    own = classifier is None
+    if own:
+        classifier = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=True, model=model_ref)
+    try:
+        if classifier.model.fingerprint != model_ref.fingerprint:
+            raise EngineError(
+                f"validation engine runs base model {classifier.model.fingerprint}, the adapter was trained on {model_ref.fingerprint}"
+            )
+        scorer = Scorer(classifier.llm.get_tokenizer(), cfg.classify, cfg.model.max_model_len)
+        engine = Classifier(classifier.llm, scorer, classifier.model, classifier.lora_enabled)
+        handle = AdapterHandle(f"{label}", str(adapter_dir), lora_int_id(f"{label}:{adapter_dir}"))
+        docs = [document_from_text(r.id, r.text, cfg.classify.max_doc_bytes) for r in rows]
+        results = engine.classify(docs, adapter=handle)
+    finally:
+        if own:
+            classifier.shutdown()
+    accepted = [r for r in results if r.status == "accepted"]
+    allowed = [r for r in accepted if r.category in cfg.classify.categories]
+    correct = sum(r.category == row.category for r, row in zip(results, rows, strict=True))
+    accuracy = correct / len(rows)
+    return {
+        "passed": len(allowed) == len(rows) and accuracy >= cfg.checks.min_validation_accuracy,
+        "rows": len(rows), "accepted": len(accepted), "allowed": len(allowed), "accuracy": round(accuracy, 4),
+        "min_validation_accuracy": cfg.checks.min_validation_accuracy,
+        "rejected": [{"id": r.id, "reason": r.reason} for r in results if r.status != "accepted"][:5],
+    }

@@ -1,0 +1,249 @@
+"""``docpilot train`` / ``make train``: LoRA fine-tuning with checkpoints, resume, checks and publish.
+
+Stages (the first failing one is named in the support note): config -> read-data ->
+tokenize -> disk-check -> load-model -> train -> save -> checks -> publish. A run lives in
+``runs/<utc>-train-<id>/`` (``config.json``, ``train.log``, ``checkpoints/``, ``adapter/``,
+``summary.json``, and ``support_note.md`` on failure); ``--resume`` continues one in a new process.
+
+Example:
+    $ docpilot train --config config/train.json --smoke
+    $ docpilot train --config config/train.json --resume latest
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adapters._config import TrainConfig
+from adapters._data import load_rows, split_rows, tokenize
+from adapters._loop import build_lora_model, run_loop, total_steps
+from adapters._support import check_disk, disk_plan, lora_parameter_count, plot_loss, write_support_note
+from adapters._validate import checkpoints_exist, free_answers, loss_fell, through_engine
+from adapters.registry import Registry, ResolvedAdapter
+from classify.config import classification_sha256, config_sha256, load_config
+from classify.errors import AdapterError, ConfigError, VerificationError
+from classify.model import resolve_model
+from classify.paths import runs_dir
+from classify.runrecords import code_revision, new_run_dir, utc_now, write_json_atomic
+
+log = logging.getLogger("adapters.train")
+
+
+@dataclass
+class TrainOutcome:
+    """What a finished run produced.
+
+    Attributes:
+        run_id: the run folder's name.
+        run_dir: the run folder.
+        summary: ``summary.json`` content (metrics, checks, throughput).
+        adapter: the published adapter, or ``None`` when publishing was off.
+    """
+
+    run_id: str
+    run_dir: Path
+    summary: dict[str, Any] = field(default_factory=dict)
+    adapter: ResolvedAdapter | None = None
+
+
+def find_run(resume: str, sha: str) -> Path:
+    """Locate the run to resume: a folder path, a run id under ``runs/``, or ``latest``.
+
+    ``latest`` is the newest unfinished train run (no ``summary.json``) with the same config hash.
+
+    Raises:
+        ConfigError: nothing matches.
+    """
+    root = runs_dir()
+    if resume != "latest":
+        path = Path(resume) if Path(resume).is_dir() else root / resume
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"`--resume` must name a train run folder or id under {root}, got {resume!r}")
+        return path
+    candidates = sorted(root.glob("*-train-*"), reverse=True) if root.is_dir() else []
+    for path in candidates:
+        cfg_file = path / "config.json"
+        if cfg_file.is_file() and not (path / "summary.json").is_file():
+            if json.loads(cfg_file.read_text()).get("config_sha256") == sha:
+                return path
+    raise ConfigError(f"`--resume latest` found no unfinished train run with this config under {root}")
+
+
+def _log_to(run_dir: Path) -> logging.Handler:
+    handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    return handler
+
+
+def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, publish: bool | None = None,
+          classifier: Any = None, registry: Registry | None = None) -> TrainOutcome:
+    """Run (or resume) one training run end to end.
+
+    Args:
+        cfg: the train config (``--smoke`` overrides already applied by the caller or via ``smoke``).
+        smoke: apply :meth:`TrainConfig.for_smoke` first.
+        resume: ``latest``, a run id or a run folder to continue from its newest checkpoint.
+        publish: override ``output.publish``.
+        classifier: a running LoRA-enabled classifier for the engine check (else one is built).
+        registry: where to publish (default :class:`Registry` at ``DOCPILOT_REGISTRY``).
+
+    Returns:
+        The :class:`TrainOutcome`.
+
+    Raises:
+        InputError: bad training data (before any training).
+        ConfigError: bad config, an example over ``max_seq_tokens``, or a resume mismatch.
+        EnvironmentCheckError: not enough free disk.
+        VerificationError: an end-of-run check failed (nothing is published).
+        AdapterError: publishing failed.
+    """
+    cfg = cfg.for_smoke() if smoke else cfg
+    sha = config_sha256(cfg)
+    if resume:
+        run_dir = find_run(resume, sha)
+        run_id = run_dir.name
+    else:
+        run_id, run_dir = new_run_dir("train", runs_dir())
+        write_json_atomic(run_dir / "config.json", {"config": cfg.model_dump(mode="json"), "config_sha256": sha, "smoke": smoke})
+    handler = _log_to(run_dir)
+    stage = "config"
+    try:
+        log.info("run %s (%s), config sha256 %s", run_id, "resume" if resume else "new", sha[:12])
+        stage = "read-data"
+        rows, data_sha = load_rows(cfg.data, cfg.classify.categories)
+        train_rows, val_rows = split_rows(rows, cfg.data, cfg.training.seed)
+        stage = "load-model"
+        model_ref = resolve_model(cfg.model)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_ref.path)
+        stage = "tokenize"
+        examples = tokenize(tokenizer, cfg.classify, train_rows, cfg.training.max_seq_tokens)
+        tokenize(tokenizer, cfg.classify, val_rows, cfg.training.max_seq_tokens)
+        stage = "disk-check"
+        mcfg = json.loads((Path(model_ref.path) / "config.json").read_text())
+        heads_kv = mcfg.get("num_key_value_heads", mcfg["num_attention_heads"])
+        head_dim = mcfg.get("head_dim") or mcfg["hidden_size"] // mcfg["num_attention_heads"]
+        n_layers = len(cfg.lora.layers) if cfg.lora.layers is not None else mcfg["num_hidden_layers"]
+        lora_params = lora_parameter_count(mcfg["hidden_size"], heads_kv * head_dim, mcfg["intermediate_size"], n_layers,
+                                           cfg.lora.target_modules, cfg.lora.rank)
+        base_bytes = sum(p.stat().st_size for p in Path(model_ref.path).glob("*.safetensors"))
+        disk = check_disk(run_dir, disk_plan(base_bytes, True, lora_params, cfg.training.keep_checkpoints, cfg.output.merge))
+        log.info("data %s: %d rows -> %d train, %d validation; %d steps; disk needs %.1f MiB of %.0f MiB free",
+                 cfg.data.resolved_path(), len(rows), len(train_rows), len(val_rows), total_steps(cfg, len(examples)),
+                 disk["total"] / 2**20, disk["free"] / 2**20)
+        stage = "load-model"
+        model = build_lora_model(cfg, model_ref.path)
+        stage = "train"
+        state = run_loop(cfg, model, examples, tokenizer.pad_token_id or tokenizer.eos_token_id, run_dir, sha)
+        stage = "save"
+        adapter_dir = run_dir / "adapter"
+        model.save_pretrained(str(adapter_dir))
+        plot_loss(state["history"], adapter_dir / "loss_curve.png", f"{cfg.output.adapter_name} ({run_id})")
+        (adapter_dir / "loss.jsonl").write_text("".join(json.dumps(h) + "\n" for h in state["history"]))
+        stage = "checks"
+        checks = {
+            "loss_fell": loss_fell(state["history"], cfg.training.loss_window_steps),
+            "checkpoints": checkpoints_exist(run_dir),
+            "free_answers": free_answers(model, tokenizer, cfg, val_rows),
+        }
+        del model
+        gc.collect()
+        if cfg.checks.validation_engine == "vllm":
+            checks["engine"] = through_engine(cfg, adapter_dir, val_rows, model_ref, classifier, label=f"{run_id}-candidate")
+        failed = [name for name, c in checks.items() if not c["passed"]]
+        summary = {
+            "run_id": run_id, "finished": utc_now(), "smoke": smoke, "config_sha256": sha,
+            "data": {"path": str(cfg.data.resolved_path()), "sha256": data_sha, "rows": len(rows),
+                     "train_rows": len(train_rows), "validation_rows": len(val_rows)},
+            "steps": state["steps"], "resumed_from": state["resumed_from"], "tokens": state["tokens"],
+            "cpu_s": round(state["cpu_s"], 1), "wall_s": round(state["wall_s"], 1),
+            "tokens_per_s_cpu": round(state["tokens"] / max(state["cpu_s"], 1e-9), 1),
+            "tokens_per_s_wall": round(state["tokens"] / max(state["wall_s"], 1e-9), 1),
+            "final_loss": state["history"][-1]["loss"], "checks": checks, "failed_checks": failed,
+            "disk_plan": disk,
+        }
+        if failed:
+            raise VerificationError(f"training run {run_id} failed its end-of-run checks {failed}: "
+                                    + "; ".join(f"{n}: {json.dumps({k: v for k, v in checks[n].items() if k != 'examples'})}" for n in failed))
+        adapter = None
+        if cfg.output.publish if publish is None else publish:
+            stage = "publish"
+            adapter = _publish(cfg, registry or Registry(), adapter_dir, model_ref, summary)
+            summary["adapter"] = {"ref": adapter.ref, "sha256": adapter.sha256, "path": str(adapter.path)}
+            if cfg.output.merge:
+                from adapters.merge import merge_adapter
+
+                summary["merged"] = merge_adapter(adapter, run_dir / "merged")
+        write_json_atomic(run_dir / "summary.json", summary)
+        log.info("run %s done: final loss %.4f, %s", run_id, summary["final_loss"],
+                 f"published {adapter.ref}" if adapter else "not published")
+        return TrainOutcome(run_id, run_dir, summary, adapter)
+    except BaseException as err:
+        log.error("run %s failed at stage %s: %s: %s", run_id, stage, type(err).__name__, err)
+        note = write_support_note(run_dir, err, stage, cfg, run_dir / "train.log")
+        log.error("support note: %s", note)
+        raise
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+
+
+def _publish(cfg: TrainConfig, registry: Registry, adapter_dir: Path, model_ref: Any, summary: dict[str, Any]) -> ResolvedAdapter:
+    card = {
+        "base_model": {"name": model_ref.name, "fingerprint": model_ref.fingerprint, "source": model_ref.source},
+        "training": {"config": cfg.model_dump(mode="json"), "config_sha256": summary["config_sha256"],
+                     "run_id": summary["run_id"], "data": summary["data"], "smoke": summary["smoke"]},
+        "classify": cfg.classify.model_dump(mode="json"),
+        "classification_sha256": classification_sha256(cfg.model, cfg.classify),
+        "metrics": {k: summary[k] for k in ("steps", "tokens", "cpu_s", "wall_s", "tokens_per_s_cpu", "tokens_per_s_wall", "final_loss")}
+        | {"loss_fell": summary["checks"]["loss_fell"], "free_answers": summary["checks"]["free_answers"],
+           "engine": summary["checks"].get("engine")},
+        "loss_curve": "loss_curve.png",
+        "code_revision": code_revision(),
+    }
+    for _ in range(5):  # another publisher may take the next version between listing and renaming
+        version = registry.next_version(cfg.output.adapter_name)
+        try:
+            return registry.publish(adapter_dir, cfg.output.adapter_name, version, card)
+        except AdapterError as err:
+            if "already exists" not in str(err):
+                raise
+    raise AdapterError(f"could not publish {cfg.output.adapter_name}: 5 versions were taken concurrently")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``docpilot train --config config/train.json [--smoke] [--resume latest|RUN] [--no-publish]``.
+
+    Returns:
+        0 when the run finished, passed its checks and (if configured) published.
+    """
+    parser = argparse.ArgumentParser(prog="docpilot train", description="LoRA fine-tuning with checkpoints and resume")
+    parser.add_argument("--config", default="config/train.json", help="train config JSON (default config/train.json)")
+    parser.add_argument("--smoke", action="store_true", help="a few steps on short sequences (minutes on a CPU)")
+    parser.add_argument("--resume", metavar="RUN", help="continue 'latest', a run id or a run folder from its newest checkpoint")
+    parser.add_argument("--no-publish", action="store_true", help="do not publish to the registry")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = load_config(TrainConfig, args.config)
+    outcome = train(cfg, smoke=args.smoke, resume=args.resume, publish=False if args.no_publish else None)
+    s = outcome.summary
+    print(f"run {outcome.run_id}: {s['steps']} steps, final loss {s['final_loss']:.4f}, "
+          f"{s['tokens_per_s_cpu']:.0f} tokens/s (cpu), engine check {s['checks'].get('engine', {}).get('accuracy', 'skipped')}")
+    print(f"adapter: {outcome.adapter.ref} ({outcome.adapter.path})" if outcome.adapter else "adapter: not published")
+    return 0
+
+
+if __name__ == "__main__":
+    from classify.cli import main as docpilot
+
+    sys.exit(docpilot(["train", *sys.argv[1:]]))

@@ -1,0 +1,190 @@
+"""LoRA training: config, data checks, smoke run through the real engine, kill-and-resume in a new process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from adapters._config import TrainConfig
+from adapters._data import collate_left, micro_batch_indices
+from adapters._support import check_disk, disk_plan
+from adapters._validate import loss_fell
+from adapters.registry import Registry
+from adapters.train import train
+from classify.config import PilotConfig, load_config, parse_config
+from classify.errors import ConfigError, EnvironmentCheckError, InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def train_config() -> TrainConfig:
+    return load_config(TrainConfig, ROOT / "config" / "train.json")
+
+
+def _quick(cfg: TrainConfig, **smoke) -> TrainConfig:
+    """The shipped config made for tests: one thread, no own engine, smoke fields overridden."""
+    return cfg.model_copy(update={
+        "training": cfg.training.model_copy(update={"threads": 1}),
+        "checks": cfg.checks.model_copy(update={"validation_engine": "none"}),
+        "smoke": cfg.smoke.model_copy(update=smoke),
+    })
+
+
+def test_train_config_classify_section_equals_the_pilot_config(train_config: TrainConfig):
+    pilot = load_config(PilotConfig, ROOT / "config" / "pilot.json")
+    assert train_config.classify == pilot.classify
+    assert train_config.model.base_model == pilot.model.base_model and train_config.engine == pilot.engine
+    assert train_config.lora.rank <= pilot.engine.max_lora_rank
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"lora": {"rank": 32}}, r"`lora.rank` must be <= engine.max_lora_rank \(16\), got 32"),
+        ({"training": {"max_steps": 5, "epochs": 1}}, r"`training` exactly one of `max_steps` and `epochs` must be set, got max_steps=5, epochs=1.0"),
+        ({"lora": {"target_modules": ["qkv"]}}, r"`lora.target_modules` must be a non-empty subset of \['q_proj', .*\], got \['qkv'\]"),
+        ({"training": {"max_steps": 5, "batch_size": 0}}, r"`training.batch_size` must be greater than or equal to 1, got 0"),
+        ({"training": {"max_steps": 5, "lr": 1}}, r"`training.lr` is not a known field"),
+    ],
+)
+def test_bad_train_configs_name_the_field(patch, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(TrainConfig, patch, "train.json")
+
+
+def _csv(path: Path, rows: list[tuple[str, str]], header: str = "text,category") -> Path:
+    import csv
+
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header.split(","))
+        writer.writerows(rows)
+    return path
+
+
+GOOD = [("Shares rose sharply on Monday after profits beat forecasts.", "business")] * 12
+
+
+@pytest.mark.parametrize(
+    ("rows", "header", "message"),
+    [
+        (GOOD + [("A film premiere.", "movies")], "text,category",
+         r"bad training data, nothing was trained: 1 row\(s\) have a `category` outside \['business', 'entertainment', 'politics', 'sport', 'tech'\]: data-0012 \('movies'\)$"),
+        (GOOD + [("   ", "sport")], "text,category",
+         r"bad training data, nothing was trained: 1 row\(s\) have unusable `text`: data-0012 \(empty document: only whitespace\)$"),
+        (GOOD, "body,category", r"training data has no column\(s\) \['text'\] \(header: \['body', 'category'\]\); set data.text_column / data.category_column$"),
+    ],
+)
+def test_bad_training_data_stops_before_training_with_a_support_note(train_config, tmp_path, rows, header, message):
+    data = _csv(tmp_path / "data.csv", rows, header)
+    cfg = _quick(train_config).model_copy(update={"data": train_config.data.model_copy(update={"path": str(data)})})
+    with pytest.raises(InputError, match=message):
+        train(cfg, smoke=True)
+    run = sorted((Path(os.environ["DOCPILOT_RUNS"])).glob("*-train-*"))[-1]
+    assert not (run / "checkpoints").exists() and not (run / "adapter").exists()
+    note = (run / "support_note.md").read_text()
+    for needed in ("stage reached: read-data", "image/template:", "device: cpu", "sequence length: max_seq_tokens 160",
+                   "batch size: 2 x grad_accum_steps 1", "## last 20 lines of the training log", "InputError"):
+        assert needed in note
+
+
+def test_disk_shortfall_stops_with_the_numbers(tmp_path):
+    plan = disk_plan(base_bytes=2**60, base_cached=False, lora_params=1000, keep_checkpoints=2, merge=True)
+    with pytest.raises(EnvironmentCheckError, match=r"^not enough free disk at .*: the run needs \d+\.\d MiB \(base_weights \d+\.\d MiB, .*merged_model .* MiB\) but only \d+\.\d MiB is free"):
+        check_disk(tmp_path / "not-yet", plan)
+    assert check_disk(tmp_path, disk_plan(10, True, 1000, 2, False))["free"] > 0
+
+
+def test_data_order_is_a_pure_function_of_seed_and_step():
+    seen = [i for step in range(5) for i in micro_batch_indices(step, 0, 1, 4, 20, seed=3)]
+    assert sorted(seen) == list(range(20))  # one epoch = one permutation
+    assert micro_batch_indices(7, 1, 2, 4, 20, 3) == micro_batch_indices(7, 1, 2, 4, 20, 3)
+    assert micro_batch_indices(0, 0, 1, 4, 20, 3) != micro_batch_indices(0, 0, 1, 4, 20, 4)
+
+
+def test_left_padding_puts_every_answer_at_the_end():
+    batch = collate_left([{"input_ids": [5, 6, 7], "labels": [-100, -100, 7]},
+                          {"input_ids": [5, 6, 7, 8, 9], "labels": [-100, -100, -100, 8, 9]}], pad_id=0)
+    assert batch["input_ids"].tolist() == [[0, 0, 5, 6, 7], [5, 6, 7, 8, 9]]
+    assert batch["position_ids"].tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
+    assert batch["labels"][:, -batch["answer_len"]:].tolist() == [[-100, 7], [8, 9]]
+
+
+def test_loss_fell_compares_first_and_last_window():
+    hist = [{"step": i, "loss": 5.0 - i} for i in range(1, 5)]
+    assert loss_fell(hist, 10) == {"passed": True, "first_window_loss": 3.5, "last_window_loss": 1.5, "window_steps": 2}
+    assert not loss_fell(list(reversed(hist)), 1)["passed"]
+
+
+@pytest.mark.engine
+def test_smoke_training_checkpoints_publishes_and_serves_through_vllm(train_config, engine, bbc_dir):
+    cfg = _quick(train_config).model_copy(update={"checks": train_config.checks})
+    outcome = train(cfg, smoke=True, classifier=engine)
+    s = outcome.summary
+    assert s["steps"] == cfg.smoke.max_steps and s["data"]["train_rows"] == cfg.smoke.train_rows
+    assert s["checks"]["loss_fell"]["passed"] and s["failed_checks"] == []
+    assert s["checks"]["checkpoints"]["checkpoints"] == ["step-000004", "step-000006"]  # keep_checkpoints = 2
+    eng = s["checks"]["engine"]
+    assert eng["accepted"] == eng["allowed"] == eng["rows"] == cfg.smoke.validation_rows
+    assert outcome.adapter is not None and outcome.adapter.ref == "bbc-news-smoke@1"
+    resolved = Registry().resolve("bbc-news-smoke@latest", base_fingerprint=engine.model.fingerprint)
+    card = resolved.card
+    assert card["training"]["run_id"] == outcome.run_id and card["loss_curve"] == "loss_curve.png"
+    assert (resolved.path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= set(card["files"])
+    from classify.documents import iter_csv
+
+    docs = [d for d, _ in iter_csv(bbc_dir / "test.csv", 200_000, id_column=None, id_prefix="bbc-test")][:6]
+    results = engine.classify(docs, adapter=resolved.handle())
+    assert [r.id for r in results] == [d.id for d in docs]
+    assert all(r.status == "accepted" and r.category in cfg.classify.categories for r in results)
+
+
+def _run_train(config: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "adapters.train", "--config", str(config), "--smoke", "--no-publish", *extra],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_kill_and_resume_in_a_new_process_ends_where_an_uninterrupted_run_ends(train_config, tmp_path):
+    from safetensors.torch import load_file
+
+    cfg = _quick(train_config, max_steps=6, checkpoint_every_steps=2, train_rows=12, validation_rows=2, max_doc_tokens=16)
+    config = tmp_path / "train.json"
+    config.write_text(json.dumps(cfg.model_dump(mode="json")))
+    reference = train(cfg, smoke=True, publish=False)
+    runs = Path(os.environ["DOCPILOT_RUNS"])
+    before = set(runs.glob("*-train-*"))
+    proc = _run_train(config)
+    deadline = time.time() + 240
+    run_dir = None
+    while time.time() < deadline and proc.poll() is None:
+        new = set(runs.glob("*-train-*")) - before
+        if new and list((run_dir := new.pop()).glob("checkpoints/step-*/meta.json")):
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout.read()
+    assert run_dir is not None and not (run_dir / "summary.json").exists()
+    resumed = _run_train(config, "--resume", str(run_dir))
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 6 and len(summary["resumed_from"]) == 1 and 2 <= summary["resumed_from"][0] < 6
+    history = [json.loads(x) for x in (run_dir / "adapter" / "loss.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history] == list(range(1, 7))
+    ref_w = load_file(str(reference.run_dir / "adapter" / "adapter_model.safetensors"))
+    got_w = load_file(str(run_dir / "adapter" / "adapter_model.safetensors"))
+    assert ref_w.keys() == got_w.keys()
+    for key in ref_w:
+        assert (ref_w[key] - got_w[key]).abs().max().item() <= 1e-5, key
+    ref_loss = [json.loads(x)["loss"] for x in (reference.run_dir / "adapter" / "loss.jsonl").read_text().splitlines()]
+    assert [h["loss"] for h in history] == pytest.approx(ref_loss, abs=1e-4)
