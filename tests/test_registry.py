@@ -177,3 +177,56 @@ def test_handle_int_id_is_stable_positive_int32(reg: Registry, tmp_path: Path):
 def test_default_root_follows_docpilot_registry(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("DOCPILOT_REGISTRY", str(tmp_path / "elsewhere"))
     assert Registry().root == (tmp_path / "elsewhere").resolve()
+
+
+def test_cli_list_show_verify(reg: Registry, tmp_path: Path, capsys):
+    from adapters.cli import main
+
+    assert main(["--registry", str(reg.root), "list"]) == 0
+    assert capsys.readouterr().out.strip() == f"no adapters in {reg.root}"
+    pub = reg.publish(_adapter_dir(tmp_path), "bbc-news", 1, {"base_model": BASE, "metrics": {"final_loss": 0.12}})
+    reg.set_pilot_status("bbc-news@1", "passed", "run-1")
+    assert main(["--registry", str(reg.root), "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["REF", "CREATED", "BASE", "MODEL", "PILOT", "FINAL", "LOSS", "SHA256"]
+    assert lines[1].split()[0] == "bbc-news@1" and "passed (run-1)" in lines[1] and pub.sha256[:12] in lines[1]
+    assert main(["--registry", str(reg.root), "show", "bbc-news"]) == 0
+    assert json.loads(capsys.readouterr().out)["sha256"] == pub.sha256
+    with pytest.raises(AdapterIntegrityError, match=r"^adapter bbc-news@1 was trained on base model smollm2-135m-instruct"):
+        main(["--registry", str(reg.root), "verify", "bbc-news@1", "--config", "config/pilot.json"])
+
+
+def test_cli_errors_map_to_exit_codes(reg: Registry, capsys):
+    from classify.cli import main
+
+    assert main(["adapters", "--registry", str(reg.root), "show", "nope@1"]) == AdapterNotFound.exit_code
+    assert capsys.readouterr().err.startswith("error [adapter_not_found]: adapter 'nope' not found in registry")
+
+
+def test_merge_writes_a_full_model_equal_to_base_plus_adapter(reg: Registry, tmp_path: Path):
+    """A random (non-zero) LoRA on the real base model: merged logits == peft logits, new fingerprint."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from adapters.merge import merge_adapter
+    from classify.config import ModelConfig
+    from classify.model import resolve_model
+
+    base = resolve_model(ModelConfig())
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(base.path, dtype=torch.float32)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(model, lora).save_pretrained(str(tmp_path / "src"))
+    pub = reg.publish(tmp_path / "src", "rand", 1, {"base_model": {"name": base.name, "fingerprint": base.fingerprint}})
+    merged = merge_adapter(pub, tmp_path / "merged", dtype="float32")
+    assert merged["base_fingerprint"] == base.fingerprint and merged["fingerprint"] != base.fingerprint
+    again = resolve_model(ModelConfig(base_model=str(tmp_path / "merged")))
+    assert again.fingerprint == merged["fingerprint"]
+    ids = torch.tensor([[1, 520, 2370, 314, 253, 1345]])
+    with torch.no_grad():
+        want = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base.path, dtype=torch.float32), str(pub.path))(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(again.path, dtype=torch.float32)(ids).logits
+    assert (want - got).abs().max().item() < 1e-3
+    with pytest.raises(AdapterError, match=r"merge output .* already exists; choose a new folder"):
+        merge_adapter(pub, tmp_path / "merged")

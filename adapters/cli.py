@@ -1,0 +1,84 @@
+"""``docpilot adapters``: list, show, verify and merge adapters in the registry.
+
+Example:
+    $ docpilot adapters list
+    $ docpilot adapters show bbc-news@latest
+    $ docpilot adapters verify bbc-news@1 --config config/pilot.json
+    $ docpilot adapters merge bbc-news@1 --out merged/bbc-news-1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from adapters.registry import Registry
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="docpilot adapters", description="adapter registry: list, show, verify, merge")
+    parser.add_argument("--registry", type=Path, help="registry folder (default DOCPILOT_REGISTRY or .docpilot/registry)")
+    sub = parser.add_subparsers(dest="action", required=True)
+    ls = sub.add_parser("list", help="every published version")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    show = sub.add_parser("show", help="one version's card")
+    show.add_argument("ref", help="name@version, name@latest or name")
+    verify = sub.add_parser("verify", help="re-hash the files and check the base-model fingerprint")
+    verify.add_argument("ref")
+    verify.add_argument("--config", type=Path, default=Path("config/pilot.json"),
+                        help="config whose base model the adapter must match (default config/pilot.json)")
+    merge = sub.add_parser("merge", help="write base + adapter as one full model (peft merge)")
+    merge.add_argument("ref")
+    merge.add_argument("--out", type=Path, required=True, help="new folder for the merged model")
+    merge.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    return parser
+
+
+def _table(reg: Registry) -> str:
+    rows = [("REF", "CREATED", "BASE MODEL", "PILOT", "FINAL LOSS", "SHA256")]
+    for a in reg.list():
+        pilot = a.card.get("pilot") or {}
+        rows.append((a.ref, str(a.card.get("created", "")), str(a.card.get("base_model", {}).get("name", "")),
+                     f"{pilot.get('status', '?')}" + (f" ({pilot['run_id']})" if pilot.get("run_id") else ""),
+                     str(a.card.get("metrics", {}).get("final_loss", "")), a.sha256[:12]))
+    if len(rows) == 1:
+        return f"no adapters in {reg.root}"
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``docpilot adapters ACTION ...``.
+
+    Returns:
+        0 on success. Errors (:class:`classify.errors.AdapterError` and subclasses) are mapped to
+        exit codes by ``classify.cli``.
+    """
+    args = _parser().parse_args(argv)
+    reg = Registry(args.registry)
+    if args.action == "list":
+        print(json.dumps([a.summary() for a in reg.list()], indent=2) if args.json else _table(reg))
+    elif args.action == "show":
+        print(json.dumps(reg.show(args.ref).card, indent=2, sort_keys=True))
+    elif args.action == "verify":
+        from classify.config import PilotConfig, load_config
+        from classify.model import resolve_model
+
+        model = resolve_model(load_config(PilotConfig, args.config).model)
+        adapter = reg.resolve(args.ref, base_fingerprint=model.fingerprint)
+        print(f"ok: {adapter.ref} sha256 {adapter.sha256}: {len(adapter.card['files'])} files verified, "
+              f"base model {model.name} {model.fingerprint}")
+    else:
+        from adapters.merge import merge_adapter
+
+        merged = merge_adapter(reg.resolve(args.ref), args.out, args.dtype)
+        print(f"merged {merged['adapter']} into {merged['path']} (fingerprint {merged['fingerprint']})")
+    return 0
+
+
+if __name__ == "__main__":
+    from classify.cli import main as docpilot
+
+    sys.exit(docpilot(["adapters", *sys.argv[1:]]))
