@@ -244,60 +244,65 @@ def run_pool(
     attempts: dict[int, int] = {}
     inflight: dict[Any, tuple[int, int, tuple[int, list[Document]]]] = {}
     load = [0] * n_actors
-    while queue or inflight:
-        for slot in range(n_actors):
-            while queue and load[slot] < IN_FLIGHT_PER_ACTOR:
-                shard = queue.popleft()
-                ref = slots[slot][0].classify.remote(shard[1])
-                inflight[ref] = (slot, slots[slot][1], shard)
-                load[slot] += 1
-        ready, _ = ray.wait([*inflight, *info_waiting], num_returns=1)
-        ref = ready[0]
-        if ref in info_waiting:  # an actor finished starting: report its processes (progress.json)
-            slot, generation = info_waiting.pop(ref)
+    try:
+        while queue or inflight:
+            for slot in range(n_actors):
+                while queue and load[slot] < IN_FLIGHT_PER_ACTOR:
+                    shard = queue.popleft()
+                    ref = slots[slot][0].classify.remote(shard[1])
+                    inflight[ref] = (slot, slots[slot][1], shard)
+                    load[slot] += 1
+            ready, _ = ray.wait([*inflight, *info_waiting], num_returns=1)
+            ref = ready[0]
+            if ref in info_waiting:  # an actor finished starting: report its processes (progress.json)
+                slot, generation = info_waiting.pop(ref)
+                try:
+                    event("actor-ready", {"slot": slot, "generation": generation, **ray.get(ref)})
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
+                    pass  # its shards fail too and are retried below
+                continue
+            slot, generation, shard = inflight.pop(ref)
+            if generation == slots[slot][1]:
+                load[slot] -= 1
             try:
-                event("actor-ready", {"slot": slot, "generation": generation, **ray.get(ref)})
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
-                pass  # its shards fail too and are retried below
-            continue
-        slot, generation, shard = inflight.pop(ref)
-        if generation == slots[slot][1]:
-            load[slot] -= 1
-        try:
-            rows = ray.get(ref)
-        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
-            index = shard[0]
-            attempts[index] = attempts.get(index, 0) + 1
-            first_line = str(err).strip().splitlines()[-1][:500] if str(err).strip() else type(err).__name__
-            message = f"shard {index}: {type(err).__name__}: {first_line}"
-            stats.errors.append(message)
-            log.warning("%s (attempt %d of %d)", message, attempts[index], max_shard_retries + 1)
-            if attempts[index] > max_shard_retries:
-                raise EngineError(f"{stats.errors[0]}; shard {index} failed {attempts[index]} times "
-                                  f"(batch.max_shard_retries {max_shard_retries}); rerun the same batch id to resume") from err
-            if generation == slots[slot][1]:  # replace the actor once, not once per failed ref
-                ray.kill(slots[slot][0], no_restart=True)
+                rows = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                index = shard[0]
+                attempts[index] = attempts.get(index, 0) + 1
+                first_line = str(err).strip().splitlines()[-1][:500] if str(err).strip() else type(err).__name__
+                message = f"shard {index}: {type(err).__name__}: {first_line}"
+                stats.errors.append(message)
+                log.warning("%s (attempt %d of %d)", message, attempts[index], max_shard_retries + 1)
+                if attempts[index] > max_shard_retries:
+                    raise EngineError(f"{stats.errors[0]}; shard {index} failed {attempts[index]} times "
+                                      f"(batch.max_shard_retries {max_shard_retries}); rerun the same batch id to resume") from err
+                if generation == slots[slot][1]:  # replace the actor once, not once per failed ref
+                    ray.kill(slots[slot][0], no_restart=True)
+                    try:
+                        reap([ray.get(infos[(slot, generation)], timeout=5)])
+                    except Exception:  # noqa: BLE001 - the actor died before it could report; nothing to reap
+                        pass
+                    slots[slot] = [start(slot, generation + 1), generation + 1]
+                    load[slot] = 0
+                    for other, (s, g, sh) in list(inflight.items()):  # its queued shards are lost with it
+                        if s == slot and g == generation:
+                            inflight.pop(other)
+                            queue.appendleft(sh)
+                stats.retries += 1
+                event("retry", {"shard": index, "error": message})
+                queue.appendleft(shard)
+                continue
+            if stats.first_ready_s is None:
+                stats.first_ready_s = time.monotonic() - t0
+            on_done(shard[0], rows)
+    finally:
+        for slot, (actor, generation) in enumerate(slots):
+            try:  # a clean engine stop; a dead actor's leftovers are reaped instead
+                ray.get(actor.shutdown.remote(), timeout=60)
+            except Exception:  # noqa: BLE001
                 try:
                     reap([ray.get(infos[(slot, generation)], timeout=5)])
-                except Exception:  # noqa: BLE001 - the actor died before it could report; nothing to reap
+                except Exception:  # noqa: BLE001 - never started: nothing to reap
                     pass
-                slots[slot] = [start(slot, generation + 1), generation + 1]
-                load[slot] = 0
-                for other, (s, g, sh) in list(inflight.items()):  # its queued shards are lost with it
-                    if s == slot and g == generation:
-                        inflight.pop(other)
-                        queue.appendleft(sh)
-            stats.retries += 1
-            event("retry", {"shard": index, "error": message})
-            queue.appendleft(shard)
-            continue
-        if stats.first_ready_s is None:
-            stats.first_ready_s = time.monotonic() - t0
-        on_done(shard[0], rows)
-    for actor, _ in slots:
-        try:
-            ray.get(actor.shutdown.remote(), timeout=60)
-        except Exception:  # noqa: BLE001 - best effort; the kill below ends it anyway
-            pass
-        ray.kill(actor, no_restart=True)
+            ray.kill(actor, no_restart=True)
     return stats

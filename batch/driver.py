@@ -156,7 +156,7 @@ def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: Corpus, manifest: dict[
             progress.shard_done(rows)
             bar.update(len(rows))
 
-        with logging_redirect(bar):
+        with _logging_redirect():
             stats = run_pool(lambda: cls.remote(cfg.model, cfg.engine, cfg.classify, handle, manifest["model_fingerprint"]),
                              n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event)
         bar.close()
@@ -167,7 +167,7 @@ def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: Corpus, manifest: dict[
             ray.shutdown()
 
 
-def logging_redirect(bar: tqdm) -> Any:
+def _logging_redirect() -> Any:
     """Keep log lines from tearing the progress bar (tqdm's logging redirect)."""
     from tqdm.contrib.logging import logging_redirect_tqdm
 
