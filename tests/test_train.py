@@ -153,6 +153,7 @@ def _run_train(config: Path, *extra: str) -> subprocess.Popen:
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow  # three training processes: about 1-2 min on the shared 2-core CPU
 def test_kill_and_resume_in_a_new_process_ends_where_an_uninterrupted_run_ends(train_config, tmp_path):
     from safetensors.torch import load_file
 
