@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] {name}: {section['seconds']} s", file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{started[:10]}-{platform.node() or 'host'}" + ("-quick" if args.quick else "")
+    stem = f"{started[:10]}-{platform.node() or 'host'}" + ("-" + "-".join(args.only) if args.only else "") + (
+        "-quick" if args.quick else "")
     (out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     m = report["machine"]
     lines = [
