@@ -105,10 +105,12 @@ def run(quick: bool = False) -> dict:
         "| path | docs/s end-to-end | docs/s steady | start s (engine / first shard) |\n|---|---|---|---|\n"
         f"{table}\n\n"
         f"Ray 1 actor / offline (steady): {ratio_batch:.2f}x. 2 actors / 1 actor (steady): {ratio_actors:.2f}x. "
-        "End-to-end includes engine start and warm-up. Ray shards are 16 documents, so vLLM batches 16-32 prompts "
-        "at a time instead of all of them; on 2 cores a second engine competes for the same cores "
-        "(each vLLM CPU engine binds its OpenMP threads to the cores it sees and keeps one for its front end), "
-        "so 2 actors add memory and contention rather than throughput here; on GPUs each actor owns a card.\n"
+        "End-to-end includes engine start and warm-up. Ray hands vLLM 16-document shards (two queued per actor) "
+        "instead of the whole corpus in one call, and pays for Ray's own processes on the same cores. "
+        + ("A second actor did not help: " if ratio_actors < 1.1 else "A second actor helped, but less than 2x: ")
+        + f"on {os.cpu_count()} cores each vLLM CPU engine binds its OpenMP threads with `VLLM_CPU_OMP_THREADS_BIND=auto`, "
+        "which keeps one core for the front end and puts the compute on the same remaining core(s) in every engine, "
+        "so two engines share one core and double the memory. On GPUs each actor owns a card (`num_gpus=1`).\n"
     )
     return {"title": "Batch: Ray actors vs offline vLLM", "figures": figures, "markdown": markdown}
 
