@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,9 @@ from classify.errors import EngineError
 from classify.prompt import answer_text, build_prompt
 
 log = logging.getLogger("adapters.train")
+
+ENGINE_STEP_TIMEOUT_S = 3600
+"""Longest vLLM model step tolerated during the check (``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS``), unless set."""
 
 FORMAT_ROWS = 40
 """Validation rows given to the free-generation format check (greedy decoding is the slow part)."""
@@ -95,6 +99,9 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
 
     own = classifier is None
     if own:
+        # vLLM kills the engine when one model step exceeds this (default 300 s); a shared 2-core CPU can
+        # need longer for a batch of 256-token prompts, and a lost check would waste the whole run.
+        os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", str(ENGINE_STEP_TIMEOUT_S))
         classifier = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=True, model=model_ref)
     try:
         if classifier.model.fingerprint != model_ref.fingerprint:

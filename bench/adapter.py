@@ -51,6 +51,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     model = resolve_model(cfg.model)
     adapter = Registry().resolve(ref, base_fingerprint=model.fingerprint)
     docs, labels = bbc_test(40 if quick else None)
+    os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")  # a shared CPU can exceed vLLM's 300 s per step
     engine = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=True, model=model)
     try:
         engine.classify(docs[:2])
