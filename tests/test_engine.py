@@ -29,7 +29,7 @@ def test_first_token_path_one_result_per_document_in_order(engine):
     for r in results[:2]:
         assert r.status == "accepted" and r.category in ClassifyConfig().categories
         assert 0 < r.score <= 1 and r.n_tokens > 20
-    assert results[2].status == "rejected" and results[2].reason == "empty document: only whitespace"
+    assert results[2].status == "rejected" and results[2].reason == "empty document (0 bytes)"
 
 
 def test_choice_fallback_when_first_tokens_collide(engine):

@@ -257,16 +257,20 @@ def test_kv_estimate_matches_vllm_allocation(engine, pilot_config):
     assert mc.get_num_layers(vc.parallel_config) == shape.num_layers
     assert mc.get_total_num_kv_heads() == shape.num_kv_heads
     assert mc.get_head_size() == shape.head_dim
-    assert mc.dtype == torch.bfloat16 and cc.cache_dtype == "auto"  # KV stored in bf16: 2 bytes
-    per_token = kv_bytes_per_token(shape, 2)
+    from classify.engine import compute_dtype
+
+    assert mc.dtype == getattr(torch, compute_dtype(pilot_config.model)) and cc.cache_dtype == "auto"
+    nbytes = mc.dtype.itemsize  # KV cache stored in the compute dtype: 4 bytes in float32, 2 in bf16
+    per_token = kv_bytes_per_token(shape, nbytes)
     reserved = cc.kv_cache_memory_bytes
     assert reserved == pilot_config.engine.kv_cache_space_gib * GIB
     assert cc.num_gpu_blocks == reserved // (cc.block_size * per_token)
     tokens = cc.num_gpu_blocks * cc.block_size
     assert reserved - cc.block_size * per_token < tokens * per_token <= reserved
     # the pilot config's worst case (64 full sequences) is more than the 1 GiB it reserved:
-    est = serving_estimate(shape, 2, pilot_config.model.max_model_len, pilot_config.engine.max_num_seqs,
-                           2, 16, 0, reserved)
+    est = serving_estimate(shape, nbytes, pilot_config.model.max_model_len, pilot_config.engine.max_num_seqs,
+                           pilot_config.engine.max_loras, pilot_config.engine.max_lora_rank, 0, reserved)
     assert est.parts["kv_cache"] > reserved
     assert tokens // pilot_config.model.max_model_len < pilot_config.engine.max_num_seqs
-    assert vc.lora_config.max_loras == 2 and vc.lora_config.max_lora_rank == 16
+    assert vc.lora_config.max_loras == pilot_config.engine.max_loras
+    assert vc.lora_config.max_lora_rank == pilot_config.engine.max_lora_rank
