@@ -71,9 +71,9 @@ def build_summary(
         _check("reject_reasons", not no_reason, f"rejected rows without a reason: {no_reason}"),
         _check("labels_complete", not unlabelled and not stray_labels,
                f"ids without a label: {unlabelled}; labels for ids not in the input: {stray_labels}"),
-        _check("expected_rejects", match_share >= th.min_expected_rejects_matched,
+        _check("expected_rejects", bool(expected_rejects) and match_share >= th.min_expected_rejects_matched,
                f"{len(matched)}/{len(expected_rejects)} planned rejects rejected "
-               f"(min share {th.min_expected_rejects_matched:.2f})"),
+               f"(min share {th.min_expected_rejects_matched:.2f}; the pilot set needs at least one planned reject)"),
         _check("accuracy", accuracy >= th.min_accuracy,
                f"{len(correct)}/{len(labelled)} labelled documents classified as labelled = {accuracy:.3f} "
                f"(min_accuracy {th.min_accuracy:.2f})"),

@@ -97,12 +97,12 @@ class ClassifyConfig(_Frozen):
     @classmethod
     def _check_categories(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if len(value) < 2:
-            raise ValueError(f"must list at least 2 categories, got {list(value)}")
+            raise ValueError("must list at least 2 categories")
         bad = [c for c in value if not _CATEGORY_RE.match(c)]
         if bad:
-            raise ValueError(f"must be lower-case names matching {_CATEGORY_RE.pattern}, got {bad}")
+            raise ValueError(f"must be lower-case names matching {_CATEGORY_RE.pattern} (bad: {bad})")
         if len(set(value)) != len(value):
-            raise ValueError(f"must be unique, got {list(value)}")
+            raise ValueError("must be unique")
         if "reject" in value:
             raise ValueError("must not contain 'reject' (reserved for rejected documents)")
         return value

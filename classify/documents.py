@@ -128,7 +128,12 @@ def iter_jsonl(path: Path, max_doc_bytes: int) -> Iterator[tuple[Document, dict]
             if "text" in record:
                 yield document_from_text(doc_id, record["text"], max_doc_bytes, where), record
             elif isinstance(record.get("path"), str):
-                yield _read_file(doc_id, path.parent / record["path"], max_doc_bytes), record
+                target = (path.parent / record["path"]).resolve()
+                if not target.is_relative_to(path.parent.resolve()):
+                    reason = f"`path` {record['path']!r} leaves the folder of {path.name} (only relative paths inside it)"
+                    yield Document(doc_id, None, "", 0, reason, where), record
+                else:
+                    yield _read_file(doc_id, target, max_doc_bytes), record
             else:
                 yield Document(doc_id, None, "", 0, "record has neither `text` nor `path`", where), record
 

@@ -89,3 +89,13 @@ def test_bbc_csv_reads_every_row(bbc_dir):
     docs = [d for d, _ in iter_csv(bbc_dir / "test.csv", 200_000, id_column=None, id_prefix="bbc-test")]
     assert len(docs) == 334 and docs[42].id == "bbc-test-0042"
     assert all(d.reject_reason is None for d in docs)
+
+
+def test_jsonl_path_must_stay_inside_the_input_folder(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "secret.txt").write_text("outside")
+    path = tmp_path / "in" / "c.jsonl"
+    path.write_text("\n".join(json.dumps({"id": i, "path": p}) for i, p in [("up", "../secret.txt"), ("abs", str(tmp_path / "secret.txt"))]))
+    docs = [d for d, _ in iter_jsonl(path, 1000)]
+    assert [d.text for d in docs] == [None, None]
+    assert docs[0].reject_reason == "`path` '../secret.txt' leaves the folder of c.jsonl (only relative paths inside it)"

@@ -165,3 +165,13 @@ def test_cli_reports_the_first_error_and_exit_code(tmp_path, capsys):
     code = main(["--input", str(tmp_path / "nowhere")])
     assert code == 3
     assert "error at stage read-inputs: InputError" in capsys.readouterr().err
+
+
+def test_a_pilot_set_without_a_planned_reject_fails_its_check(pilot_config):
+    from batch._pilot_report import build_summary
+
+    rows = [{"id": f"d{i}", "status": "accepted", "category": "sport", "reason": None} for i in range(12)]
+    summary = build_summary(rows, [r["id"] for r in rows], {r["id"]: "sport" for r in rows}, pilot_config)
+    check = next(c for c in summary["checks"] if c["name"] == "expected_rejects")
+    assert not check["ok"] and "needs at least one planned reject" in check["detail"]
+    assert summary["failed_checks"] == ["expected_rejects"] and summary["verdict"] == "fail"
