@@ -37,7 +37,7 @@ from filelock import FileLock
 from classify.errors import AdapterError, AdapterIntegrityError, AdapterNotFound
 from classify.model import file_sha256
 from classify.paths import registry_dir
-from classify.runrecords import code_revision, package_versions, utc_now, write_json_atomic
+from classify.runrecords import code_revision, compare_sha256, package_versions, utc_now, write_json_atomic
 
 CARD_FILE = "card.json"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -267,14 +267,7 @@ class Registry:
         listed: dict[str, str] = adapter.card.get("files") or {}
         if not listed:
             return [f"{CARD_FILE} lists no files"]
-        actual = _adapter_files(adapter.path)
-        problems = [f"{rel}: missing" for rel in listed if rel not in actual]
-        problems += [f"{rel}: not listed in {CARD_FILE}" for rel in actual if rel not in listed]
-        problems += [
-            f"{rel}: sha256 {actual[rel][:12]}... != card {listed[rel][:12]}..."
-            for rel in listed
-            if rel in actual and actual[rel] != listed[rel]
-        ]
+        problems = compare_sha256(listed, _adapter_files(adapter.path), CARD_FILE, listed_as="card")
         if not problems and content_sha256(listed) != adapter.sha256:
             problems.append(f"content sha256 {content_sha256(listed)[:12]}... != card {adapter.sha256[:12]}...")
         return problems

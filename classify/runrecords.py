@@ -174,6 +174,31 @@ def export_run(run_dir: Path, export_dir: Path) -> Path:
     return export_dir
 
 
+def compare_sha256(
+    listed: dict[str, str], actual: dict[str, str], list_name: str, missing: str = "missing", listed_as: str = "listed"
+) -> list[str]:
+    """Compare a recorded file list (relative path -> sha256 hex) with the files found.
+
+    Args:
+        listed: what the record (``SHA256SUMS``, an adapter card) says.
+        actual: what :func:`sha256_tree` (or an equivalent) found.
+        list_name: the record's name, for "not listed in ..." messages.
+        missing: the words after "<path>: " for a listed file that is absent.
+        listed_as: how the recorded hash is named in mismatch messages ("listed", "card").
+
+    Returns:
+        Problems, in order: missing files, unlisted files, hash mismatches (empty = identical).
+    """
+    problems = [f"{rel}: {missing}" for rel in listed if rel not in actual]
+    problems += [f"{rel}: not listed in {list_name}" for rel in actual if rel not in listed]
+    problems += [
+        f"{rel}: sha256 {actual[rel][:12]}... != {listed_as} {listed[rel][:12]}..."
+        for rel in listed
+        if rel in actual and actual[rel] != listed[rel]
+    ]
+    return problems
+
+
 def verify_export(export_dir: Path, check: Callable[[Path], list[str]] | None = None) -> list[str]:
     """Re-read an export copy: every hash in ``SHA256SUMS`` matches, no file missing or unlisted,
     then ``check(export_dir)`` recomputes the run's own invariants from the copied files.
@@ -192,14 +217,7 @@ def verify_export(export_dir: Path, check: Callable[[Path], list[str]] | None = 
     for line in sums_path.read_text(encoding="utf-8").splitlines():
         digest, _, rel = line.partition("  ")
         listed[rel] = digest
-    actual = sha256_tree(export_dir)
-    problems = [f"{rel}: missing from the copy" for rel in listed if rel not in actual]
-    problems += [f"{rel}: not listed in {SHA256SUMS}" for rel in actual if rel not in listed]
-    problems += [
-        f"{rel}: sha256 {actual[rel][:12]}... != listed {listed[rel][:12]}..."
-        for rel in listed
-        if rel in actual and actual[rel] != listed[rel]
-    ]
+    problems = compare_sha256(listed, sha256_tree(export_dir), SHA256SUMS, missing="missing from the copy")
     if not problems and check is not None:
         problems += check(export_dir)
     return problems
