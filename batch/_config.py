@@ -48,6 +48,11 @@ class RunConfig(_Frozen):
         cpu_actors: engine actors to start on a machine without GPUs (on GPUs: one per GPU).
         actor_num_cpus: Ray CPUs each CPU engine actor reserves; ``cpu_actors x actor_num_cpus``
             must fit the cluster's CPUs or the extra actors wait forever.
+        cpu_bind: ``"split"`` (default): with 2 or more CPU actors on a local Ray, each actor's vLLM
+            compute threads get their own cores (``VLLM_CPU_OMP_THREADS_BIND`` per actor,
+            :func:`batch._pool.cpu_core_groups`); ``"auto"``: vLLM's own binding in every actor,
+            which puts all engines of one machine on the same cores. Ignored on GPUs, with
+            ``RAY_ADDRESS`` (a cluster) and when ``VLLM_CPU_OMP_THREADS_BIND`` is set.
         max_shard_retries: times one shard is re-run on a fresh actor after its actor died or its
             task failed, before the batch stops with the first error.
         export_dir: parent folder of the export copy (``null``: ``exports/``, ``DOCPILOT_EXPORTS``);
@@ -57,6 +62,7 @@ class RunConfig(_Frozen):
     shard_docs: int = Field(16, ge=1, le=1_000_000)
     cpu_actors: int = Field(1, ge=1, le=256)
     actor_num_cpus: float = Field(1.0, gt=0, le=1024)
+    cpu_bind: Literal["split", "auto"] = "split"
     max_shard_retries: int = Field(2, ge=0, le=20)
     export_dir: str | None = None
 

@@ -134,9 +134,9 @@ def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: Corpus, manifest: dict[
     try:
         if progress.previous_actors:
             reap(progress.previous_actors)  # engine processes an earlier, killed attempt left behind
-        n_actors, options = actor_options(cfg.batch.cpu_actors, cfg.batch.actor_num_cpus)
+        n_actors, options = actor_options(cfg.batch.cpu_actors, cfg.batch.actor_num_cpus, cfg.batch.cpu_bind)
         n_actors = min(n_actors, len(pending))
-        cls = actor_class().options(**options)
+        cls = actor_class()
         handle = adapter.handle() if adapter else None
         plan = {s["index"]: s for s in manifest["shards"]}
         shards = [(i, list(corpus.docs[plan[i]["start"]:plan[i]["start"] + plan[i]["n_docs"]])) for i in pending]
@@ -157,7 +157,8 @@ def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: Corpus, manifest: dict[
             bar.update(len(rows))
 
         with _logging_redirect():
-            stats = run_pool(lambda: cls.remote(cfg.model, cfg.engine, cfg.classify, handle, manifest["model_fingerprint"]),
+            stats = run_pool(lambda slot: cls.options(**options[slot]).remote(
+                                 cfg.model, cfg.engine, cfg.classify, handle, manifest["model_fingerprint"]),
                              n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event)
         bar.close()
         return {"actors": n_actors, "actors_started": stats.actors_started, "retries": stats.retries,

@@ -3,7 +3,10 @@
 1. Offline: :func:`classify.engine.build_engine` + one ``Classifier.classify`` call over all articles
    (vLLM batches them itself). Timed: engine start, and the classify call (first-call warm-up included).
 2. Ray batch, 1 actor: ``docpilot batch`` in this process (local Ray, ``config/batch.json``, 16 docs/shard).
-3. Ray batch, 2 actors (``--cpu-actors 2``, 1 Ray CPU each) on the same articles.
+3. Ray batch, 2 actors (``--cpu-actors 2``, 1 Ray CPU each) on the same articles, each actor's
+   vLLM compute threads on its own cores (``batch.cpu_bind: "split"``, the default).
+4. Ray batch, 2 actors with vLLM's own ``auto`` binding in both (``batch.cpu_bind: "auto"``), on the
+   first 64 articles only: it shows why ``split`` is the default (both engines compute on one core).
 Each run's engine is stopped before the next starts. Ray figures come from the batch's own
 ``summary.json``: docs/s over the whole pool (engine start and warm-up included), and a
 steady-state docs/s after the first shard came back.
@@ -60,24 +63,30 @@ def _offline(corpus: Path) -> dict:
             "tokens_per_s_steady": round(tokens / (t2 - t1), 1)}
 
 
-def _ray(corpus: Path, actors: int, out: Path) -> dict:
+def _ray(corpus: Path, actors: int, out: Path, cpu_bind: str = "split") -> dict:
     from batch.driver import parse_args, run_batch
 
     os.environ["DOCPILOT_RUNS"] = str(out / "runs")
     os.environ["DOCPILOT_EXPORTS"] = str(out / "exports")
-    args = parse_args(["--config", str(ROOT / "config" / "batch.json"), "--corpus", str(corpus), "--batch-id",
-                       f"bench-{actors}a", "--cpu-actors", str(actors), "--skip-pilot-gate", "--no-progress"])
+    config = json.loads((ROOT / "config" / "batch.json").read_text())
+    config["batch"]["cpu_bind"] = cpu_bind
+    config_path = out / f"batch-{cpu_bind}.json"
+    config_path.write_text(json.dumps(config))
+    args = parse_args(["--config", str(config_path), "--corpus", str(corpus), "--batch-id",
+                       f"bench-{actors}a-{cpu_bind}", "--cpu-actors", str(actors), "--skip-pilot-gate", "--no-progress"])
     t = run_batch(args)["this_attempt"]
     shard_docs = 16
     steady_s = max(t["pool_wall_s"] - (t["first_shard_s"] or 0), 1e-9)
     return {"docs": t["processed_docs"], "actors": t["actors"], "pool_wall_s": t["pool_wall_s"],
             "first_shard_s": round(t["first_shard_s"] or 0, 1), "docs_per_s": t["docs_per_s"],
             "docs_per_s_steady": round(max(t["processed_docs"] - shard_docs * t["actors"], 0) / steady_s, 2),
-            "tokens_per_s": t["tokens_per_s"], "retries": t["retries"]}
+            "tokens_per_s": t["tokens_per_s"], "retries": t["retries"], "cpu_bind": cpu_bind}
 
 
 def run(quick: bool = False) -> dict:
     """Time the offline call, the Ray batch with 1 actor and with 2 actors on the same articles.
+
+    The 2-actor run with vLLM's ``auto`` binding uses the first 64 articles (24 with ``quick``).
 
     Args:
         quick: 48 articles instead of all 334 (checks the path; the figures are dominated by engine start).
@@ -86,31 +95,48 @@ def run(quick: bool = False) -> dict:
         ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
     """
     n = 48 if quick else None
+    n_auto = 24 if quick else 64
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as tmp:
         corpus = _corpus(Path(tmp), n)
         offline = _offline(corpus)
         one = _ray(corpus, 1, Path(tmp))
-        two = _ray(corpus, 2, Path(tmp))
-    figures = {"offline": offline, "ray_1_actor": one, "ray_2_actors": two, "cpus": os.cpu_count()}
+        two = _ray(corpus, 2, Path(tmp), "split")
+        auto_dir = Path(tmp) / "auto"
+        auto_dir.mkdir()
+        two_auto = _ray(_corpus(auto_dir, n_auto), 2, auto_dir, "auto")
+    cpus = sorted(os.sched_getaffinity(0))
+    from batch._pool import cpu_core_groups
+
+    groups = cpu_core_groups(2, cpus)
+    figures = {"offline": offline, "ray_1_actor": one, "ray_2_actors": two, "ray_2_actors_auto_bind": two_auto,
+               "cpus": len(cpus), "split_core_groups": groups}
     rows = [
-        ("vLLM offline (one LLM.generate)", offline["docs_per_s"], offline["docs_per_s_steady"], offline["engine_start_s"]),
-        ("Ray batch, 1 actor", one["docs_per_s"], one["docs_per_s_steady"], one["first_shard_s"]),
-        ("Ray batch, 2 actors", two["docs_per_s"], two["docs_per_s_steady"], two["first_shard_s"]),
+        ("vLLM offline (one LLM.generate)", offline["docs"], offline["docs_per_s"], offline["docs_per_s_steady"],
+         offline["engine_start_s"]),
+        ("Ray batch, 1 actor", one["docs"], one["docs_per_s"], one["docs_per_s_steady"], one["first_shard_s"]),
+        (f"Ray batch, 2 actors, own cores each ({' / '.join(groups or [])})", two["docs"], two["docs_per_s"],
+         two["docs_per_s_steady"], two["first_shard_s"]),
+        ("Ray batch, 2 actors, vLLM auto binding in both", two_auto["docs"], two_auto["docs_per_s"],
+         two_auto["docs_per_s_steady"], two_auto["first_shard_s"]),
     ]
-    table = "\n".join(f"| {name} | {a} | {b} | {c} |" for name, a, b, c in rows)
-    ratio_batch = one["docs_per_s_steady"] / offline["docs_per_s_steady"] if offline["docs_per_s_steady"] else 0
-    ratio_actors = two["docs_per_s_steady"] / one["docs_per_s_steady"] if one["docs_per_s_steady"] else 0
+    table = "\n".join(f"| {name} | {d} | {a} | {b} | {c} |" for name, d, a, b, c in rows)
+
+    def ratio(a: dict, b: dict) -> float:
+        return a["docs_per_s_steady"] / b["docs_per_s_steady"] if b["docs_per_s_steady"] else 0.0
+
     markdown = (
-        f"### Batch on Ray vs offline vLLM ({offline['docs']} BBC test articles, {os.cpu_count()} CPUs)\n\n"
-        "| path | docs/s end-to-end | docs/s steady | start s (engine / first shard) |\n|---|---|---|---|\n"
+        f"### Batch on Ray vs offline vLLM ({offline['docs']} BBC test articles, {len(cpus)} CPUs)\n\n"
+        "| path | articles | docs/s end-to-end | docs/s steady | start s (engine / first shard) |\n|---|---|---|---|---|\n"
         f"{table}\n\n"
-        f"Ray 1 actor / offline (steady): {ratio_batch:.2f}x. 2 actors / 1 actor (steady): {ratio_actors:.2f}x. "
-        "End-to-end includes engine start and warm-up. Ray hands vLLM 16-document shards (two queued per actor) "
-        "instead of the whole corpus in one call, and pays for Ray's own processes on the same cores. "
-        + ("A second actor did not help: " if ratio_actors < 1.1 else "A second actor helped, but less than 2x: ")
-        + f"on {os.cpu_count()} cores each vLLM CPU engine binds its OpenMP threads with `VLLM_CPU_OMP_THREADS_BIND=auto`, "
-        "which keeps one core for the front end and puts the compute on the same remaining core(s) in every engine, "
-        "so two engines share one core and double the memory. On GPUs each actor owns a card (`num_gpus=1`).\n"
+        f"Steady docs/s: Ray 1 actor / offline {ratio(one, offline):.2f}x; 2 actors (own cores) / 1 actor "
+        f"{ratio(two, one):.2f}x; 2 actors (own cores) / offline {ratio(two, offline):.2f}x; 2 actors with vLLM's auto "
+        f"binding / 1 actor {ratio(two_auto, one):.2f}x. End-to-end includes engine start and warm-up; steady starts when "
+        "the first shard comes back. Ray hands vLLM 16-document shards (two queued per actor) instead of the whole "
+        "corpus in one call, and Ray's own processes share the same cores. On a CPU each vLLM engine keeps one core "
+        "for its front end and binds its compute threads to the others (`VLLM_CPU_OMP_THREADS_BIND=auto`): with 2 "
+        "cores that is one compute core, the same core in every engine, so a second engine with auto binding "
+        "shares that core. `batch.cpu_bind: split` (the default) gives each actor's engine its own cores instead. "
+        "On GPUs each actor owns a card (`num_gpus=1`).\n"
     )
     return {"title": "Batch: Ray actors vs offline vLLM", "figures": figures, "markdown": markdown}
 

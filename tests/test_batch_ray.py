@@ -66,7 +66,7 @@ def test_pool_retries_a_killed_actors_shard_on_a_fresh_actor(local_ray, tmp_path
 
     remote = local_ray.remote(max_restarts=0)(FakeEngineActor).options(num_cpus=0.5)
     done: dict[int, list] = {}
-    stats = run_pool(lambda: remote.remote(str(tmp_path)), 2, _fake_shards(), done.__setitem__, 2)
+    stats = run_pool(lambda slot: remote.remote(str(tmp_path)), 2, _fake_shards(), done.__setitem__, 2)
     assert sorted(done) == [0, 1, 2]
     ids = [r["id"] for i in sorted(done) for r in done[i]]
     assert ids == [f"d-{i:04d}" for i in range(12)]  # each id exactly once
@@ -79,7 +79,31 @@ def test_pool_gives_up_after_max_shard_retries(local_ray, tmp_path):
 
     remote = local_ray.remote(max_restarts=0)(FakeEngineActor).options(num_cpus=0.5)
     with pytest.raises(EngineError, match=r"shard 1 failed 2 times \(batch.max_shard_retries 1\); rerun the same batch id"):
-        run_pool(lambda: remote.remote(str(tmp_path), True), 1, _fake_shards(), lambda i, r: None, 1)
+        run_pool(lambda slot: remote.remote(str(tmp_path), True), 1, _fake_shards(), lambda i, r: None, 1)
+
+
+class EnvProbe:
+    def env(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+
+def test_cpu_actors_get_their_own_cores_through_runtime_env(local_ray, monkeypatch):
+    from batch._pool import actor_options, cpu_core_groups
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    n, options = actor_options(2, 0.5, "split")
+    expected = cpu_core_groups(2, sorted(os.sched_getaffinity(0)))
+    probe = local_ray.remote(EnvProbe)
+    seen = [local_ray.get(probe.options(**options[slot]).remote().env.remote("VLLM_CPU_OMP_THREADS_BIND"))
+            for slot in range(n)]
+    assert n == 2 and seen == expected and seen[0] != seen[1]  # what each real actor process sees
+
+    _, auto = actor_options(2, 0.5, "auto")
+    assert all("VLLM_CPU_OMP_THREADS_BIND" not in ((o["runtime_env"] or {}).get("env_vars") or {}) for o in auto)
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # the user's own setting wins, for every actor
+    _, user = actor_options(2, 0.5, "split")
+    assert [o["runtime_env"]["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] for o in user] == ["nobind", "nobind"]
 
 
 def _docpilot(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:

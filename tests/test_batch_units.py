@@ -207,3 +207,21 @@ def test_bad_batch_id_is_refused(tmp_path, bbc_dir):
                        "--batch-id", "../escape", "--skip-pilot-gate"])
     with pytest.raises(InputError, match=r"`--batch-id` must match .*, got '../escape'"):
         run_batch(args)
+
+
+@pytest.mark.parametrize("n, cpus, expected", [
+    (2, [0, 1], ["0", "1"]),  # this machine: one core per engine
+    (2, list(range(16)), ["1,2,3,4,5,6,7", "9,10,11,12,13,14,15"]),  # first core of each half kept for its front end
+    (3, [0, 1, 2, 3, 4], ["1", "3", "4"]),  # uneven split: earlier groups get the extra core
+    (1, [0, 1], ["1"]),
+    (3, [0, 1], None),  # fewer cores than actors: vLLM's auto binding
+])
+def test_cpu_core_groups_are_disjoint_per_actor(n, cpus, expected):
+    from batch._pool import cpu_core_groups
+
+    groups = cpu_core_groups(n, cpus)
+    assert groups == expected
+    if groups:
+        bound = [c for g in groups for c in g.split(",")]
+        assert len(bound) == len(set(bound))  # no core in two engines
+
