@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from classify.config import PilotConfig
-from classify.errors import AdapterError, ConfigError, InputError
+from classify.errors import AdapterError, ConfigError, InputError, Interrupted
 from classify.runrecords import read_jsonl
 
 STAGES = ("doctor", "read-inputs", "load-model", "load-adapter", "classify", "write", "export", "verify")
@@ -112,6 +112,15 @@ def decide(summary: dict[str, Any] | None, stage: str, error: BaseException | No
     Returns:
         ``{"decision", "reasons": [...], "stage_reached", "first_error"}``.
     """
+    if isinstance(error, Interrupted):
+        return {
+            "decision": FIX_ENV,
+            "reasons": [f"stage {stage!r} was {error} before the pilot could decide",
+                        "nothing was learned about the model or configuration (the pilot gate and adapter card are "
+                        "unchanged): run the pilot again when the machine is free"],
+            "stage_reached": stage,
+            "first_error": {"stage": stage, "type": type(error).__name__, "message": str(error)},
+        }
     if error is not None:
         config_side = isinstance(error, (ConfigError, InputError, AdapterError))
         what = REVISIT if config_side else FIX_ENV

@@ -57,13 +57,14 @@ class EngineActor:
                               f"the batch expects {model_fingerprint} ({model_cfg.base_model})")
 
     def info(self) -> dict[str, Any]:
-        """Process id, child process ids (the vLLM engine core) and node, for progress and tests."""
+        """Process id, child process ids (the vLLM engine core), node and CPU binding, for progress and tests."""
         import psutil
         import ray
 
         me = psutil.Process()
         procs = [me, *me.children(recursive=True)]
         return {"pid": os.getpid(), "node": ray.util.get_node_ip_address(),
+                "cpu_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
                 "procs": [{"pid": p.pid, "create_time": p.create_time()} for p in procs]}
 
     def classify(self, docs: list[Document]) -> list[dict[str, Any]]:

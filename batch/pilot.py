@@ -23,7 +23,7 @@ from batch._pilot_report import STAGES, build_summary, decide, decision_markdown
 from classify.config import PilotConfig, classification_sha256, config_sha256, load_config
 from classify.doctor import blockers, findings_json, run_checks
 from classify.engine import AdapterHandle, Classifier, build_engine
-from classify.errors import EngineError, EnvironmentCheckError, VerificationError
+from classify.errors import EngineError, EnvironmentCheckError, Interrupted, VerificationError
 from classify.model import ModelRef, resolve_model
 from classify.paths import exports_dir, runs_dir
 from classify.pilotgate import combo_key, record_pilot
@@ -33,6 +33,7 @@ from classify.runrecords import (
     export_run,
     new_run_dir,
     package_versions,
+    signals_raise_interrupted,
     utc_now,
     verify_export,
     write_bytes_atomic,
@@ -192,7 +193,7 @@ def run_pilot(
         summary["run_id"] = run_id
     assert summary is not None
     decision = _write_outcome(run_dir, run_id, params, summary, stage, error)
-    if model is not None:
+    if model is not None and not isinstance(error, Interrupted):  # a stopped run says nothing about the combination
         key = combo_key(model.fingerprint, params["adapter"]["sha256"] if params["adapter"] else None,
                         params["classification_sha256"])
         record_pilot(key, run_id, summary["verdict"], {
@@ -240,8 +241,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--require-proceed", action="store_true", help="exit 10 unless the decision is proceed")
     args = parser.parse_args(argv)
     cfg = load_config(PilotConfig, args.config)
-    outcome = run_pilot(cfg, Path(args.input), args.adapter, Path(args.export_dir) if args.export_dir else None,
-                        config_path=args.config)
+    with signals_raise_interrupted():  # SIGTERM / Ctrl-C: the run folder still gets its summary and decision
+        outcome = run_pilot(cfg, Path(args.input), args.adapter, Path(args.export_dir) if args.export_dir else None,
+                            config_path=args.config)
     print((outcome.run_dir / "decision.md").read_text())
     print(f"run folder: {outcome.run_dir}\nexport copy: {outcome.export_dir or '(none)'}")
     first = outcome.summary.get("first_error")

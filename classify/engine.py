@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig
-from classify.errors import EngineError
+from classify.errors import EngineError, Interrupted
 from classify.model import ModelRef, resolve_model
 from classify.prompt import Prompt, build_prompt, category_first_tokens
 from classify.records import Document, Result
@@ -267,6 +267,8 @@ class Classifier:
                     use_tqdm=progress,
                     lora_request=adapter.lora_request() if adapter else None,
                 )
+            except Interrupted:
+                raise
             except Exception as err:  # vLLM raises many types; keep the first error whole
                 raise EngineError(f"vLLM generate failed: {type(err).__name__}: {err}") from err
             for (i, prompt), output in zip(pending, outputs, strict=True):
@@ -309,6 +311,8 @@ def build_engine(
         from vllm import LLM
 
         llm = LLM(**kwargs)
+    except Interrupted:
+        raise  # SIGTERM / Ctrl-C during the start: not an engine failure
     except Exception as err:
         raise EngineError(f"vLLM could not load {model.path!r}: {type(err).__name__}: {err}") from err
     scorer = Scorer(llm.get_tokenizer(), classify_cfg, model_cfg.max_model_len)

@@ -97,3 +97,12 @@ class VerificationError(DocpilotError):
     exit_code = 8
     http_status = 500
     kind = "verification"
+
+
+class Interrupted(DocpilotError):
+    """The run was stopped by SIGTERM or SIGINT (:func:`classify.runrecords.signals_raise_interrupted`)."""
+
+    exit_code = 130
+    http_status = 503
+    kind = "interrupted"
+

@@ -14,14 +14,18 @@ import importlib.metadata
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
+import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from classify.errors import VerificationError
+from classify.errors import Interrupted, VerificationError
 from classify.model import file_sha256
 
 SHA256SUMS = "SHA256SUMS"
@@ -226,3 +230,39 @@ def verify_export(export_dir: Path, check: Callable[[Path], list[str]] | None = 
 def text_sha256(text: str) -> str:
     """sha256 hex digest of a UTF-8 string."""
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+@contextmanager
+def signals_raise_interrupted(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[None]:
+    """While inside, the first SIGTERM or SIGINT raises :class:`classify.errors.Interrupted` in the main thread.
+
+    A run that is stopped can then write down where it stopped (its summary and decision)
+    instead of vanishing (SIGTERM's default) with a half-written run folder. Later signals are
+    ignored with a message on stderr, so they cannot cut that record short (SIGKILL still stops
+    the process at once). Outside the main thread (signal handlers cannot be set there) this
+    does nothing. The previous handlers are restored on exit.
+
+    Raises:
+        Interrupted: a handled signal arrived (message names it, e.g. ``"stopped by SIGTERM"``).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    fired: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if fired:
+            print(f"{name}: already stopping, writing the run record (SIGKILL stops at once)", file=sys.stderr)
+            return
+        fired.append(signum)
+        raise Interrupted(f"stopped by {name}")
+
+    previous = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+

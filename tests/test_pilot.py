@@ -175,3 +175,48 @@ def test_a_pilot_set_without_a_planned_reject_fails_its_check(pilot_config):
     check = next(c for c in summary["checks"] if c["name"] == "expected_rejects")
     assert not check["ok"] and "needs at least one planned reject" in check["detail"]
     assert summary["failed_checks"] == ["expected_rejects"] and summary["verdict"] == "fail"
+
+
+@pytest.mark.engine
+def test_sigterm_during_engine_start_still_records_where_the_pilot_stopped(tmp_path):
+    """A real ``docpilot pilot`` process is stopped with SIGTERM while vLLM starts: the run folder gets
+    its summary and a decision, the exit status is 130, the pilot gate is untouched, no engine process is left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    env = {**os.environ, "DOCPILOT_HOME": str(tmp_path / "home"), "DOCPILOT_RUNS": str(tmp_path / "runs"),
+           "DOCPILOT_EXPORTS": str(tmp_path / "exports")}
+    proc = subprocess.Popen([sys.executable, "-m", "classify.cli", "pilot"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    children: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list((tmp_path / "runs").glob("*/inputs.json")):
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(0.2)
+        while time.monotonic() < deadline and not psutil.Process(proc.pid).children():
+            time.sleep(0.2)  # inside build_engine: vLLM has spawned its engine core and is starting it
+        time.sleep(2)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children and not list((tmp_path / "runs").glob("*/results.jsonl"))  # still starting: nothing classified
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stage_reached"] == "load-model" and summary["verdict"] == "fail"
+    assert summary["first_error"] == {"stage": "load-model", "type": "Interrupted", "message": "stopped by SIGTERM"}
+    decision = json.loads((run_dir / "decision.json").read_text())
+    assert decision["decision"] == "fix-environment" and "run the pilot again" in decision["reasons"][1]
+    assert "error at stage load-model: Interrupted: stopped by SIGTERM" in out
+    assert not (tmp_path / "home" / "pilots").exists() or not any((tmp_path / "home" / "pilots").iterdir())
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"engine processes left behind: {[p.pid for p in alive]}"
