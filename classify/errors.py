@@ -105,4 +105,3 @@ class Interrupted(DocpilotError):
     exit_code = 130
     http_status = 503
     kind = "interrupted"
-

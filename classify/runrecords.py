@@ -265,4 +265,3 @@ def signals_raise_interrupted(signums: tuple[int, ...] = (signal.SIGTERM, signal
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
-
