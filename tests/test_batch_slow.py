@@ -97,10 +97,12 @@ def test_sigkill_driver_and_actor_then_resume_gives_each_id_once(tmp_path, bbc_d
     done_before = [int(p.stem) for p in (run / "shards").glob("*.jsonl")]
     assert 0 < len(done_before) < 12 and not (run / "summary.json").exists()
     # 3. the rerun with the same batch id finishes; every id exactly once
+    killed_attempt = list(seen)
     try:
         again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
         assert again.returncode == 0, again.stderr[-3000:]
-        seen += _recorded_procs(run)
+        rerun = [rec for rec in _recorded_procs(run) if rec not in killed_attempt]
+        seen += rerun
         rows = read_jsonl(run / "results.jsonl")
         assert sorted(r["id"] for r in rows) == sorted(spec["ids"])
         summary = json.loads((run / "summary.json").read_text())
@@ -111,9 +113,14 @@ def test_sigkill_driver_and_actor_then_resume_gives_each_id_once(tmp_path, bbc_d
         planned = {s["index"]: s["n_docs"] for s in manifest["shards"]}
         assert summary["this_attempt"]["processed_docs"] == len(spec["ids"]) - sum(planned[i] for i in done_before)
         assert summary["this_attempt"]["processed_docs"] < len(spec["ids"])  # completed shards were not redone
-        # 4. no engine process of the killed attempt is left running (the rerun reaps them)
-        leftovers = [rec for rec in seen if _alive(rec)]
-        assert leftovers == [], f"engine processes left running: {leftovers}"
+        # 4. no engine process of the killed attempt is left running (the rerun reaps them before it starts) ...
+        leftovers = [rec for rec in killed_attempt if _alive(rec)]
+        assert leftovers == [], f"engine processes of the killed attempt left running: {leftovers}"
+        # ... and the rerun's own actors and engines exit with it (Ray stops its worker processes asynchronously)
+        deadline = time.monotonic() + 60
+        while any(_alive(rec) for rec in rerun) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert [rec for rec in rerun if _alive(rec)] == [], "the rerun's engine processes outlived it by 60 s"
     finally:
         kill_recorded(seen)
         for proc in ray_leftovers:
