@@ -20,7 +20,7 @@ help:
 	@echo "doctor     environment checks (JSON + table); non-zero exit on a blocker"
 	@echo "pilot      12-document pilot: INPUT=, ADAPTER=name@version, EXPORT_DIR="
 	@echo "train      LoRA fine-tuning (SMOKE=1 for a few-minute smoke run)"
-	@echo "batch      full corpus on Ray: CORPUS=, BATCH=<id to resume>, ADAPTER="
+	@echo "batch      full corpus on Ray: CORPUS=, BATCH=<id to resume>, ADAPTER=, CPU_ACTORS=, SKIP_PILOT_GATE=1"
 	@echo "status     progress of a batch run: BATCH=<id>"
 	@echo "submit     submit the batch to a Ray cluster's job server (RAY_ADDRESS)"
 	@echo "serve      HTTP endpoint (FastAPI over vLLM)"
@@ -62,7 +62,7 @@ train: model
 	$(BIN)/docpilot train --config $(TRAIN_CONFIG) $(if $(SMOKE),--smoke)
 
 batch: model
-	$(BIN)/docpilot batch --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(BATCH),--batch-id $(BATCH)) $(if $(ADAPTER),--adapter $(ADAPTER))
+	$(BIN)/docpilot batch --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(BATCH),--batch-id $(BATCH)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(CPU_ACTORS),--cpu-actors $(CPU_ACTORS)) $(if $(SKIP_PILOT_GATE),--skip-pilot-gate)
 
 status: setup
 	$(BIN)/docpilot status $(BATCH)

@@ -35,7 +35,7 @@ def _read_rows(path: Path, cfg: DataSection) -> list[dict[str, Any]]:
         csv.field_size_limit(sys.maxsize)
         try:
             with path.open(encoding="utf-8-sig", newline="") as fh:
-                reader = csv.DictReader(fh)
+                reader = csv.DictReader(fh, strict=True)  # an unclosed quote is an error, not one merged row
                 header = list(reader.fieldnames or [])
                 missing = [c for c in (cfg.text_column, cfg.category_column) if c not in header]
                 if missing:

@@ -29,7 +29,10 @@ def _read_labels_file(folder: Path) -> dict[str, str]:
                 raise InputError(f"{path}: must be a JSON object mapping each id to a category or 'reject'")
             return {str(k): v for k, v in data.items()}
         with path.open(encoding="utf-8-sig", newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            try:
+                rows = list(csv.DictReader(fh, strict=True))
+            except csv.Error as err:
+                raise InputError(f"{path}: malformed CSV: {err}") from None
         if rows and not {"id", "label"} <= set(rows[0]):
             raise InputError(f"{path}: needs columns `id` and `label`, got {list(rows[0])}")
         return {r["id"]: r["label"] for r in rows}

@@ -4,7 +4,9 @@ Each actor builds the one vLLM classifier (:func:`classify.engine.build_engine`)
 classifies whole shards. The scheduler keeps two shards in flight per actor (so an actor
 never idles between shards), and when an actor dies (process killed, node lost) or a shard
 task fails, it kills that actor, starts a fresh one in its slot and queues the shard again,
-up to ``max_shard_retries`` times per shard.
+up to ``max_shard_retries`` times per shard. An actor runs its shards one after the other, so
+when it dies, the shard it was running (the earliest submitted) is charged the retry and the
+shard queued behind it is requeued free.
 """
 
 from __future__ import annotations
@@ -297,7 +299,7 @@ def run_pool(
         slots.append([start(slot, 0), 0])
     queue = deque(shards)
     attempts: dict[int, int] = {}
-    inflight: dict[Any, tuple[int, int, tuple[int, list[Document]]]] = {}
+    inflight: dict[Any, tuple[int, int, tuple[int, list[Document]]]] = {}  # in submission order
     load = [0] * n_actors
     try:
         while queue or inflight:
@@ -316,12 +318,19 @@ def run_pool(
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
                     pass  # its shards fail too and are retried below
                 continue
+            # an actor runs its tasks in submission order: when it fails, the shard it was running is the
+            # earliest submitted one still in flight on it (another shard queued behind it fails as collateral)
+            running = next(r for r in inflight if inflight[r][:2] == inflight[ref][:2])
             slot, generation, shard = inflight.pop(ref)
             if generation == slots[slot][1]:
                 load[slot] -= 1
             try:
                 rows = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                if running is not ref and isinstance(err, ray.exceptions.RayActorError):
+                    blamed = inflight.pop(running)[2]  # the running shard is blamed; this one is requeued free
+                    queue.appendleft(shard)
+                    shard = blamed
                 index = shard[0]
                 attempts[index] = attempts.get(index, 0) + 1
                 first_line = str(err).strip().splitlines()[-1][:500] if str(err).strip() else type(err).__name__

@@ -193,7 +193,9 @@ def run_pilot(
         summary["run_id"] = run_id
     assert summary is not None
     decision = _write_outcome(run_dir, run_id, params, summary, stage, error)
-    if model is not None and not isinstance(error, Interrupted):  # a stopped run says nothing about the combination
+    # The gate records a verdict only for the combination that was piloted: not for a stopped run, and not
+    # when the adapter asked for never loaded (that says nothing about the base model without it).
+    if model is not None and not isinstance(error, Interrupted) and (adapter_ref is None or params["adapter"]):
         key = combo_key(model.fingerprint, params["adapter"]["sha256"] if params["adapter"] else None,
                         params["classification_sha256"])
         record_pilot(key, run_id, summary["verdict"], {

@@ -156,21 +156,22 @@ def iter_csv(
         id_prefix: prefix for generated ids (default: the file's stem).
 
     Raises:
-        InputError: the file cannot be decoded or lacks ``text_column``.
+        InputError: the file cannot be decoded, is malformed (an unclosed quote: the error names the
+            line) or lacks ``text_column``.
     """
     csv.field_size_limit(sys.maxsize)
     try:
         fh = path.open(encoding="utf-8-sig", newline="")
-        reader = csv.DictReader(fh)
+        reader = csv.DictReader(fh, strict=True)  # strict: an unbalanced quote is an error, not one merged row
         header = reader.fieldnames or []
-    except (OSError, UnicodeDecodeError) as err:
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise InputError(f"{path}: cannot read CSV: {err}") from None
     with fh:
         if text_column not in header:
             raise InputError(f"{path}: text column {text_column!r} not in header {header}")
         use_ids = id_column is not None and id_column in header
         prefix = id_prefix or path.stem
-        for index, row in enumerate(reader):
+        for index, row in _csv_rows(reader, path):
             doc_id = str(row[id_column]) if use_ids else f"{prefix}-{index:04d}"
             where = f"{path.name}#row{index}"
             if use_ids and not doc_id:
@@ -178,6 +179,23 @@ def iter_csv(
                 yield Document(doc_id, None, "", 0, f"row {index} has an empty `{id_column}`", where), row
                 continue
             yield document_from_text(doc_id, row[text_column] or "", max_doc_bytes, where), row
+
+
+def _csv_rows(reader: csv.DictReader, path: Path) -> Iterator[tuple[int, dict]]:
+    """``enumerate(reader)``, with a malformed CSV turned into :class:`InputError` naming the line."""
+    index = 0
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            raise InputError(f"{path}: malformed CSV in the record starting at line {reader.line_num + 1}: {err} "
+                             "(an unclosed quote would merge every following row into one document); fix the file") from None
+        except UnicodeDecodeError as err:
+            raise InputError(f"{path}: cannot read CSV: {err}") from None
+        yield index, row
+        index += 1
 
 
 def find_duplicate_ids(docs: list[Document]) -> dict[str, list[str]]:

@@ -76,6 +76,13 @@ def test_csv_generated_ids_are_stable(tmp_path):
         list(iter_csv(path, 1000, text_column="body"))
 
 
+def test_csv_with_an_unclosed_quote_is_refused_naming_the_line(tmp_path):
+    path = tmp_path / "broken.csv"
+    path.write_text('text,category\nfine,tech\n"unterminated,tech\nfoo,bar\nbaz,qux\n')
+    with pytest.raises(InputError, match=r"broken\.csv: malformed CSV in the record starting at line 3: unexpected end of data \(an unclosed quote"):
+        list(iter_csv(path, 1000, id_column=None))
+
+
 def test_duplicates_collapse_to_one_rejected_row_naming_each_occurrence(tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text("\n".join(json.dumps({"id": i, "text": t}) for i, t in [("x", "one"), ("y", "two"), ("x", "three")]))

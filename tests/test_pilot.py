@@ -220,3 +220,14 @@ def test_sigterm_during_engine_start_still_records_where_the_pilot_stopped(tmp_p
     assert not (tmp_path / "home" / "pilots").exists() or not any((tmp_path / "home" / "pilots").iterdir())
     _, alive = psutil.wait_procs(children, timeout=30)
     assert not alive, f"engine processes left behind: {[p.pid for p in alive]}"
+
+
+def test_an_adapter_that_never_loads_leaves_the_base_models_gate_alone(pilot_config):
+    from classify.paths import pilots_dir
+
+    outcome = run_pilot(pilot_config, PILOT, adapter_ref="nope@1")  # a typo in the adapter name
+    assert outcome.stage == "load-adapter" and outcome.exit_code == 4
+    assert outcome.summary["first_error"]["type"] == "AdapterNotFound"
+    # no verdict recorded: not for the base model alone (it was not what was piloted), nor for the adapter
+    records = list(pilots_dir().glob("*.json")) if pilots_dir().exists() else []
+    assert not [p.name for p in records if outcome.run_id in p.read_text()]

@@ -96,6 +96,14 @@ def test_bad_training_data_stops_before_training_with_a_support_note(train_confi
         assert needed in note
 
 
+def test_training_csv_with_an_unclosed_quote_stops_before_training(train_config, tmp_path):
+    data = _csv(tmp_path / "data.csv", GOOD)
+    data.write_text(data.read_text() + '"an unclosed quote,sport\nmore,tech\n')
+    cfg = _quick(train_config).model_copy(update={"data": train_config.data.model_copy(update={"path": str(data)})})
+    with pytest.raises(InputError, match=r"data\.csv: cannot read training CSV: unexpected end of data$"):
+        train(cfg, smoke=True)
+
+
 def test_disk_shortfall_stops_with_the_numbers(tmp_path):
     plan = disk_plan(base_bytes=2**60, base_cached=False, lora_params=1000, keep_checkpoints=2, merge=True)
     with pytest.raises(EnvironmentCheckError, match=r"^not enough free disk at .*: the run needs \d+\.\d MiB \(base_weights \d+\.\d MiB, .*merged_model .* MiB\) but only \d+\.\d MiB is free"):
