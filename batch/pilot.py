@@ -20,7 +20,7 @@ from typing import Any
 
 from batch._pilot_inputs import read_pilot_set
 from batch._pilot_report import STAGES, build_summary, decide, decision_markdown, recheck_copy
-from classify.config import PilotConfig, classification_sha256, config_sha256, load_config
+from classify.config import ClassifyConfig, PilotConfig, classification_sha256, config_sha256, load_config
 from classify.doctor import blockers, findings_json, run_checks
 from classify.engine import AdapterHandle, Classifier, build_engine
 from classify.errors import EngineError, EnvironmentCheckError, Interrupted, VerificationError
@@ -69,6 +69,27 @@ class PilotOutcome:
     stage: str
     summary: dict[str, Any] = field(default_factory=dict)
     exit_code: int = 0
+
+
+PROMPT_FIELDS = ("categories", "instruction", "max_doc_tokens")
+"""The ``classify`` fields that shape the prompt an adapter was trained on."""
+
+
+def prompt_mismatch(card: dict[str, Any], classify_cfg: ClassifyConfig) -> list[str]:
+    """Where the prompt an adapter was trained on differs from the one this config builds.
+
+    Args:
+        card: the adapter's registry card (its ``classify`` section is the training config's).
+        classify_cfg: the ``classify`` section the pilot runs with.
+
+    Returns:
+        One ``"<field>: trained <value>, piloted <value>"`` line per differing field of
+        :data:`PROMPT_FIELDS`; empty when they agree or the card has no ``classify`` section.
+    """
+    trained = card.get("classify") or {}
+    now = classify_cfg.model_dump(mode="json")
+    return [f"{k}: trained {trained[k]!r}, piloted {now[k]!r}" for k in PROMPT_FIELDS
+            if k in trained and trained[k] != now[k]]
 
 
 def _resolve_adapter(ref: str, model: ModelRef) -> tuple[AdapterHandle, Any]:
@@ -148,7 +169,12 @@ def run_pilot(
         if adapter_ref:
             stage = "load-adapter"
             handle, resolved_adapter = _resolve_adapter(adapter_ref, model)
-            params["adapter"] = {"ref": handle.name, "path": handle.path, "sha256": handle.sha256}
+            params["adapter"] = {"ref": handle.name, "path": handle.path, "sha256": handle.sha256,
+                                 "prompt_mismatch": prompt_mismatch(resolved_adapter.card, cfg.classify)}
+            if params["adapter"]["prompt_mismatch"]:
+                log.warning("adapter %s was trained on another prompt than this pilot builds (%s): expect lower "
+                            "accuracy; pilot it with the classify settings it was trained with",
+                            handle.name, "; ".join(params["adapter"]["prompt_mismatch"]))
         if engine is None:
             stage = "load-model"
             engine = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=handle is not None, model=model)

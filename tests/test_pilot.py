@@ -231,3 +231,15 @@ def test_an_adapter_that_never_loads_leaves_the_base_models_gate_alone(pilot_con
     # no verdict recorded: not for the base model alone (it was not what was piloted), nor for the adapter
     records = list(pilots_dir().glob("*.json")) if pilots_dir().exists() else []
     assert not [p.name for p in records if outcome.run_id in p.read_text()]
+
+
+def test_prompt_mismatch_names_each_prompt_field_the_adapter_was_trained_without(pilot_config):
+    from batch.pilot import prompt_mismatch
+
+    trained = pilot_config.classify.model_dump(mode="json")
+    assert prompt_mismatch({"classify": trained}, pilot_config.classify) == []
+    smoke = {**trained, "max_doc_tokens": 48, "max_doc_bytes": 1}  # max_doc_bytes does not shape the prompt
+    assert prompt_mismatch({"classify": smoke}, pilot_config.classify) == [
+        f"max_doc_tokens: trained 48, piloted {pilot_config.classify.max_doc_tokens}"]
+    assert prompt_mismatch({}, pilot_config.classify) == []
+

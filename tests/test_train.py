@@ -133,7 +133,7 @@ def test_loss_fell_compares_first_and_last_window():
 
 
 @pytest.mark.engine
-def test_smoke_training_checkpoints_publishes_and_serves_through_vllm(train_config, engine, bbc_dir):
+def test_smoke_training_checkpoints_publishes_and_serves_through_vllm(train_config, pilot_config, engine, bbc_dir):
     cfg = _quick(train_config).model_copy(update={"checks": train_config.checks})
     outcome = train(cfg, smoke=True, classifier=engine)
     s = outcome.summary
@@ -154,6 +154,17 @@ def test_smoke_training_checkpoints_publishes_and_serves_through_vllm(train_conf
     results = engine.classify(docs, adapter=resolved.handle())
     assert [r.id for r in results] == [d.id for d in docs]
     assert all(r.status == "accepted" and r.category in cfg.classify.categories for r in results)
+    # make pilot ADAPTER=...: base + adapter through vLLM's LoRA support; the card records the outcome
+    from batch.pilot import run_pilot
+
+    pilot_set = Path(__file__).resolve().parent.parent / "data" / "pilot"
+    trial = run_pilot(pilot_config, pilot_set, adapter_ref="bbc-news-smoke@1", engine=engine)
+    params = json.loads((trial.run_dir / "params.json").read_text())
+    assert params["adapter"]["sha256"] == resolved.sha256 and trial.summary["total"] == 12
+    assert params["adapter"]["prompt_mismatch"] == [  # the smoke run trains on 48-token documents
+        f"max_doc_tokens: trained {cfg.smoke.max_doc_tokens}, piloted {pilot_config.classify.max_doc_tokens}"]
+    pilot = Registry().show("bbc-news-smoke@1").card["pilot"]
+    assert pilot == {**pilot, "status": "passed" if trial.verdict == "pass" else "failed", "run_id": trial.run_id}
 
 
 def _run_train(config: Path, *extra: str) -> subprocess.Popen:
