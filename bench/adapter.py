@@ -14,20 +14,8 @@ import os
 import time
 from typing import Any
 
-from bench.common import bbc_test
+from bench.common import accuracy, bbc_test, per_category_accuracy
 from classify.config import PilotConfig, load_config
-
-
-def _accuracy(results: list[Any], labels: dict[str, str]) -> float:
-    return sum(r.category == labels[r.id] for r in results) / len(results)
-
-
-def _per_category(results: list[Any], labels: dict[str, str], categories: tuple[str, ...]) -> dict[str, float]:
-    out = {}
-    for cat in categories:
-        mine = [r for r in results if labels[r.id] == cat]
-        out[cat] = round(sum(r.category == cat for r in mine) / len(mine), 4) if mine else None
-    return out
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -65,7 +53,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     finally:
         engine.shutdown()
     cats = cfg.classify.categories
-    acc_base, acc_tuned = _accuracy(base, labels), _accuracy(tuned, labels)
+    acc_base, acc_tuned = accuracy(base, labels), accuracy(tuned, labels)
     card = adapter.card
     metrics = card.get("metrics", {})
     tcfg = card.get("training", {}).get("config", {})
@@ -77,7 +65,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "n_articles": len(docs),
         "base_accuracy": round(acc_base, 4),
         "adapter_accuracy": round(acc_tuned, 4),
-        "adapter_per_category": _per_category(tuned, labels, cats),
+        "adapter_per_category": per_category_accuracy(tuned, labels, cats),
         "base_docs_per_s": round(len(docs) / base_s, 2),
         "adapter_docs_per_s": round(len(docs) / tuned_s, 2),
         "adapter_rejected": sum(r.status != "accepted" for r in tuned),

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Any
 
-from bench.common import bbc_test
+from bench.common import accuracy, bbc_test, per_category_accuracy
 from classify.config import ModelConfig, PilotConfig, load_config
 from classify.paths import state_dir
 
@@ -51,16 +51,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         seconds = time.perf_counter() - t0
     finally:
         engine.shutdown()
-    correct = sum(r.category == labels[r.id] for r in results)
-    per_cat = {}
-    for cat in cfg.classify.categories:
-        mine = [r for r in results if labels[r.id] == cat]
-        per_cat[cat] = round(sum(r.category == cat for r in mine) / len(mine), 4) if mine else None
+    per_cat = per_category_accuracy(results, labels, cfg.classify.categories)
     figures = {
         "adapter": adapter.ref,
         "adapter_sha256": adapter.sha256,
         "n_articles": len(results),
-        "accuracy": round(correct / len(results), 4),
+        "accuracy": round(accuracy(results, labels), 4),
         "per_category_accuracy": per_cat,
         "docs_per_s": round(len(results) / seconds, 2),
         "tokens_per_s": round(sum(r.n_tokens for r in results) / seconds, 1),

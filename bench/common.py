@@ -22,6 +22,24 @@ def bbc_test(n: int | None = None) -> tuple[list[Document], dict[str, str]]:
     return [d for d, _ in pairs], {d.id: row["category"] for d, row in pairs}
 
 
+def accuracy(results: list[Any], labels: dict[str, str]) -> float:
+    """Share (0-1) of ``results`` whose ``category`` equals ``labels[id]``.
+
+    Raises:
+        ZeroDivisionError: ``results`` is empty.
+    """
+    return sum(r.category == labels[r.id] for r in results) / len(results)
+
+
+def per_category_accuracy(results: list[Any], labels: dict[str, str], categories: tuple[str, ...]) -> dict[str, float | None]:
+    """Accuracy (0-1, 4 decimals) on the articles of each labelled category; ``None`` for a category with none."""
+    out: dict[str, float | None] = {}
+    for cat in categories:
+        mine = [r for r in results if labels[r.id] == cat]
+        out[cat] = round(sum(r.category == cat for r in mine) / len(mine), 4) if mine else None
+    return out
+
+
 def matmul_gflops(dtype_name: str, n: int = 2048, repeats: int = 3) -> float:
     """Measured rate of an ``n x n`` matrix product on this CPU in GFLOP/s (``2 n^3`` flops per product)."""
     import torch

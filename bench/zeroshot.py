@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from bench.common import bbc_test, forward_gflop_per_token, matmul_gflops
+from bench.common import accuracy, bbc_test, forward_gflop_per_token, matmul_gflops
 from classify.config import PilotConfig, load_config
 
 
@@ -70,7 +70,6 @@ def run(quick: bool = False) -> dict[str, Any]:
     hf_picks, hf_s = _transformers_loop(model.path, dtype, prompts, first_tokens)
     cats = cfg.classify.categories
     agree = sum(cats[p] == r.category for p, r in zip(hf_picks, cmp_results, strict=True)) / n_cmp
-    correct = sum(r.category == labels[r.id] for r in results)
     cmp_tokens = sum(r.n_tokens for r in cmp_results)
     from transformers import AutoConfig
 
@@ -82,7 +81,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     figures = {
         "dtype": dtype,
         "engine_start_s": round(start_s, 1),
-        "zero_shot_accuracy": round(correct / len(results), 4),
+        "zero_shot_accuracy": round(accuracy(results, labels), 4),
         "n_articles": len(results),
         "all_articles_s": round(all_s, 2),
         "compare_articles": n_cmp,
