@@ -219,10 +219,11 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
     groups = None
     if (cpu_bind == "split" and n_cpu_actors >= 2 and not os.environ.get("RAY_ADDRESS")
             and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ):
-        groups = cpu_core_groups(n_cpu_actors, sorted(os.sched_getaffinity(0)))
+        cores = list(os.sched_getaffinity(0))
+        groups = cpu_core_groups(n_cpu_actors, cores)
         if groups is None:
             log.warning("%d CPU actors but only %d cores: every engine keeps vLLM's auto binding",
-                        n_cpu_actors, len(os.sched_getaffinity(0)))
+                        n_cpu_actors, len(cores))
         else:
             log.info("CPU engine actors bound to their own cores (VLLM_CPU_OMP_THREADS_BIND): %s", groups)
     options = []

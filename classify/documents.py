@@ -171,31 +171,20 @@ def iter_csv(
             raise InputError(f"{path}: text column {text_column!r} not in header {header}")
         use_ids = id_column is not None and id_column in header
         prefix = id_prefix or path.stem
-        for index, row in _csv_rows(reader, path):
-            doc_id = str(row[id_column]) if use_ids else f"{prefix}-{index:04d}"
-            where = f"{path.name}#row{index}"
-            if use_ids and not doc_id:
-                doc_id = where
-                yield Document(doc_id, None, "", 0, f"row {index} has an empty `{id_column}`", where), row
-                continue
-            yield document_from_text(doc_id, row[text_column] or "", max_doc_bytes, where), row
-
-
-def _csv_rows(reader: csv.DictReader, path: Path) -> Iterator[tuple[int, dict]]:
-    """``enumerate(reader)``, with a malformed CSV turned into :class:`InputError` naming the line."""
-    index = 0
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
+        try:  # only the reader raises these: the loop body does no CSV or decoding of its own
+            for index, row in enumerate(reader):
+                doc_id = str(row[id_column]) if use_ids else f"{prefix}-{index:04d}"
+                where = f"{path.name}#row{index}"
+                if use_ids and not doc_id:
+                    doc_id = where
+                    yield Document(doc_id, None, "", 0, f"row {index} has an empty `{id_column}`", where), row
+                    continue
+                yield document_from_text(doc_id, row[text_column] or "", max_doc_bytes, where), row
         except csv.Error as err:
             raise InputError(f"{path}: malformed CSV in the record starting at line {reader.line_num + 1}: {err} "
                              "(an unclosed quote would merge every following row into one document); fix the file") from None
         except UnicodeDecodeError as err:
             raise InputError(f"{path}: cannot read CSV: {err}") from None
-        yield index, row
-        index += 1
 
 
 def find_duplicate_ids(docs: list[Document]) -> dict[str, list[str]]:
