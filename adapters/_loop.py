@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from adapters._checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from adapters._checkpoint import resume_latest, save_checkpoint
 from adapters._config import TrainConfig
 from adapters._data import collate_left, micro_batch_indices
 
@@ -100,7 +100,12 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
 
     Returns:
         State: ``history`` (one entry per step: loss, lr, tokens, cpu_s, wall_s), ``tokens``,
-        ``cpu_s``, ``wall_s``, ``resumed_from``, ``steps``.
+        ``cpu_s``, ``wall_s``, ``resumed_from``, ``skipped_checkpoints`` (unusable ones passed over on
+        resume), ``steps``.
+
+    Raises:
+        ConfigError: the checkpoint to resume from was written with another config.
+        EnvironmentCheckError: a checkpoint could not be written (full disk, quota, I/O error).
     """
     import torch
 
@@ -113,13 +118,14 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
     ckpt_root = run_dir / "checkpoints"
     state: dict[str, Any] = {"history": [], "tokens": 0, "cpu_s": 0.0, "wall_s": 0.0, "resumed_from": []}
     step = 0
-    latest = latest_checkpoint(ckpt_root)
-    if latest is not None:
-        step, state = load_checkpoint(latest, model, optimizer, scheduler, config_sha256)
+    resumed = resume_latest(ckpt_root, model, optimizer, scheduler, config_sha256)
+    if resumed.path is not None:
+        step, state = resumed.step, resumed.state
         state["resumed_from"] = [*state.get("resumed_from", []), step]
-        log.info("resumed from %s (step %d of %d)", latest.name, step, steps)
+        log.info("resumed from %s (step %d of %d)", resumed.path.name, step, steps)
     else:
         torch.manual_seed(t.seed + 1)  # dropout stream, independent of the LoRA init
+    state["skipped_checkpoints"] = [*state.get("skipped_checkpoints", []), *resumed.skipped]
     log.info("training %d steps: %d rows, batch %d x accum %d, lr %.2e, %s, %d thread(s)",
              steps, len(examples), t.batch_size, t.grad_accum_steps, t.learning_rate, t.dtype, t.threads)
     while step < steps:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import platform
 import shutil
@@ -80,6 +81,75 @@ def check_disk(folder: Path, plan: dict[str, int]) -> dict[str, int]:
             f"but only {free / 2**20:.1f} MiB is free; free space or set DOCPILOT_RUNS elsewhere"
         )
     return {**plan, "free": free}
+
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+"""``OSError.errno`` values that mean the file system (or the user's quota) is full."""
+
+_DISK_FULL_WORDS = ("no space left on device", "disk quota exceeded", "os error 28)", "os error 122)")
+_WRITE_FAILURE_WORDS = ("i/o error", "ioerror", "file write failed", "pytorchstreamwriter", "unexpected pos",
+                        "iostream error")
+"""Text of the write failures that arrive without an errno: safetensors' ``SafetensorError`` wraps the
+OS error in its message, and ``torch.save``'s zip writer raises a ``RuntimeError`` ("file write failed",
+or "unexpected pos N vs M" when a short write went unnoticed)."""
+
+
+def _chain(err: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while err is not None and err not in seen:
+        seen.append(err)
+        err = err.__cause__ or err.__context__
+    return seen
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether ``err`` (or an error it was raised from) says the disk or the quota is full.
+
+    Args:
+        err: any exception.
+
+    Returns:
+        True for an ``OSError`` with errno ``ENOSPC``/``EDQUOT`` anywhere in the chain, or an error
+        whose message carries the OS's words for them (safetensors, torch).
+    """
+    for e in _chain(err):
+        if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
+            return True
+        if any(w in str(e).lower() for w in _DISK_FULL_WORDS):
+            return True
+    return False
+
+
+def is_write_failure(err: BaseException) -> bool:
+    """Whether ``err``, raised while writing a file, is the machine's failure rather than a bug.
+
+    Args:
+        err: an exception raised by a file write (``open``/``write``/``fsync``, ``safetensors.torch.save_file``,
+            ``torch.save``).
+
+    Returns:
+        True for any ``OSError``, a full disk (:func:`is_disk_full`), or a safetensors/torch error whose
+        message reports an I/O failure; False for programming errors (``TypeError``, pickling...).
+    """
+    if is_disk_full(err):
+        return True
+    for e in _chain(err):
+        if isinstance(e, OSError):
+            return True
+        if type(e).__name__ in ("SafetensorError", "RuntimeError") and any(w in str(e).lower() for w in _WRITE_FAILURE_WORDS):
+            return True
+    return False
+
+
+def free_mib(folder: Path) -> float:
+    """Free space in MiB on the file system holding ``folder`` (or its nearest existing parent); -1 if unknown."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return shutil.disk_usage(probe).free / 2**20
+    except OSError:
+        return -1.0
 
 
 def device_name() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,12 @@ ENGINE_STEP_TIMEOUT_S = 3600
 
 FORMAT_ROWS = 40
 """Validation rows given to the free-generation format check (greedy decoding is the slow part)."""
+
+PROGRESS_ROWS = 10
+"""Rows between two progress lines of the free-answer check."""
+
+ENGINE_CHUNK_ROWS = 16
+"""Validation rows per vLLM call in the engine check, so that a progress line follows each call."""
 
 
 def loss_fell(history: list[dict[str, float]], window: int) -> dict[str, Any]:
@@ -43,6 +50,12 @@ def free_answers(model: Any, tokenizer: Any, cfg: TrainConfig, rows: list[Row]) 
     the end-of-turn token (:func:`classify.prompt.answer_text`), which is what first-token
     scoring relies on.
 
+    Args:
+        model: the trained peft model.
+        tokenizer: its tokenizer.
+        cfg: train config (categories, ``checks.min_format_share``).
+        rows: validation rows (the first ``FORMAT_ROWS`` are used; a progress line every ``PROGRESS_ROWS``).
+
     Returns:
         ``{"passed", "format_share", "accuracy", "rows", "examples"}``.
     """
@@ -54,8 +67,9 @@ def free_answers(model: Any, tokenizer: Any, cfg: TrainConfig, rows: list[Row]) 
     ok = correct = 0
     examples = []
     sample = rows[:FORMAT_ROWS]
+    t0 = time.time()
     with torch.no_grad():
-        for row in sample:
+        for n, row in enumerate(sample, 1):
             prompt = build_prompt(tokenizer, cfg.classify, row.text)
             ids = torch.tensor([tokenizer(prompt.text, add_special_tokens=False)["input_ids"]])
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=longest,
@@ -66,6 +80,9 @@ def free_answers(model: Any, tokenizer: Any, cfg: TrainConfig, rows: list[Row]) 
             correct += said == row.category
             if len(examples) < 5:
                 examples.append({"id": row.id, "label": row.category, "answer": tokenizer.decode(new)})
+            if n % PROGRESS_ROWS == 0 or n == len(sample):
+                log.info("free answers: %d/%d rows, %d in the answer format, %d right (%.0f s)", n, len(sample), ok,
+                         correct, time.time() - t0)
     model.train()
     share = ok / len(sample)
     min_share = cfg.checks.min_format_share
@@ -92,17 +109,23 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
 
     Raises:
         EngineError: the classifier runs another base model or was built without LoRA.
+
+    Logs the engine start and a progress line (rows done, accepted, right, seconds) after each
+    ``ENGINE_CHUNK_ROWS`` rows.
     """
     from adapters.registry import lora_int_id
     from classify.documents import document_from_text
     from classify.engine import AdapterHandle, Classifier, Scorer, build_engine
 
     own = classifier is None
+    t0 = time.time()
     if own:
         # vLLM kills the engine when one model step exceeds this (default 300 s); a shared 2-core CPU can
         # need longer for a batch of 256-token prompts, and a lost check would waste the whole run.
         os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", str(ENGINE_STEP_TIMEOUT_S))
+        log.info("engine check: starting vLLM with LoRA on %s (about a minute on a 2-core CPU)", model_ref.name)
         classifier = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=True, model=model_ref)
+        log.info("engine check: vLLM ready in %.0f s", time.time() - t0)
     try:
         if classifier.model.fingerprint != model_ref.fingerprint:
             raise EngineError(
@@ -112,9 +135,16 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
         engine = Classifier(classifier.llm, scorer, classifier.model, classifier.lora_enabled)
         handle = AdapterHandle(f"{label}", str(adapter_dir), lora_int_id(f"{label}:{adapter_dir}"))
         docs = [document_from_text(r.id, r.text, cfg.classify.max_doc_bytes) for r in rows]
-        results = engine.classify(docs, adapter=handle)
+        results = []
+        t1 = time.time()
+        for start in range(0, len(docs), ENGINE_CHUNK_ROWS):
+            results += engine.classify(docs[start: start + ENGINE_CHUNK_ROWS], adapter=handle)
+            right = sum(r.category == row.category for r, row in zip(results, rows, strict=False))
+            log.info("engine check: %d/%d rows classified, %d accepted, %d right (%.0f s)", len(results), len(docs),
+                     sum(r.status == "accepted" for r in results), right, time.time() - t1)
     finally:
         if own:
+            log.info("engine check: stopping vLLM")
             classifier.shutdown()
     accepted = [r for r in results if r.status == "accepted"]
     allowed = [r for r in accepted if r.category in cfg.classify.categories]

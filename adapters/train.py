@@ -17,6 +17,7 @@ import gc
 import json
 import logging
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,19 @@ from typing import Any
 from adapters._config import TrainConfig
 from adapters._data import load_rows, split_rows, tokenize
 from adapters._loop import build_lora_model, run_loop, total_steps
-from adapters._support import check_disk, disk_plan, lora_parameter_count, plot_loss, write_support_note
-from adapters._validate import checkpoints_exist, free_answers, loss_fell, through_engine
+from adapters._support import (
+    check_disk,
+    disk_plan,
+    free_mib,
+    is_disk_full,
+    lora_parameter_count,
+    plot_loss,
+    write_support_note,
+)
+from adapters._validate import FORMAT_ROWS, checkpoints_exist, free_answers, loss_fell, through_engine
 from adapters.registry import Registry, ResolvedAdapter
 from classify.config import classification_sha256, config_sha256, load_config
-from classify.errors import AdapterError, ConfigError, VerificationError
+from classify.errors import AdapterError, ConfigError, DocpilotError, EnvironmentCheckError, VerificationError
 from classify.model import resolve_model
 from classify.paths import runs_dir
 from classify.runrecords import code_revision, new_run_dir, utc_now, write_json_atomic
@@ -76,8 +85,24 @@ def find_run(resume: str, sha: str) -> Path:
     raise ConfigError(f"`--resume latest` found no unfinished train run with this config under {root}")
 
 
+class _RunLog(logging.FileHandler):
+    """``train.log``; on a full disk it stops writing after one console warning (no logging traceback)."""
+
+    failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.failed:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        self.failed = True
+        err = sys.exc_info()[1]
+        print(f"warning: cannot write {self.baseFilename} ({type(err).__name__}: {err}); "
+              "the rest of the log goes to the console only", file=sys.stderr)
+
+
 def _log_to(run_dir: Path) -> logging.Handler:
-    handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    handler = _RunLog(run_dir / "train.log", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
@@ -102,7 +127,8 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
     Raises:
         InputError: bad training data (before any training).
         ConfigError: bad config, an example over ``max_seq_tokens``, or a resume mismatch.
-        EnvironmentCheckError: not enough free disk.
+        EnvironmentCheckError: not enough free disk before training, or the disk filled up while writing a
+            checkpoint or the adapter (the message names the folder and the free space).
         VerificationError: an end-of-run check failed (nothing is published).
         AdapterError: publishing failed.
     """
@@ -151,21 +177,31 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         plot_loss(state["history"], adapter_dir / "loss_curve.png", f"{cfg.output.adapter_name} ({run_id})")
         (adapter_dir / "loss.jsonl").write_text("".join(json.dumps(h) + "\n" for h in state["history"]))
         stage = "checks"
+        n_checks = 4 if cfg.checks.validation_engine == "vllm" else 3
+        checks_t0 = time.time()
         checks = {
             "loss_fell": loss_fell(state["history"], cfg.training.loss_window_steps),
             "checkpoints": checkpoints_exist(run_dir),
-            "free_answers": free_answers(model, tokenizer, cfg, val_rows),
         }
+        log.info("end checks 1-2/%d: loss fell %s, checkpoints %s", n_checks, checks["loss_fell"]["passed"],
+                 checks["checkpoints"]["checkpoints"])
+        log.info("end check 3/%d: free answers of the trained model on %d validation row(s)", n_checks,
+                 min(len(val_rows), FORMAT_ROWS))
+        checks["free_answers"] = free_answers(model, tokenizer, cfg, val_rows)
         del model
         gc.collect()
         if cfg.checks.validation_engine == "vllm":
+            log.info("end check 4/%d: %d validation row(s) through vLLM with the new adapter", n_checks, len(val_rows))
             checks["engine"] = through_engine(cfg, adapter_dir, val_rows, model_ref, classifier, label=f"{run_id}-candidate")
         failed = [name for name, c in checks.items() if not c["passed"]]
+        log.info("end checks done in %.0f s: %s", time.time() - checks_t0,
+                 f"failed {failed}" if failed else "all passed")
         summary = {
             "run_id": run_id, "finished": utc_now(), "smoke": smoke, "config_sha256": sha,
             "data": {"path": str(cfg.data.resolved_path()), "sha256": data_sha, "rows": len(rows),
                      "train_rows": len(train_rows), "validation_rows": len(val_rows)},
-            "steps": state["steps"], "resumed_from": state["resumed_from"], "tokens": state["tokens"],
+            "steps": state["steps"], "resumed_from": state["resumed_from"],
+            "skipped_checkpoints": state.get("skipped_checkpoints", []), "tokens": state["tokens"],
             "cpu_s": round(state["cpu_s"], 1), "wall_s": round(state["wall_s"], 1),
             "tokens_per_s_cpu": round(state["tokens"] / max(state["cpu_s"], 1e-9), 1),
             "tokens_per_s_wall": round(state["tokens"] / max(state["wall_s"], 1e-9), 1),
@@ -189,9 +225,19 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
                  f"published {adapter.ref}" if adapter else "not published")
         return TrainOutcome(run_id, run_dir, summary, adapter)
     except BaseException as err:
+        if not isinstance(err, DocpilotError) and is_disk_full(err):  # outside the checkpoints (adapter, log...)
+            err = EnvironmentCheckError(
+                f"disk full: run {run_id} could not write in {run_dir} at stage {stage}: {free_mib(run_dir):.1f} MiB free "
+                f"on that file system ({type(err).__name__}: {err}); free space (or set DOCPILOT_RUNS elsewhere) "
+                f"and continue with `docpilot train --resume {run_dir}`")
         log.error("run %s failed at stage %s: %s: %s", run_id, stage, type(err).__name__, err)
-        note = write_support_note(run_dir, err, stage, cfg, run_dir / "train.log")
-        log.error("support note: %s", note)
+        try:
+            note = write_support_note(run_dir, err, stage, cfg, run_dir / "train.log")
+            log.error("support note: %s", note)
+        except OSError as note_err:
+            log.error("could not write the support note in %s: %s", run_dir, note_err)
+        if err is not sys.exc_info()[1]:
+            raise err from sys.exc_info()[1]
         raise
     finally:
         log.removeHandler(handler)
