@@ -7,7 +7,15 @@ import json
 from pathlib import Path
 
 from classify.config import ClassifyConfig
-from classify.documents import LABEL_FILES, find_duplicate_ids, iter_csv, iter_directory, iter_jsonl
+from classify.documents import (
+    LABEL_FILES,
+    escape_surrogates,
+    find_duplicate_ids,
+    iter_csv,
+    iter_directory,
+    iter_jsonl,
+    refuse_wide_file,
+)
 from classify.errors import InputError
 from classify.records import Document
 
@@ -20,6 +28,7 @@ def _read_labels_file(folder: Path) -> dict[str, str]:
         path = folder / name
         if not path.is_file():
             continue
+        refuse_wide_file(path)
         if name.endswith(".json"):
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
@@ -27,12 +36,12 @@ def _read_labels_file(folder: Path) -> dict[str, str]:
                 raise InputError(f"{path}: not valid JSON: {err}") from None
             if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
                 raise InputError(f"{path}: must be a JSON object mapping each id to a category or 'reject'")
-            return {str(k): v for k, v in data.items()}
+            return {escape_surrogates(str(k)): v for k, v in data.items()}  # keyed like the documents' ids
         with path.open(encoding="utf-8-sig", newline="") as fh:
             try:
                 rows = list(csv.DictReader(fh, strict=True))
-            except csv.Error as err:
-                raise InputError(f"{path}: malformed CSV: {err}") from None
+            except (csv.Error, UnicodeDecodeError) as err:
+                raise InputError(f"{path}: malformed CSV or not UTF-8: {err}") from None
         if rows and not {"id", "label"} <= set(rows[0]):
             raise InputError(f"{path}: needs columns `id` and `label`, got {list(rows[0])}")
         return {r["id"]: r["label"] for r in rows}
@@ -62,7 +71,8 @@ def read_pilot_set(path: Path, cfg: ClassifyConfig, expected_documents: int) -> 
 
     Raises:
         InputError: missing path, empty folder, unsupported file type, wrong count, duplicate ids,
-            an unreadable labels file, or a label outside the allowed categories.
+            an unreadable labels file (a UTF-16/UTF-32 one is named with its ``iconv`` fix), or a label
+            outside the allowed categories.
     """
     if not path.exists():
         raise InputError(f"pilot input {path} does not exist")

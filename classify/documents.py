@@ -1,10 +1,22 @@
 """Document reading for pilot, batch and serve: folders, JSONL and CSV, with a reason for every reject.
 
-Nothing is dropped: an unreadable, empty, binary, non-UTF-8 or oversize document
-becomes a :class:`~classify.records.Document` with ``reject_reason`` set, and a
+Nothing is dropped: an unreadable, empty, invisible-only, binary, non-UTF-8 or oversize
+document becomes a :class:`~classify.records.Document` with ``reject_reason`` set, and a
 repeated id is reported by :func:`find_duplicate_ids` (pilot refuses it, batch
 rejects the id with a reason naming every occurrence). Mojibake (``Â£``) is valid
 UTF-8 and stays text.
+
+The same rules hold for pilot, batch and serve, which all read through this module:
+
+* an id is a JSON string or integer; any other JSON type (``true``, ``1.5``, ``null``, a list...)
+  is a rejected row named ``<file>#L<line>`` whose reason names the type;
+* an id or text holding a lone surrogate (a JSON ``"\\ud83d"`` escape without its pair, or a file
+  name that is not UTF-8) cannot be written as UTF-8: the row is rejected, and its id is recorded
+  with each surrogate written as the literal text ``\\udXXX`` (:func:`escape_surrogates`), so it
+  is stable across runs and safe to write;
+* a text with no visible character (:func:`has_visible_char`) is an empty document;
+* a UTF-16 or UTF-32 file is named as such with the ``iconv`` command that converts it
+  (:func:`wide_encoding`): a CSV or JSONL corpus is refused, a single document rejected.
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ import csv
 import hashlib
 import json
 import sys
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +37,167 @@ CONTROL_SHARE_LIMIT = 0.10
 """Above this share of control characters (other than tab/newline/CR) a text counts as binary."""
 
 LABEL_FILES = ("labels.json", "labels.csv")
+
+INVISIBLE_CATEGORIES = frozenset({"Cf", "Cc", "Cs", "Zs", "Zl", "Zp"})
+"""General categories with no glyph of their own: format, control, surrogate, space, line and paragraph separators."""
+
+DEFAULT_IGNORABLE_RANGES = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)
+"""Default_Ignorable_Code_Point, inclusive ranges, from the Unicode Character Database file
+``DerivedCoreProperties.txt`` (https://www.unicode.org/Public/UCD/latest/ucd/DerivedCoreProperties.txt;
+the property is defined in UAX #44, https://www.unicode.org/reports/tr44/#Default_Ignorable_Code_Point,
+and its rendering in The Unicode Standard, section 5.21 "Ignoring Characters in Processing").
+It adds fillers that are letters by category (U+115F, U+1160, U+3164, U+FFA0), variation selectors
+(U+180B..U+180D, U+180F, U+FE00..U+FE0F, U+E0100..U+E01EF) and reserved ignorables to the
+format characters."""
+
+_NOT_UTF8_HINT = "; the file is not UTF-8: convert it, e.g. iconv -f <its encoding> -t UTF-8 IN > OUT"
+
+_BOMS = (  # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
+    (b"\x00\x00\xfe\xff", "UTF-32 BE", "UTF-32"),
+    (b"\xff\xfe\x00\x00", "UTF-32 LE", "UTF-32"),
+    (b"\xfe\xff", "UTF-16 BE", "UTF-16"),
+    (b"\xff\xfe", "UTF-16 LE", "UTF-16"),
+)
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate written as the literal text ``\\udXXX`` (other text unchanged).
+
+    This is Python's ``backslashreplace`` error handler applied while encoding to UTF-8, so the
+    result is always encodable, the same input always gives the same result, and text without
+    surrogates comes back unchanged. Two ids that differ only in that one has a surrogate where the
+    other has its escape text end up equal and are then rejected as duplicates, never merged silently.
+
+    Args:
+        text: any Python string (from JSON, a file name decoded with ``surrogateescape``...).
+
+    Returns:
+        A string that encodes as UTF-8, e.g. ``"a\\ud83d"`` (backslash, ``ud83d``) for ``"a\ud83d"``.
+
+    Example:
+        >>> escape_surrogates("x\ud83d")
+        'x\\\\ud83d'
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def lone_surrogate(text: str) -> tuple[int, int] | None:
+    """Where ``text`` first holds a lone surrogate (U+D800..U+DFFF), which UTF-8 cannot encode.
+
+    Returns:
+        ``(index, code point)`` of the first one, or ``None`` when ``text`` encodes as UTF-8.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return err.start, ord(text[err.start])
+    return None
+
+
+def _surrogate_reason(what: str, text: str) -> str | None:
+    found = lone_surrogate(text)
+    if found is None:
+        return None
+    index, cp = found
+    return (f"{what} is not valid Unicode: lone surrogate U+{cp:04X} at character {index} (half of a UTF-16 pair, "
+            "e.g. a JSON \\u escape without its partner); write whole characters as UTF-8")
+
+
+def has_visible_char(text: str) -> bool:
+    """Whether ``text`` holds at least one character that is drawn.
+
+    Invisible are the general categories Cf, Cc, Cs, Zs, Zl and Zp (:data:`INVISIBLE_CATEGORIES`)
+    and the Default_Ignorable_Code_Point set (:data:`DEFAULT_IGNORABLE_RANGES`, from the Unicode
+    Character Database's ``DerivedCoreProperties.txt``). Right-to-left letters, emoji (even in
+    sequences joined by U+200D or styled by U+FE0F) and combining marks on a base are visible.
+
+    Args:
+        text: decoded text.
+
+    Returns:
+        ``True`` when one character is neither in those categories nor default-ignorable.
+    """
+    for ch in text:
+        cp = ord(ch)
+        if unicodedata.category(ch) in INVISIBLE_CATEGORIES:
+            continue
+        if any(lo <= cp <= hi for lo, hi in DEFAULT_IGNORABLE_RANGES):
+            continue
+        return True
+    return False
+
+
+def wide_encoding(head: bytes) -> tuple[str, str] | None:
+    """Recognise UTF-16 or UTF-32 from a file's first bytes (its byte-order mark, or UTF-16 without one).
+
+    Args:
+        head: the first 4 bytes (or more) of the file.
+
+    Returns:
+        ``(description, iconv source encoding)``, e.g. ``("UTF-16 LE (byte-order mark FF FE)", "UTF-16")``;
+        ``None`` when the bytes do not look like UTF-16 or UTF-32. Without a byte-order mark only UTF-16
+        whose first two characters are ASCII is recognised (a zero byte beside each ASCII byte).
+    """
+    for bom, name, iconv in _BOMS:
+        if head.startswith(bom):
+            return f"{name} (byte-order mark {bom.hex(' ').upper()})", iconv
+    if len(head) >= 4 and head[0] and head[2] and not head[1] and not head[3] and head[0] < 0x80 and head[2] < 0x80:
+        return "UTF-16 LE without a byte-order mark", "UTF-16LE"
+    if len(head) >= 4 and head[1] and head[3] and not head[0] and not head[2] and head[1] < 0x80 and head[3] < 0x80:
+        return "UTF-16 BE without a byte-order mark", "UTF-16BE"
+    return None
+
+
+def refuse_wide_file(path: Path) -> None:
+    """Refuse a UTF-16/UTF-32 input file by name, with the command that converts it to UTF-8.
+
+    Args:
+        path: a CSV, JSONL or labels file about to be read as UTF-8.
+
+    Raises:
+        InputError: the file starts like UTF-16 or UTF-32 (:func:`wide_encoding`), e.g.
+            ``c.csv is UTF-16 LE (byte-order mark FF FE), not UTF-8; convert it: iconv -f UTF-16 -t UTF-8 ...``.
+    """
+    try:
+        with path.open("rb") as fh:
+            found = wide_encoding(fh.read(4))
+    except OSError:
+        return  # the reader that follows reports the OS error in its own words
+    if found is not None:
+        name, iconv = found
+        converted = path.with_name(f"{path.stem}.utf8{path.suffix}")
+        raise InputError(f"{path} is {name}, not UTF-8; convert it: iconv -f {iconv} -t UTF-8 {path} > {converted}")
+
+
+def checked_id(doc: Document) -> Document:
+    """``doc`` with an id (and source) that can be written as UTF-8; a lone surrogate in the id rejects it.
+
+    Args:
+        doc: a document as a reader built it, with the id given by the input.
+
+    Returns:
+        ``doc`` itself when its id and source encode as UTF-8; otherwise a rejected document whose
+        id and source are :func:`escape_surrogates` of the given ones and whose reason says why
+        (keeping any earlier reason after it).
+    """
+    reason = _surrogate_reason("id", doc.id)
+    source = escape_surrogates(doc.source)
+    if reason is None:
+        return doc if source == doc.source else Document(doc.id, doc.text, doc.input_sha256, doc.n_chars, doc.reject_reason, source)
+    safe = escape_surrogates(doc.id)
+    reason += f"; recorded as {safe!r}"
+    if doc.reject_reason:
+        reason += f"; the document is also rejected: {doc.reject_reason}"
+    return Document(safe, None, doc.input_sha256, 0, reason, source)
 
 
 def check_bytes(raw: bytes, max_doc_bytes: int) -> tuple[str | None, str | None]:
@@ -40,6 +214,8 @@ def check_bytes(raw: bytes, max_doc_bytes: int) -> tuple[str | None, str | None]
         return None, "empty document (0 bytes)"
     if len(raw) > max_doc_bytes:
         return None, f"over size limit: {len(raw)} bytes > classify.max_doc_bytes {max_doc_bytes}"
+    if (wide := wide_encoding(raw[:4])) is not None:
+        return None, f"not UTF-8: the document is {wide[0]}; convert it: iconv -f {wide[1]} -t UTF-8"
     if b"\x00" in raw:
         return None, "binary content: contains NUL bytes (not a text document)"
     try:
@@ -50,12 +226,23 @@ def check_bytes(raw: bytes, max_doc_bytes: int) -> tuple[str | None, str | None]
 
 
 def check_text(text: str) -> tuple[str | None, str | None]:
-    """Check decoded text: empty or mostly control characters is rejected; see :func:`check_bytes`."""
+    """Check decoded text: empty, mostly control characters, or with no visible character is rejected.
+
+    Args:
+        text: decoded text (see :func:`check_bytes` for the bytes).
+
+    Returns:
+        ``(text, None)`` for a usable document, ``(None, reason)`` otherwise; a text of only
+        zero-width, format or filler characters (:func:`has_visible_char`) is an empty document.
+    """
     if not text.strip():
         return None, "empty document: only whitespace"
     control = sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\n\r")
     if control / len(text) > CONTROL_SHARE_LIMIT:
         return None, f"binary content: {100 * control / len(text):.0f}% control characters"
+    if not has_visible_char(text):
+        shown = ", ".join(f"U+{ord(ch):04X}" for ch in dict.fromkeys(text[:200]))
+        return None, f"empty document: no visible character ({len(text)} invisible characters: {shown[:120]})"
     return text, None
 
 
@@ -73,10 +260,24 @@ def document_from_bytes(doc_id: str, raw: bytes, max_doc_bytes: int, source: str
 
 
 def document_from_text(doc_id: str, text: object, max_doc_bytes: int, source: str = "") -> Document:
-    """Build a :class:`Document` from a JSON/CSV text field (non-strings are rejected with a reason)."""
+    """Build a :class:`Document` from a JSON/CSV/HTTP text field: the one rule for pilot, batch and serve.
+
+    Args:
+        doc_id: the id as given (a lone surrogate in it rejects the document: :func:`checked_id`).
+        text: the field's value; a non-string or a string with a lone surrogate is rejected with a reason.
+        max_doc_bytes: size limit in bytes.
+        source: where it came from, for messages.
+
+    Returns:
+        The document, rejected (``text=None``, ``reject_reason`` set) when it cannot be classified.
+    """
     if not isinstance(text, str):
-        return Document(doc_id, None, "", 0, f"`text` must be a string, got {type(text).__name__}", source)
-    return document_from_bytes(doc_id, text.encode("utf-8", errors="surrogatepass"), max_doc_bytes, source)
+        return checked_id(Document(doc_id, None, "", 0, f"`text` must be a string, got {type(text).__name__}", source))
+    raw = text.encode("utf-8", errors="surrogatepass")
+    reason = _surrogate_reason("text", text)
+    if reason is not None:
+        return checked_id(Document(doc_id, None, hashlib.sha256(raw).hexdigest(), 0, reason, source))
+    return checked_id(document_from_bytes(doc_id, raw, max_doc_bytes, source))
 
 
 def _read_file(doc_id: str, path: Path, max_doc_bytes: int) -> Document:
@@ -87,13 +288,16 @@ def _read_file(doc_id: str, path: Path, max_doc_bytes: int) -> Document:
         raw = path.read_bytes()
     except OSError as err:
         return Document(doc_id, None, "", 0, f"unreadable: {err.strerror or err}", str(path))
+    except UnicodeEncodeError:  # a JSONL `path` with a lone surrogate has no file name on disk
+        return Document(doc_id, None, "", 0, f"unreadable: path {str(path)!r} holds a lone surrogate", str(path))
     return document_from_bytes(doc_id, raw, max_doc_bytes, str(path))
 
 
 def iter_directory(folder: Path, max_doc_bytes: int, exclude: tuple[str, ...] = LABEL_FILES) -> Iterator[Document]:
     """Yield one document per file under ``folder`` (recursive, sorted); id = relative POSIX path.
 
-    Hidden files (``.name``) and top-level label files are skipped.
+    Hidden files (``.name``) and top-level label files are skipped. A file name that is not UTF-8
+    (decoded by the OS with lone surrogates) gives an escaped id and a rejected row (:func:`checked_id`).
     """
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder)
@@ -101,41 +305,71 @@ def iter_directory(folder: Path, max_doc_bytes: int, exclude: tuple[str, ...] = 
             continue
         if len(rel.parts) == 1 and rel.name in exclude:
             continue
-        yield _read_file(rel.as_posix(), path, max_doc_bytes)
+        yield checked_id(_read_file(rel.as_posix(), path, max_doc_bytes))
+
+
+_JSON_TYPES = {bool: "boolean", float: "number", type(None): "null", list: "array", dict: "object"}
+
+
+def _id_type_error(value: object) -> str | None:
+    """Why a JSON ``id`` value is not an id (``None`` for a string or an integer; ``bool`` is not an integer here)."""
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return None
+    kind = _JSON_TYPES.get(type(value), type(value).__name__)
+    shown = "" if isinstance(value, (list, dict)) else f" {json.dumps(value)}"
+    return f"`id` must be a string or an integer, got {kind}{shown}"
 
 
 def iter_jsonl(path: Path, max_doc_bytes: int) -> Iterator[tuple[Document, dict]]:
     """Yield ``(document, record)`` per line of a JSONL file with ``id`` and ``text`` or ``path``.
 
-    ``path`` is read relative to the JSONL file's folder. A line that is not a JSON object or has
-    no ``id`` is yielded as a rejected document with id ``<file name>#L<line>`` so it is still
-    accounted for. Blank lines are skipped.
+    ``path`` is read relative to the JSONL file's folder. A line that is not a JSON object, has
+    no ``id``, or whose ``id`` is neither a string nor an integer (``true``, ``1.5``, ``null``, a list
+    or an object: the reason names the type) is yielded as a rejected document with id
+    ``<file name>#L<line>`` so it is still accounted for. An id with a lone surrogate is escaped
+    and rejected (:func:`checked_id`). Blank lines are skipped.
+
+    Args:
+        path: the JSONL file (UTF-8).
+        max_doc_bytes: size limit per document in bytes.
+
+    Yields:
+        ``(document, record)``; ``record`` is ``{}`` for a line that is not a JSON object or has no id.
+
+    Raises:
+        InputError: the file is UTF-16 or UTF-32 (the message names the encoding and the ``iconv`` fix).
     """
+    refuse_wide_file(path)
+    name = escape_surrogates(path.name)
     with path.open("rb") as fh:
         for lineno, raw_line in enumerate(fh, start=1):
             if not raw_line.strip():
                 continue
-            where = f"{path.name}#L{lineno}"
+            where = f"{name}#L{lineno}"
             try:
                 record = json.loads(raw_line)
             except (UnicodeDecodeError, json.JSONDecodeError) as err:
                 yield Document(where, None, hashlib.sha256(raw_line).hexdigest(), 0, f"line {lineno} is not valid JSON: {err}", where), {}
                 continue
-            if not isinstance(record, dict) or not isinstance(record.get("id"), (str, int)) or record.get("id") == "":
+            if not isinstance(record, dict) or "id" not in record or record["id"] == "":
                 yield Document(where, None, hashlib.sha256(raw_line).hexdigest(), 0, f"line {lineno} has no `id` (string or integer)", where), {}
                 continue
-            doc_id = str(record["id"])
-            if "text" in record:
-                yield document_from_text(doc_id, record["text"], max_doc_bytes, where), record
-            elif isinstance(record.get("path"), str):
-                target = (path.parent / record["path"]).resolve()
-                if not target.is_relative_to(path.parent.resolve()):
-                    reason = f"`path` {record['path']!r} leaves the folder of {path.name} (only relative paths inside it)"
-                    yield Document(doc_id, None, "", 0, reason, where), record
-                else:
-                    yield _read_file(doc_id, target, max_doc_bytes), record
-            else:
-                yield Document(doc_id, None, "", 0, "record has neither `text` nor `path`", where), record
+            if (type_error := _id_type_error(record["id"])) is not None:
+                yield Document(where, None, hashlib.sha256(raw_line).hexdigest(), 0, f"{type_error} (line {lineno})", where), record
+                continue
+            yield checked_id(_jsonl_document(path, str(record["id"]), record, max_doc_bytes, where)), record
+
+
+def _jsonl_document(path: Path, doc_id: str, record: dict, max_doc_bytes: int, where: str) -> Document:
+    if "text" in record:
+        return document_from_text(doc_id, record["text"], max_doc_bytes, where)
+    if isinstance(record.get("path"), str):
+        target = (path.parent / record["path"]).resolve()
+        if not target.is_relative_to(path.parent.resolve()):
+            reason = f"`path` {record['path']!r} leaves the folder of {path.name} (only relative paths inside it)"
+            return Document(doc_id, None, "", 0, reason, where)
+        return _read_file(doc_id, target, max_doc_bytes)
+    return Document(doc_id, None, "", 0, "record has neither `text` nor `path`", where)
 
 
 def iter_csv(
@@ -156,25 +390,27 @@ def iter_csv(
         id_prefix: prefix for generated ids (default: the file's stem).
 
     Raises:
-        InputError: the file cannot be decoded, is malformed (an unclosed quote: the error names the
-            line) or lacks ``text_column``.
+        InputError: the file is UTF-16 or UTF-32 (the message names the encoding and the ``iconv`` fix),
+            cannot be decoded, is malformed (an unclosed quote: the error names the line) or lacks
+            ``text_column``.
     """
     csv.field_size_limit(sys.maxsize)
+    refuse_wide_file(path)
     try:
         fh = path.open(encoding="utf-8-sig", newline="")
         reader = csv.DictReader(fh, strict=True)  # strict: an unbalanced quote is an error, not one merged row
         header = reader.fieldnames or []
     except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise InputError(f"{path}: cannot read CSV: {err}") from None
+        raise InputError(f"{path}: cannot read CSV: {err}{_NOT_UTF8_HINT if isinstance(err, UnicodeDecodeError) else ''}") from None
     with fh:
         if text_column not in header:
             raise InputError(f"{path}: text column {text_column!r} not in header {header}")
         use_ids = id_column is not None and id_column in header
-        prefix = id_prefix or path.stem
+        prefix = escape_surrogates(id_prefix or path.stem)
         try:  # only the reader raises these: the loop body does no CSV or decoding of its own
             for index, row in enumerate(reader):
                 doc_id = str(row[id_column]) if use_ids else f"{prefix}-{index:04d}"
-                where = f"{path.name}#row{index}"
+                where = f"{escape_surrogates(path.name)}#row{index}"
                 if use_ids and not doc_id:
                     doc_id = where
                     yield Document(doc_id, None, "", 0, f"row {index} has an empty `{id_column}`", where), row
@@ -184,7 +420,7 @@ def iter_csv(
             raise InputError(f"{path}: malformed CSV in the record starting at line {reader.line_num + 1}: {err} "
                              "(an unclosed quote would merge every following row into one document); fix the file") from None
         except UnicodeDecodeError as err:
-            raise InputError(f"{path}: cannot read CSV: {err}") from None
+            raise InputError(f"{path}: cannot read CSV: {err}{_NOT_UTF8_HINT}") from None
 
 
 def find_duplicate_ids(docs: list[Document]) -> dict[str, list[str]]:

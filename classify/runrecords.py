@@ -76,15 +76,32 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def json_bytes(text: str) -> bytes:
+    """UTF-8 bytes of JSON text from ``json.dumps(..., ensure_ascii=False)``; never raises ``UnicodeEncodeError``.
+
+    A lone surrogate (U+D800..U+DFFF) cannot be encoded as UTF-8; ``backslashreplace`` writes it as
+    ``\\udXXX``, which inside a JSON string is the standard escape that ``ensure_ascii=True`` would
+    write, so the file stays valid UTF-8 and ``json.loads`` gives back exactly the same string.
+    Every other character is written as plain UTF-8.
+
+    Args:
+        text: JSON text (surrogates can only occur inside its strings).
+
+    Returns:
+        The bytes to write.
+    """
+    return text.encode("utf-8", "backslashreplace")
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as indented, key-sorted JSON, atomically."""
-    write_bytes_atomic(path, (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n").encode())
+    """Write ``data`` as indented, key-sorted JSON, atomically (lone surrogates escaped: :func:`json_bytes`)."""
+    write_bytes_atomic(path, json_bytes(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"))
 
 
 def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    """Write one JSON object per line, atomically."""
+    """Write one JSON object per line, atomically (lone surrogates escaped: :func:`json_bytes`)."""
     body = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows)
-    write_bytes_atomic(path, body.encode())
+    write_bytes_atomic(path, json_bytes(body))
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from collections import Counter
 
 from fastapi import APIRouter
 
-from classify.documents import document_from_text
+from classify.documents import document_from_text, escape_surrogates
 from classify.errors import InputError, PayloadTooLarge
 from serve.deps import Authorized, Engine, State
 from serve.schemas import ClassifyRequest, ClassifyResponse, ErrorResponse, ResultOut
@@ -41,7 +41,7 @@ def _check_limits(body: ClassifyRequest, max_documents: int, max_doc_bytes: int)
                 f"document {doc.id!r} is {size} bytes, over the limit of {max_doc_bytes} bytes per document "
                 "(`max_doc_bytes`); shorten or split it"
             )
-    repeated = sorted(i for i, n in Counter(d.id for d in body.documents).items() if n > 1)
+    repeated = sorted(i for i, n in Counter(escape_surrogates(d.id) for d in body.documents).items() if n > 1)
     if repeated:
         raise InputError(f"duplicate document ids in one request: {repeated[:10]}; give each document a unique `id`")
 

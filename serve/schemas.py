@@ -6,10 +6,11 @@ The result subset (``id, status, category, score, reason``) is the one result re
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidatorFunctionWrapHandler, WrapValidator
 
+from classify.documents import escape_surrogates
 from classify.records import Result
 
 MAX_ID_CHARS = 512
@@ -20,16 +21,27 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _pass_lone_surrogates(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    # A JSON "\ud83d" escape without its pair gives a str pydantic refuses; check its escaped form
+    # (type, length) and keep the original, so that one document is rejected, not the whole request.
+    if isinstance(value, str) and (escaped := escape_surrogates(value)) != value:
+        handler(escaped)
+        return value
+    return handler(value)
+
+
 class DocumentIn(_Body):
     """One document to classify.
 
     Attributes:
-        id: the caller's id, unique within the request; echoed in its result.
-        text: the document text (UTF-8 in the JSON body; at most ``max_doc_bytes`` bytes).
+        id: the caller's id, unique within the request; echoed in its result. An id with a lone
+            surrogate is echoed escaped (``\\ud83d`` as text) and that document rejected.
+        text: the document text (UTF-8 in the JSON body; at most ``max_doc_bytes`` bytes). A text
+            with a lone surrogate or with no visible character is a rejected result, not a 422.
     """
 
-    id: StrictStr = Field(min_length=1, max_length=MAX_ID_CHARS)
-    text: StrictStr = Field(min_length=1)
+    id: Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS), WrapValidator(_pass_lone_surrogates)]
+    text: Annotated[StrictStr, Field(min_length=1), WrapValidator(_pass_lone_surrogates)]
 
 
 class ClassifyRequest(_Body):
