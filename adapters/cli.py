@@ -25,10 +25,12 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
     show = sub.add_parser("show", help="one version's card")
     show.add_argument("ref", help="name@version, name@latest or name")
-    verify = sub.add_parser("verify", help="re-hash the files and check the base-model fingerprint")
+    verify = sub.add_parser("verify", help="re-hash the files, check the base-model fingerprint and that the "
+                                           "config's engine can apply the adapter (LoRA rank, features, modules)")
     verify.add_argument("ref")
     verify.add_argument("--config", type=Path, default=Path("config/pilot.json"),
-                        help="config whose base model the adapter must match (default config/pilot.json)")
+                        help="config whose base model and engine section (max_lora_rank) the adapter must "
+                             "match (default config/pilot.json)")
     merge = sub.add_parser("merge", help="write base + adapter as one full model (peft merge)")
     merge.add_argument("ref")
     merge.add_argument("--out", type=Path, required=True, help="new folder for the merged model")
@@ -66,10 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         from classify.config import PilotConfig, load_config
         from classify.model import resolve_model
 
-        model = resolve_model(load_config(PilotConfig, args.config).model)
-        adapter = reg.resolve(args.ref, base_fingerprint=model.fingerprint)
+        cfg = load_config(PilotConfig, args.config)
+        model = resolve_model(cfg.model)
+        adapter = reg.resolve(args.ref, base_fingerprint=model.fingerprint, engine=cfg.engine, base_model_path=model.path)
         print(f"ok: {adapter.ref} sha256 {adapter.sha256}: {len(adapter.card['files'])} files verified, "
-              f"base model {model.name} {model.fingerprint}")
+              f"base model {model.name} {model.fingerprint}, engine can apply it (max_lora_rank {cfg.engine.max_lora_rank})")
     else:
         from adapters.merge import merge_adapter
 

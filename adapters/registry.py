@@ -12,7 +12,9 @@ the adapter's content hash, the training config, metrics, code revision, creatio
 and the pilot status. Versions are positive integers; a version is published by writing
 a temporary folder and renaming it into place, and an existing version is never replaced.
 Every :meth:`Registry.resolve` re-hashes the files and, when asked, checks the base-model
-fingerprint, so a flipped byte or a wrong base model is refused before vLLM loads it.
+fingerprint, so a flipped byte or a wrong base model is refused before vLLM loads it. Given the
+engine's settings, publish and resolve also refuse an adapter the engine's LoRA support cannot
+apply (:func:`adapters.compat.check_engine_compat`), since vLLM refuses it only inside the engine.
 
 Example:
     >>> reg = Registry()  # doctest: +SKIP
@@ -34,6 +36,7 @@ from typing import Any, Literal
 
 from filelock import FileLock
 
+from adapters.compat import check_engine_compat
 from classify.errors import AdapterError, AdapterIntegrityError, AdapterNotFound
 from classify.model import file_sha256
 from classify.paths import registry_dir
@@ -226,13 +229,18 @@ class Registry:
         """Every published version, by name then version. Cards are read, files are not re-hashed."""
         return [self._load(name, v) for name in self.names() for v in self.versions(name)]
 
-    def resolve(self, ref: str, base_fingerprint: str | None = None) -> ResolvedAdapter:
+    def resolve(self, ref: str, base_fingerprint: str | None = None, engine: Any = None,
+                base_model_path: str | Path | None = None) -> ResolvedAdapter:
         """Find an adapter version and verify it before anything loads it.
 
         Args:
             ref: ``name@version``, ``name@latest`` or ``name`` (= latest).
             base_fingerprint: the engine's base-model fingerprint (``ModelRef.fingerprint``); when
                 given, the card's base-model fingerprint must equal it.
+            engine: the engine section (:class:`classify.config.EngineConfig`) the adapter will run
+                under; when given, the adapter must be one its LoRA support can apply.
+            base_model_path: the engine's base model folder (``ModelRef.path``), for the module and
+                shape checks of :func:`adapters.compat.check_engine_compat` (with ``engine``).
 
         Returns:
             The verified :class:`ResolvedAdapter`.
@@ -242,6 +250,8 @@ class Registry:
             AdapterNotFound: unknown name or version.
             AdapterIntegrityError: a file is missing, unlisted or differs from its card sha256, or
                 the base-model fingerprint does not match.
+            AdapterIncompatible: ``engine`` is given and cannot apply the adapter (rank over
+                ``max_lora_rank``, DoRA, ``modules_to_save``, ...; the message names each).
         """
         adapter = self.show(ref)
         problems = self.check(adapter)
@@ -256,6 +266,8 @@ class Registry:
                 f"but the engine's base model has fingerprint {base_fingerprint}; "
                 "use an adapter trained on this base model or load its base model"
             )
+        if engine is not None:
+            check_engine_compat(adapter.path, engine, base_model_path, label=adapter.ref)
         return adapter
 
     def check(self, adapter: ResolvedAdapter) -> list[str]:
@@ -274,7 +286,8 @@ class Registry:
 
     # ---- writing -------------------------------------------------------------------------------
 
-    def publish(self, src_dir: Path | str, name: str, version: int | str, card_fields: dict[str, Any]) -> ResolvedAdapter:
+    def publish(self, src_dir: Path | str, name: str, version: int | str, card_fields: dict[str, Any], *,
+                engine: Any = None, base_model_path: str | Path | None = None) -> ResolvedAdapter:
         """Copy a saved peft adapter into the registry as ``name@version`` (atomic, immutable).
 
         The files are copied into a temporary folder next to the target, hashed, the card is
@@ -289,6 +302,10 @@ class Registry:
             card_fields: card content; must hold ``base_model: {"name": ..., "fingerprint": ...}``;
                 usually also ``training``, ``metrics`` and ``loss_curve``. ``files``, ``sha256``,
                 ``name``, ``version``, ``created``, ``code_revision`` and ``pilot`` are set here.
+            engine: the engine section the adapter must run under (``max_lora_rank``...); default the
+                ``engine`` section of ``card_fields["training"]["config"]`` when there is one, else
+                the engine checks are skipped.
+            base_model_path: the base model folder, for the module and shape checks.
 
         Returns:
             The published, verified adapter.
@@ -296,6 +313,7 @@ class Registry:
         Raises:
             AdapterError: bad name/version, missing peft files, missing base-model fingerprint,
                 or the version already exists (versions are immutable).
+            AdapterIncompatible: the engine cannot apply the adapter (nothing is published).
         """
         src = Path(src_dir)
         name, _ = parse_ref(name)
@@ -305,6 +323,10 @@ class Registry:
         missing = [f for f in REQUIRED_FILES if not (src / f).is_file()]
         if missing:
             raise AdapterError(f"cannot publish {src}: missing peft file(s) {missing} (save with peft's save_pretrained)")
+        if engine is None:
+            engine = ((card_fields.get("training") or {}).get("config") or {}).get("engine")
+        if engine is not None:
+            check_engine_compat(src, engine, base_model_path, label=f"{name}@{ver}")
         base = card_fields.get("base_model")
         if not isinstance(base, dict) or not base.get("fingerprint") or not base.get("name"):
             raise AdapterError(

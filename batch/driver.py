@@ -61,12 +61,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _resolve_adapter(ref: str | None, model: ModelRef) -> Any:
+def _resolve_adapter(ref: str | None, model: ModelRef, engine: Any = None) -> Any:
     if ref is None:
         return None
     from adapters.registry import Registry  # imported only when an adapter is asked for
 
-    return Registry().resolve(ref, base_fingerprint=model.fingerprint)
+    return Registry().resolve(ref, base_fingerprint=model.fingerprint, engine=engine, base_model_path=model.path)
 
 
 def _open_run(batch_id: str | None) -> tuple[str, Path]:
@@ -203,7 +203,7 @@ def run_batch(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_batch_config(args.config, overrides)
     corpus = read_corpus(cfg.corpus, cfg.classify.max_doc_bytes, args.corpus)
     model = resolve_model(cfg.model)
-    adapter = _resolve_adapter(args.adapter, model)
+    adapter = _resolve_adapter(args.adapter, model, cfg.engine)
     what = f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + {f'adapter {adapter.ref}' if adapter else 'no adapter'}"
     key = combo_key(model.fingerprint, adapter.sha256 if adapter else None, classification_sha256(cfg.model, cfg.classify))
     gate = require_pilot(key, what, override=args.skip_pilot_gate)

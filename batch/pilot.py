@@ -92,10 +92,11 @@ def prompt_mismatch(card: dict[str, Any], classify_cfg: ClassifyConfig) -> list[
             if k in trained and trained[k] != now[k]]
 
 
-def _resolve_adapter(ref: str, model: ModelRef) -> tuple[AdapterHandle, Any]:
+def _resolve_adapter(ref: str, model: ModelRef, cfg: PilotConfig) -> tuple[AdapterHandle, Any]:
     from adapters.registry import Registry
 
-    resolved = Registry().resolve(ref, base_fingerprint=model.fingerprint)
+    # Integrity, base model and the engine's LoRA rules, all before the engine starts (AdapterIncompatible, exit 4).
+    resolved = Registry().resolve(ref, base_fingerprint=model.fingerprint, engine=cfg.engine, base_model_path=model.path)
     return resolved.handle(), resolved
 
 
@@ -168,7 +169,7 @@ def run_pilot(
         handle: AdapterHandle | None = None
         if adapter_ref:
             stage = "load-adapter"
-            handle, resolved_adapter = _resolve_adapter(adapter_ref, model)
+            handle, resolved_adapter = _resolve_adapter(adapter_ref, model, cfg)
             params["adapter"] = {"ref": handle.name, "path": handle.path, "sha256": handle.sha256,
                                  "prompt_mismatch": prompt_mismatch(resolved_adapter.card, cfg.classify)}
             if params["adapter"]["prompt_mismatch"]:

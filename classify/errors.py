@@ -67,6 +67,17 @@ class AdapterIntegrityError(AdapterError):
     kind = "adapter_integrity"
 
 
+class AdapterIncompatible(AdapterError):
+    """The engine's LoRA support cannot apply the adapter (rank over ``engine.max_lora_rank``, DoRA, saved modules...).
+
+    Raised by :func:`adapters.compat.check_engine_compat` before vLLM sees the adapter: vLLM refuses
+    such an adapter only inside the engine, which kills the engine for every client.
+    """
+
+    http_status = 422
+    kind = "adapter_incompatible"
+
+
 class PilotGateError(DocpilotError):
     """The (base model, adapter, config) combination has not passed a pilot."""
 

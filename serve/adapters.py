@@ -2,7 +2,9 @@
 
 A request names an adapter (``name@version``, ``name@latest`` or ``name``), never a path
 (vLLM's ``lora/request.py`` habit). The first use of a version re-hashes its files and checks
-the base-model fingerprint (:meth:`adapters.registry.Registry.resolve`); later uses reuse that
+the base-model fingerprint (:meth:`adapters.registry.Registry.resolve`), and that the engine's LoRA
+settings can apply it (:func:`adapters.compat.check_engine_compat`: vLLM refuses such an adapter only
+inside the engine, which takes the engine down for every client); later uses reuse that
 verification while the card's content hash is unchanged. The card's pilot status is re-read on
 every request, so an adapter that passes its pilot while the server runs is served at once.
 """
@@ -13,7 +15,7 @@ import logging
 import threading
 from typing import Any
 
-from classify.config import ClassifyConfig, ModelConfig, classification_sha256
+from classify.config import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
 from classify.errors import PilotGateError
 from classify.model import ModelRef
 from classify.pilotgate import combo_key, require_pilot
@@ -30,12 +32,16 @@ class AdapterService:
         model_cfg: the model section of the config (part of the base model's pilot-gate key).
         classify_cfg: the classify section (part of the base model's pilot-gate key).
         skip_pilot_gate: serve unpiloted adapters and an unpiloted base model, logging each use.
+        engine_cfg: the engine section the server's vLLM engine was built with; each adapter must be one
+            its LoRA support can apply (``max_lora_rank``, no DoRA, no ``modules_to_save``...). ``None``
+            skips that check (bookkeeping tests with stand-in adapter files).
     """
 
     def __init__(self, registry: Any, model: ModelRef, model_cfg: ModelConfig, classify_cfg: ClassifyConfig,
-                 skip_pilot_gate: bool = False):
+                 skip_pilot_gate: bool = False, engine_cfg: EngineConfig | None = None):
         self.registry = registry
         self.model = model
+        self.engine_cfg = engine_cfg
         self.skip_pilot_gate = skip_pilot_gate
         self._base_key = combo_key(model.fingerprint, None, classification_sha256(model_cfg, classify_cfg))
         self._verified: dict[tuple[str, str], Any] = {}
@@ -62,6 +68,8 @@ class AdapterService:
             AdapterError: malformed ref (400).
             AdapterNotFound: unknown name or version (404).
             AdapterIntegrityError: changed files or another base model (409).
+            AdapterIncompatible: the engine's LoRA settings cannot apply the adapter (422); the engine
+                is never asked to load it.
             PilotGateError: the card's pilot status is not ``passed`` and the gate is not skipped (409).
         """
         shown = self.registry.show(ref)  # re-reads the card: current version and pilot status
@@ -69,7 +77,8 @@ class AdapterService:
         with self._lock:
             verified = key in self._verified
         if not verified:
-            adapter = self.registry.resolve(shown.ref, base_fingerprint=self.model.fingerprint)
+            adapter = self.registry.resolve(shown.ref, base_fingerprint=self.model.fingerprint, engine=self.engine_cfg,
+                                            base_model_path=self.model.path)
             with self._lock:
                 self._verified[(adapter.ref, adapter.sha256)] = adapter
         if not shown.pilot_passed:

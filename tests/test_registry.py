@@ -230,3 +230,14 @@ def test_merge_writes_a_full_model_equal_to_base_plus_adapter(reg: Registry, tmp
     assert (want - got).abs().max().item() < 1e-3
     with pytest.raises(AdapterError, match=r"merge output .* already exists; choose a new folder"):
         merge_adapter(pub, tmp_path / "merged")
+
+
+def test_resolve_with_the_engine_settings_refuses_what_the_engine_cannot_apply(reg: Registry, tmp_path: Path):
+    from classify.config import EngineConfig
+    from classify.errors import AdapterIncompatible
+
+    reg.publish(_adapter_dir(tmp_path), "stand-in", 1, {"base_model": BASE})  # no engine given: bookkeeping only
+    assert reg.resolve("stand-in@1").ref == "stand-in@1"
+    with pytest.raises(AdapterIncompatible, match=r"^adapter stand-in@1 cannot be applied by the engine \(vLLM LoRA\) "
+                                                  r"and was not loaded: `lora_alpha` is missing .*adapter_model.safetensors"):
+        reg.resolve("stand-in@1", engine=EngineConfig(max_lora_rank=8))
