@@ -23,12 +23,23 @@ from classify.config import PilotConfig, load_config
 from classify.model import ModelRef, resolve_model
 from serve import routes_adapters, routes_classify, routes_health, routes_metrics
 from serve.adapters import AdapterService
+from serve.deps import require_token
 from serve.errors import install_error_handlers
 from serve.metrics import ServeMetrics, ServeMiddleware
+from serve.schemas import ErrorResponse
 from serve.settings import ServeSettings
 from serve.state import ServerState
 
 log = logging.getLogger(__name__)
+
+UNAUTHORIZED = {
+    401: {
+        "model": ErrorResponse,
+        "description": "missing or wrong bearer token",
+        "headers": {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}},
+    }
+}
+"""The answer every route behind the bearer token documents in the OpenAPI schema."""
 
 
 def load_server_config(settings: ServeSettings) -> PilotConfig:
@@ -102,5 +113,25 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(ServeMiddleware, metrics=metrics, max_request_bytes=settings.max_request_bytes)
     for module in (routes_health, routes_classify, routes_adapters, routes_metrics):
-        app.include_router(module.router)
+        protected = any(dep.dependency is require_token for dep in module.router.dependencies)
+        app.include_router(module.router, responses=UNAUTHORIZED if protected else None)
+    app.openapi = partial(_openapi_with_limits, app, settings.max_documents)  # type: ignore[method-assign]
     return app
+
+
+def _openapi_with_limits(app: FastAPI, max_documents: int) -> dict[str, Any]:
+    """FastAPI's OpenAPI document with this server's ``max_documents`` as ``documents.maxItems``.
+
+    Args:
+        app: the application.
+        max_documents: the server's per-request document limit (more: 413).
+
+    Returns:
+        The (cached) OpenAPI document.
+    """
+    if app.openapi_schema is None:
+        schema = FastAPI.openapi(app)
+        request = schema.get("components", {}).get("schemas", {}).get("ClassifyRequest")
+        if request is not None:
+            request["properties"]["documents"]["maxItems"] = max_documents
+    return app.openapi_schema

@@ -5,6 +5,9 @@ token, config file, base model, and every ``--adapter`` (found, hashes and base 
 verified, pilot passed), so a wrong start-up fails in seconds with a named error.
 Graceful shutdown: on SIGTERM or Ctrl-C uvicorn stops accepting connections, lets
 in-flight requests finish (``--graceful-timeout-s``), then the engine core is stopped.
+A failed engine load or a dead engine core makes the server answer 503 for
+``--engine-failure-exit-delay-s``, then stop the same way and exit with status 5
+(:class:`classify.errors.EngineError`), so a supervisor restarts it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import logging
 import signal
 
+from classify.errors import EngineError
 from serve.settings import ServeSettings
 
 log = logging.getLogger(__name__)
@@ -36,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--insecure-no-auth", action="store_true", default=None,
                    help="serve WITHOUT the bearer token (logged; loopback experiments only)")
     p.add_argument("--graceful-timeout-s", type=float, help="seconds in-flight requests get after SIGTERM (default 30)")
+    p.add_argument("--engine-failure-exit-delay-s", type=float,
+                   help="seconds the server answers 503 after its engine failed or died, before it exits with "
+                        f"status 5 (default {fields['engine_failure_exit_delay_s'].default})")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -51,7 +58,8 @@ def main(argv: list[str]) -> int:
 
     Raises:
         ConfigError: no token (without ``--insecure-no-auth``), bad settings or config.
-        EngineError: the base model cannot be resolved.
+        EngineError: the base model cannot be resolved; or (raised once the server stopped) the engine
+            failed to load or its core process died, so ``docpilot serve`` exits with status 5.
         AdapterError: a start-up adapter is unknown, altered, for another base model, or unpiloted.
     """
     args = vars(build_parser().parse_args(argv))
@@ -84,8 +92,12 @@ def main(argv: list[str]) -> int:
     stopped_by: list[str] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stopped_by.append(signal.Signals(signum).name))
-    uvicorn.Server(config).run()
+    server = uvicorn.Server(config)
+    state.on_fatal = lambda: setattr(server, "should_exit", True)
+    server.run()
     log.info("server stopped%s", f" ({', '.join(stopped_by)})" if stopped_by else "")
+    if state.failure:
+        raise EngineError(f"server stopped because its engine failed: {state.failure}")
     return 0
 
 

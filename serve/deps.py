@@ -48,11 +48,13 @@ def get_engine(state: State) -> Any:
     """The loaded :class:`serve.engine.AsyncClassifier`.
 
     Raises:
-        EngineNotReady: still loading, or the load failed (503, with the reason).
+        EngineNotReady: still loading, the load failed, or the engine died (503, with the reason).
     """
+    if state.load_error:
+        raise EngineNotReady(f"the engine failed to load: {state.load_error}")
+    if state.engine_error:
+        raise EngineNotReady(f"the engine died: {state.engine_error}")
     if state.engine is None:
-        if state.load_error:
-            raise EngineNotReady(f"the engine failed to load: {state.load_error}")
         raise EngineNotReady("the engine is still loading; retry when GET /readyz answers 200")
     return state.engine
 

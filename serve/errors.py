@@ -56,6 +56,13 @@ def _answer(request: Request, status: int, kind: str, message: str, headers: dic
     return JSONResponse(error_body(status, kind, message), status_code=status, headers=headers)
 
 
+def _note_engine_error(request: Request, exc: BaseException) -> None:
+    """Let the server state check whether the engine died (vLLM's ``EngineDeadError``): 503 from then on."""
+    state = getattr(request.app.state, "server", None)
+    if state is not None:
+        state.note_error(exc)
+
+
 def _validation_message(err: RequestValidationError) -> tuple[int, str, str]:
     lines = []
     for item in err.errors():
@@ -68,6 +75,7 @@ def _validation_message(err: RequestValidationError) -> tuple[int, str, str]:
         field = ".".join(loc) or "(body)"
         msg = str(item.get("msg", "is invalid")).removeprefix("Value error, ").replace("Input should be", "must be")
         msg = msg.replace("String should have", "must have").replace("List should have", "must have")
+        msg = msg.replace("String should match", "must match")
         if item.get("type") == "missing":
             msg = "is required"
         elif item.get("type") == "extra_forbidden":
@@ -87,6 +95,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DocpilotError)
     async def _docpilot(request: Request, exc: DocpilotError) -> JSONResponse:
+        if isinstance(exc, EngineError) and not isinstance(exc, EngineNotReady):
+            _note_engine_error(request, exc)
         headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
         if exc.http_status >= 500:
             log.error("%s %s -> %s: %s", request.method, request.url.path, exc.kind, exc)
@@ -113,5 +123,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        _note_engine_error(request, exc)
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return _answer(request, 500, "internal", f"internal error: {type(exc).__name__} (see the server log)")

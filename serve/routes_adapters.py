@@ -7,18 +7,23 @@ import asyncio
 from fastapi import APIRouter
 
 from serve.deps import Authorized, State
-from serve.schemas import AdapterOut, AdaptersResponse, ErrorResponse
+from serve.schemas import AdapterOut, AdaptersResponse
 
 router = APIRouter(prefix="/v1", tags=["adapters"], dependencies=[Authorized])
 
 
-@router.get("/adapters", response_model=AdaptersResponse, responses={401: {"model": ErrorResponse}})
+@router.get("/adapters", response_model=AdaptersResponse)
 async def list_adapters(state: State) -> AdaptersResponse:
-    """List every published adapter version: base model match, pilot status, servable, loaded."""
+    """List every published adapter version: base model match, pilot status, servable, loaded.
+
+    `servable` needs a matching base model, a passed pilot (or `--skip-pilot-gate`) and a
+    loaded, live engine.
+    """
     rows = await asyncio.to_thread(state.adapters.listing)
+    ready = state.ready  # nothing is servable while the engine loads, failed to load, or died
     return AdaptersResponse(
         model=state.model.name,
         model_fingerprint=state.model.fingerprint,
         skip_pilot_gate=state.settings.skip_pilot_gate,
-        adapters=[AdapterOut(**row) for row in rows],
+        adapters=[AdapterOut(**{**row, "servable": row["servable"] and ready}) for row in rows],
     )

@@ -17,13 +17,12 @@ router = APIRouter(prefix="/v1", tags=["classify"], dependencies=[Authorized])
 _ERRORS = {
     status: {"model": ErrorResponse, "description": what}
     for status, what in {
-        400: "body not UTF-8 / not JSON / malformed adapter ref",
-        401: "missing or wrong bearer token",
+        400: "body not UTF-8 / not JSON / not a JSON object",
         404: "unknown adapter",
         409: "adapter or base model has not passed a pilot, or failed verification",
         413: "too many documents, a document or the body over its byte limit",
-        422: "wrong types, empty list or text, duplicate ids",
-        503: "engine not ready",
+        422: "wrong types, unknown fields, empty list or text, duplicate ids, adapter not `name[@version|@latest]`",
+        503: "engine still loading, failed to load, or died (the process exits shortly after)",
     }.items()
 }
 

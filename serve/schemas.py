@@ -10,11 +10,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidatorFunctionWrapHandler, WrapValidator
 
+from adapters.registry import NAME_RE
 from classify.documents import escape_surrogates
 from classify.records import Result
 
 MAX_ID_CHARS = 512
 MAX_REF_CHARS = 100
+ADAPTER_REF_PATTERN = NAME_RE.pattern.removesuffix("$") + r"(@(latest|0*[1-9][0-9]*))?$"
+"""``name``, ``name@latest`` or ``name@<positive int>``: the registry's name rule (``adapters.registry.NAME_RE``)
+plus the versions :func:`adapters.registry.parse_ref` accepts."""
 
 
 class _Body(BaseModel):
@@ -53,7 +57,7 @@ class ClassifyRequest(_Body):
         documents: one or more documents (at most the server's ``max_documents``).
     """
 
-    adapter: StrictStr | None = Field(None, min_length=1, max_length=MAX_REF_CHARS)
+    adapter: StrictStr | None = Field(None, min_length=1, max_length=MAX_REF_CHARS, pattern=ADAPTER_REF_PATTERN)
     documents: list[DocumentIn] = Field(min_length=1)
 
     model_config = ConfigDict(
@@ -91,7 +95,11 @@ class ClassifyResponse(_Body):
 
 
 class AdapterOut(_Body):
-    """One registry adapter version as ``GET /v1/adapters`` lists it."""
+    """One registry adapter version as ``GET /v1/adapters`` lists it.
+
+    ``servable`` is true when the adapter matches the base model, has passed its pilot (or the
+    gate is skipped) and the server's engine is loaded and alive.
+    """
 
     ref: str
     sha256: str
@@ -124,3 +132,25 @@ class ErrorResponse(_Body):
     """Every 4xx/5xx answer: ``{"error": {"status", "kind", "message"}}``."""
 
     error: ErrorDetail
+
+
+class HealthOut(_Body):
+    """``GET /healthz`` answer while the process is alive (loading or serving)."""
+
+    status: Literal["ok"]
+    uptime_s: float
+
+
+class ReadyOut(_Body):
+    """``GET /readyz`` answer once the engine answers requests."""
+
+    status: Literal["ready"]
+    model: str
+    fingerprint: str
+
+
+class NotReadyOut(_Body):
+    """503 from ``/readyz`` (loading, failed) or ``/healthz`` (failed): ``error`` says why it failed."""
+
+    status: Literal["loading", "failed"]
+    error: str | None = None

@@ -39,6 +39,9 @@ class ServeSettings(BaseSettings):
         skip_pilot_gate: the pilot-gate override: serve adapters and a base model that have not
             passed a pilot (every such request is logged as a warning).
         graceful_timeout_s: seconds in-flight requests get to finish after SIGTERM.
+        engine_failure_exit_delay_s: seconds the server keeps answering 503 (``/healthz``, ``/readyz``,
+            every request) after the engine failed to load or died, before it exits with status 5 so
+            its supervisor restarts it; long enough for a probe or load balancer to see the failure.
     """
 
     model_config = SettingsConfigDict(env_prefix="DOCPILOT_", extra="forbid", frozen=True)
@@ -55,6 +58,7 @@ class ServeSettings(BaseSettings):
     max_request_bytes: int = Field(16 * 2**20, ge=1024, le=2**31)
     skip_pilot_gate: bool = False
     graceful_timeout_s: float = Field(30.0, gt=0, le=3600)
+    engine_failure_exit_delay_s: float = Field(5.0, ge=0, le=600)
 
     @model_validator(mode="after")
     def _check_token(self) -> ServeSettings:

@@ -24,6 +24,10 @@ MODEL = ModelRef("fake-base", "/nonexistent", "sha256:" + "0" * 64, "test")
 
 
 class FakeLLM:
+    """vLLM's ``AsyncLLM`` as the server sees it: ``add_lora`` and ``errored`` (set when the core dies)."""
+
+    errored = False
+
     async def add_lora(self, request):
         return True
 
@@ -31,7 +35,8 @@ class FakeLLM:
 class FakeEngine:
     """Accepts every readable document as 'tech' (bookkeeping only; never the only test of a path)."""
 
-    llm = FakeLLM()
+    def __init__(self):
+        self.llm = FakeLLM()
 
     async def classify(self, docs, adapter=None):
         return [Result.rejected(d, d.reject_reason) if d.reject_reason
@@ -172,3 +177,83 @@ def test_unpiloted_adapter_served_with_override(registry, make_client):
     assert resp.status_code == 409 and "card pilot status: failed" in resp.json()["error"]["message"]
     resp = make_client(skip_pilot_gate=True).post("/v1/classify", json=body, headers=AUTH)
     assert resp.status_code == 200 and resp.json()["adapter"] == "ok@1"
+
+
+def _wait_for(predicate, timeout_s=5.0):
+    deadline = time.time() + timeout_s
+    while not predicate():
+        assert time.time() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_dead_engine_is_reported_everywhere_then_exit_is_requested(registry, make_client):
+    client = make_client(engine_failure_exit_delay_s=0.2)
+    state = client.app.state.server
+    exits = []
+    state.on_fatal = lambda: exits.append(time.time())
+    assert client.get("/readyz").status_code == 200
+    assert client.get("/v1/adapters", headers=AUTH).json()["adapters"][0]["servable"] is True
+    state.engine.llm.errored = True  # what vLLM's monitor thread does when the core process dies
+    _wait_for(lambda: client.get("/readyz").status_code == 503)  # the watchdog looks every second
+    ready = client.get("/readyz").json()
+    assert ready["status"] == "failed" and ready["error"].startswith("the vLLM engine core process died")
+    health = client.get("/healthz")
+    assert health.status_code == 503 and health.json()["error"] == ready["error"]
+    assert client.get("/v1/adapters", headers=AUTH).json()["adapters"][0]["servable"] is False
+    assert "docpilot_engine_ready 0.0" in client.get("/metrics", headers=AUTH).text
+    resp = client.post("/v1/classify", json={"adapter": "ok@1", "documents": [{"id": "a", "text": "x"}]}, headers=AUTH)
+    assert resp.status_code == 503
+    assert resp.json()["error"]["message"] == f"the engine died: {ready['error']}"
+    _wait_for(lambda: len(exits) == 1)
+
+
+class EngineDeadError(Exception):
+    """Stands for ``vllm.v1.engine.exceptions.EngineDeadError`` (matched by name)."""
+
+
+class DyingEngine(FakeEngine):
+    async def classify(self, docs, adapter=None):
+        if docs[0].id == "warm-up":
+            return await super().classify(docs, adapter)
+        try:
+            raise EngineDeadError("EngineCore encountered an issue")
+        except EngineDeadError as err:
+            raise EngineError(f"vLLM generate failed: EngineDeadError: {err}") from err
+
+
+def test_engine_dead_error_in_a_request_flips_the_state_at_once(registry, make_client):
+    client = make_client(DyingEngine)
+    resp = client.post("/v1/classify", json={"adapter": "ok@1", "documents": [{"id": "a", "text": "x"}]}, headers=AUTH)
+    assert resp.status_code == 503 and resp.json()["error"]["kind"] == "engine"
+    ready = client.get("/readyz")  # no watchdog wait: the failed request already flipped the state
+    assert ready.status_code == 503 and "EngineDeadError" in ready.json()["error"]
+    assert client.get("/healthz").status_code == 503
+
+
+def test_openapi_documents_401_503_and_the_adapter_pattern(registry, make_client):
+    from adapters.registry import parse_ref
+    from serve.schemas import ADAPTER_REF_PATTERN
+
+    client = make_client(max_documents=5)
+    spec = client.get("/openapi.json").json()
+    paths = spec["paths"]
+    for path, method in (("/v1/classify", "post"), ("/v1/adapters", "get"), ("/metrics", "get")):
+        assert "401" in paths[path][method]["responses"], path
+    for path in ("/healthz", "/readyz"):
+        assert "401" not in paths[path]["get"]["responses"]
+        assert paths[path]["get"]["responses"]["503"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/NotReadyOut"}
+    request = spec["components"]["schemas"]["ClassifyRequest"]["properties"]
+    assert request["adapter"]["anyOf"][0]["pattern"] == ADAPTER_REF_PATTERN
+    assert request["documents"]["maxItems"] == 5
+    import re
+
+    for ref in ("bbc-news", "bbc-news@3", "bbc-news@latest", "a.b_c-1@007"):
+        assert re.fullmatch(ADAPTER_REF_PATTERN, ref) and parse_ref(ref)
+    for ref in ("Bbc", "bbc news", "bbc@0", "bbc@x", "@1", "bbc@1@2", "-bbc"):
+        assert not re.fullmatch(ADAPTER_REF_PATTERN, ref)
+        with pytest.raises(Exception, match="adapter"):
+            parse_ref(ref)
+    resp = client.post("/v1/classify", json={"adapter": "Bad Name", "documents": [{"id": "a", "text": "x"}]}, headers=AUTH)
+    assert resp.status_code == 422
+    assert resp.json()["error"]["message"] == f"`adapter` must match pattern '{ADAPTER_REF_PATTERN}', got 'Bad Name'"

@@ -71,18 +71,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(published, tmp_path_factory):
-    """``docpilot serve`` on a free loopback port; yields ``(base_url, process, log_path)``."""
+def start_server(log_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen]:
+    """Start ``docpilot serve`` on a free loopback port and wait until ``/readyz`` answers 200.
+
+    Args:
+        log_path: where the server's stdout and stderr go.
+        *args: more ``docpilot serve`` options (``--config``, host and port are set here).
+        env: more environment variables (``DOCPILOT_API_TOKEN`` is set here).
+
+    Returns:
+        ``(base_url, process)``; stop it with :func:`stop_server`.
+    """
     port = _free_port()
-    log_path = tmp_path_factory.mktemp("serve") / "server.log"
-    env = {**os.environ, "DOCPILOT_API_TOKEN": TOKEN}
     cmd = [sys.executable, "-m", "classify.cli", "serve", "--config", str(ROOT / "config" / "pilot.json"),
-           "--host", "127.0.0.1", "--port", str(port), "--adapter", "tiny-lora@1",
-           "--max-documents", str(MAX_DOCUMENTS), "--max-doc-bytes", str(MAX_DOC_BYTES),
-           "--graceful-timeout-s", str(REQUEST_TIMEOUT_S)]
+           "--host", "127.0.0.1", "--port", str(port), *args]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "DOCPILOT_API_TOKEN": TOKEN, **(env or {})},
+                                stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + START_TIMEOUT_S
     try:
@@ -91,21 +96,38 @@ def server(published, tmp_path_factory):
                 pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
             try:
                 if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                    break
+                    return url, proc
             except httpx.TransportError:
                 pass
             if time.time() > deadline:
                 pytest.fail(f"server not ready after {START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
             time.sleep(1)
+    except BaseException:
+        stop_server(proc)
+        raise
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM the server if it still runs; SIGKILL it after 60 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def server(published, tmp_path_factory):
+    """``docpilot serve`` on a free loopback port; yields ``(base_url, process, log_path)``."""
+    log_path = tmp_path_factory.mktemp("serve") / "server.log"
+    url, proc = start_server(log_path, "--adapter", "tiny-lora@1", "--max-documents", str(MAX_DOCUMENTS),
+                             "--max-doc-bytes", str(MAX_DOC_BYTES), "--graceful-timeout-s", str(REQUEST_TIMEOUT_S))
+    try:
         yield url, proc, log_path
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop_server(proc)
 
 
 @pytest.fixture(scope="module")
