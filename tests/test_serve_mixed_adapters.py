@@ -1,0 +1,116 @@
+"""Mixed-adapter traffic on the real async engine: every answer equals the same request sent alone.
+
+vLLM's CPU LoRA kernels (``vllm/lora/ops/torch_ops/lora_ops.py``) pick each token's adapter
+weights with ``lora_b_weights[lora_indices]``; a base-model token has index ``-1``, which Python
+indexing turns into the LAST adapter slot. So in an engine step that also holds an adapter
+request, base-model tokens were computed with whatever adapter sits in the last slot (loaded
+or evicted earlier: slots are not zeroed on eviction). :class:`serve.engine.AsyncClassifier`
+therefore never lets base-model and adapter requests share an engine step. This test serves
+three adapters on an engine with two LoRA slots, uses each once, then sends base and adapter
+requests concurrently in every combination.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from classify.documents import document_from_text, iter_csv
+
+pytestmark = pytest.mark.engine
+
+N_DOCS = 6
+
+
+def _lora(model_path: str, out: Path, seed: int) -> Path:
+    """A random-init peft LoRA on q/v (B not zero, so it changes answers)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    cfg = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(base, cfg).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def mixed(pilot_config, tmp_path_factory, bbc_dir):
+    """An async engine with ``max_loras=2``, three adapters and six BBC test articles."""
+    from classify.engine import AdapterHandle
+    from classify.model import resolve_model
+    from serve.engine import build_async_engine
+
+    model = resolve_model(pilot_config.model)
+    handles = [AdapterHandle(f"mix-{i}@1", str(_lora(model.path, tmp_path_factory.mktemp(f"mix{i}"), 10 + i)), 100 + i)
+               for i in range(3)]
+    engine_cfg = pilot_config.engine.model_copy(update={"max_loras": 2})
+    clf = build_async_engine(model, pilot_config.model, engine_cfg, pilot_config.classify, enable_lora=True)
+    rows = list(iter_csv(bbc_dir / "test.csv", 200_000, id_column=None, id_prefix="bbc-test"))
+    docs = [document_from_text(d.id, d.text, 200_000, "bbc") for d, _ in rows[:N_DOCS]]
+    loop = asyncio.new_event_loop()
+    yield clf, handles, docs, loop
+    clf.shutdown()
+    loop.close()
+
+
+def _answers(results):
+    return [(r.id, r.category, r.score) for r in results]
+
+
+def _same(got, want, what):
+    assert [g[:2] for g in got] == [w[:2] for w in want], what
+    for g, w in zip(got, want, strict=True):
+        assert g[2] == pytest.approx(w[2], abs=2e-3), what
+
+
+def test_concurrent_base_and_adapter_requests_equal_each_request_alone(mixed):
+    clf, handles, docs, loop = mixed
+    refs = [None, *handles]
+    alone = {}
+    for ref in refs:  # sequential: each request alone in the engine (also loads each adapter once: 3 > 2 slots)
+        alone[ref] = _answers(loop.run_until_complete(clf.classify(docs, ref)))
+    assert len({tuple(a) for a in alone.values()}) > 1, "the random adapters should change some answers"
+    combos = [(None, handles[0]), (None, handles[1]), (None, handles[2]), (handles[2], None, handles[0]),
+              tuple(refs), (None, None, handles[1])]
+    for combo in combos:
+        async def together(combo=combo):
+            return await asyncio.gather(*(clf.classify(docs, ref) for ref in combo))
+
+        for ref, got in zip(combo, loop.run_until_complete(together()), strict=True):
+            _same(_answers(got), alone[ref], f"{ref.name if ref else 'base'} sent with {[r and r.name for r in combo]}")
+
+
+def test_phase_gate_never_admits_both_groups_and_serves_waiters_in_order():
+    from serve.engine import PhaseGate
+
+    async def scenario():
+        gate, log, running = PhaseGate(), [], set()
+
+        async def request(name, group, hold_s):
+            await gate.acquire(group)
+            running.add(group)
+            assert running == {group}, f"{name} admitted while {running} run"
+            log.append(name)
+            await asyncio.sleep(hold_s)
+            running.discard(group) if gate.active[1] == 1 else None
+            gate.release()
+
+        tasks = [asyncio.create_task(request("base-1", "base", 0.05)),
+                 asyncio.create_task(request("base-2", "base", 0.05))]
+        await asyncio.sleep(0.01)
+        tasks.append(asyncio.create_task(request("lora-1", "lora", 0.05)))
+        await asyncio.sleep(0.01)
+        tasks.append(asyncio.create_task(request("base-3", "base", 0.01)))  # queues behind lora-1: no starvation
+        cancelled = asyncio.create_task(request("lora-cancelled", "lora", 0.01))
+        await asyncio.sleep(0.01)
+        cancelled.cancel()
+        await asyncio.gather(*tasks)
+        return log, gate.active
+
+    log, active = asyncio.run(scenario())
+    assert log == ["base-1", "base-2", "lora-1", "base-3"]
+    assert active == (None, 0)
