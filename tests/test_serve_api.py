@@ -6,10 +6,13 @@ the cases that need no model (settings refusals, the streamed body limit, a fail
 
 from __future__ import annotations
 
+import json
 import time
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from safetensors.numpy import save_file
 
 from classify.config import PilotConfig
 from classify.errors import ConfigError, EngineError
@@ -57,8 +60,11 @@ def registry(tmp_path):
     reg = Registry(tmp_path / "registry")
     src = tmp_path / "src"
     src.mkdir()
-    (src / "adapter_config.json").write_text("{}")
-    (src / "adapter_model.safetensors").write_bytes(b"not real weights")
+    (src / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8, "lora_alpha": 16,
+                                                         "target_modules": ["q_proj"]}))
+    prefix = "base_model.model.model.layers.0.self_attn.q_proj"  # a tiny LoRA the engine-compat check accepts
+    save_file({f"{prefix}.lora_A.weight": np.zeros((8, 4), np.float16),
+               f"{prefix}.lora_B.weight": np.zeros((4, 8), np.float16)}, str(src / "adapter_model.safetensors"))
     reg.publish(src, "ok", 1, {"base_model": {"name": MODEL.name, "fingerprint": MODEL.fingerprint}})
     reg.set_pilot_status("ok@1", "passed", "run-1")
     return reg
@@ -222,8 +228,8 @@ class DyingEngine(FakeEngine):
 
 
 def test_engine_dead_error_in_a_request_flips_the_state_at_once(registry, make_client):
-    client = make_client(DyingEngine, skip_pilot_gate=True)
-    resp = client.post("/v1/classify", json={"documents": [{"id": "a", "text": "x"}]}, headers=AUTH)
+    client = make_client(DyingEngine)
+    resp = client.post("/v1/classify", json={"adapter": "ok@1", "documents": [{"id": "a", "text": "x"}]}, headers=AUTH)
     assert resp.status_code == 503 and resp.json()["error"]["kind"] == "engine"
     ready = client.get("/readyz")  # no watchdog wait: the failed request already flipped the state
     assert ready.status_code == 503 and "EngineDeadError" in ready.json()["error"]
