@@ -53,8 +53,15 @@ class RunConfig(_Frozen):
             :func:`batch._pool.cpu_core_groups`); ``"auto"``: vLLM's own binding in every actor,
             which puts all engines of one machine on the same cores. Ignored on GPUs, with
             ``RAY_ADDRESS`` (a cluster) and when ``VLLM_CPU_OMP_THREADS_BIND`` is set.
-        max_shard_retries: times one shard is re-run on a fresh actor after its actor died or its
-            task failed, before the batch stops with the first error.
+        max_shard_retries: times one shard is re-run on a fresh actor after its actor died, its
+            engine died or hung, or its task failed, before the batch stops with the first error.
+        shard_timeout_base_s: seconds a shard may run on a started engine, plus
+            ``shard_timeout_per_doc_s`` per document of the shard; past that bound the engine counts
+            as stuck: the actor is killed and the shard retried whole on a fresh one.
+        shard_timeout_per_doc_s: seconds per document added to the shard bound (the default is
+            about 10x the slowest CPU rate measured here, ~1 doc/s per engine).
+        actor_start_timeout_s: seconds an engine actor may take to start (weights load, warm-up)
+            before it counts as stuck and is replaced.
         export_dir: parent folder of the export copy (``null``: ``exports/``, ``DOCPILOT_EXPORTS``);
             the copy is ``<export_dir>/<batch-id>/``.
     """
@@ -64,6 +71,9 @@ class RunConfig(_Frozen):
     actor_num_cpus: float = Field(1.0, gt=0, le=1024)
     cpu_bind: Literal["split", "auto"] = "split"
     max_shard_retries: int = Field(2, ge=0, le=20)
+    shard_timeout_base_s: float = Field(120.0, gt=0, le=86_400)
+    shard_timeout_per_doc_s: float = Field(10.0, ge=0, le=3_600)
+    actor_start_timeout_s: float = Field(1800.0, gt=0, le=86_400)
     export_dir: str | None = None
 
 

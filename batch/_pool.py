@@ -2,17 +2,28 @@
 
 Each actor builds the one vLLM classifier (:func:`classify.engine.build_engine`) once and
 classifies whole shards. The scheduler keeps two shards in flight per actor (so an actor
-never idles between shards), and when an actor dies (process killed, node lost) or a shard
-task fails, it kills that actor, starts a fresh one in its slot and queues the shard again,
-up to ``max_shard_retries`` times per shard. An actor runs its shards one after the other, so
-when it dies, the shard it was running (the earliest submitted) is charged the retry and the
-shard queued behind it is requeued free.
+never idles between shards), and when an actor fails it kills that actor, starts a fresh one
+in its slot and queues the shard again, up to ``max_shard_retries`` times per shard. An actor
+fails when:
+
+* its process dies (killed, out of memory, node lost): Ray reports ``RayActorError``;
+* its vLLM engine core dies: vLLM's offline ``LLM`` then blocks for ever in its output queue
+  (``SyncMPClient.get_output``), so the actor watches its ``VLLM::`` child processes and
+  exits itself (:meth:`EngineActor._watch_engine`), which Ray reports as above;
+* a shard task raises (vLLM failed): the whole shard is retried; engine errors are never
+  written as reject reasons;
+* its engine hangs: a shard runs longer than its bound (:class:`Deadlines`, from the shard's
+  size) or the actor does not start in time; the driver kills it.
+
+An actor runs its shards one after the other, so when it fails, the shard it was running (the
+earliest submitted) is charged the retry and the shard queued behind it is requeued free.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -57,6 +68,36 @@ class EngineActor:
         if model_fingerprint and self.clf.model.fingerprint != model_fingerprint:
             raise EngineError(f"model on this node has fingerprint {self.clf.model.fingerprint}, "
                               f"the batch expects {model_fingerprint} ({model_cfg.base_model})")
+        self._stopping = False
+        threading.Thread(target=self._watch_engine, args=(engine_processes(),), daemon=True,
+                         name="docpilot-engine-watchdog").start()
+
+    def _watch_engine(self, procs: list[Any], interval_s: float = 1.0) -> None:
+        """End this actor's process as soon as its vLLM engine is dead, so Ray reports the actor lost.
+
+        vLLM's offline engine does not raise when its engine-core process dies: the next (or the
+        running) ``generate`` waits for ever on its output queue. Checked every ``interval_s``:
+        each ``VLLM::`` child process recorded at start (engine core, workers) still runs, and
+        vLLM's own ``engine_dead`` flag is unset.
+        """
+        import psutil
+
+        resources = getattr(getattr(getattr(self.clf.llm, "llm_engine", None), "engine_core", None), "resources", None)
+        while not self._stopping:
+            time.sleep(interval_s)
+            dead = []
+            for proc in procs:
+                try:
+                    if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                        dead.append(proc.pid)
+                except psutil.Error:
+                    dead.append(proc.pid)
+            if self._stopping:
+                return
+            if dead or getattr(resources, "engine_dead", False):
+                log.error("vLLM engine of this actor is dead (process(es) %s gone); ending the actor so its "
+                          "shard is retried on a fresh one", dead or "?")
+                os._exit(70)  # noqa: SLF001 - the only way out of a thread blocked inside vLLM
 
     def info(self) -> dict[str, Any]:
         """Process id, child process ids (the vLLM engine core), node and CPU binding, for progress and tests."""
@@ -72,33 +113,39 @@ class EngineActor:
     def classify(self, docs: list[Document]) -> list[dict[str, Any]]:
         """Classify one shard; one JSON-able result per document, in order.
 
-        When the whole-shard call fails, each document is retried alone, and the documents that
-        still fail are rejected with the engine's error as reason (one bad document never stops
-        the batch). When every document fails the engine itself is broken: the error is raised so
-        the shard is retried on a fresh actor.
+        Documents that cannot be classified (unreadable, empty, prompt too long) are rejected by
+        the scorer before the engine sees them. An engine failure is never a document's reject
+        reason: it is raised, and the driver retries the whole shard on a fresh actor.
 
         Raises:
-            EngineError: the engine failed on every document of the shard.
+            EngineError: vLLM failed on this shard.
         """
-        try:
-            return [r.model_dump(mode="json") for r in self.clf.classify(docs, self.adapter)]
-        except EngineError as whole:
-            out, failures = [], 0
-            for doc in docs:
-                try:
-                    out.append(self.clf.classify([doc], self.adapter)[0].model_dump(mode="json"))
-                except EngineError as err:
-                    failures += 1
-                    from classify.records import Result
-
-                    out.append(Result.rejected(doc, f"engine error: {err}").model_dump(mode="json"))
-            if failures == len(docs):
-                raise whole
-            return out
+        return [r.model_dump(mode="json") for r in self.clf.classify(docs, self.adapter)]
 
     def shutdown(self) -> None:
-        """Stop the vLLM engine's worker processes."""
+        """Stop the vLLM engine's worker processes (the watchdog first, so a clean stop is not a death)."""
+        self._stopping = True
         self.clf.shutdown()
+
+
+def engine_processes() -> list[Any]:
+    """This process's vLLM children (``VLLM::EngineCore``, ``VLLM::Worker``...), as ``psutil.Process``.
+
+    vLLM names its processes with ``setproctitle`` (``vllm/utils/system_utils.py``,
+    ``set_process_title``: ``VLLM::<name>``); other children (compilers, tokenizer pools) may
+    come and go and are not watched.
+    """
+    import psutil
+
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            title = f"{proc.name()} {' '.join(proc.cmdline())}"
+        except psutil.Error:
+            continue
+        if "VLLM::" in title:
+            found.append(proc)
+    return found
 
 
 def reap(actor_infos: list[dict[str, Any]]) -> list[int]:
@@ -235,6 +282,25 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
     return n_cpu_actors, options
 
 
+@dataclass(frozen=True)
+class Deadlines:
+    """How long an engine actor may take before it counts as stuck (``batch.*_timeout_*`` settings).
+
+    Attributes:
+        shard_base_s: seconds any shard may run on a started engine.
+        shard_per_doc_s: seconds added per document of the shard.
+        actor_start_s: seconds from creating an actor until it has started its engine.
+    """
+
+    shard_base_s: float = 120.0
+    shard_per_doc_s: float = 10.0
+    actor_start_s: float = 1800.0
+
+    def shard_s(self, n_docs: int) -> float:
+        """The bound in seconds for a shard of ``n_docs`` documents (``base + per_doc x n``)."""
+        return self.shard_base_s + self.shard_per_doc_s * n_docs
+
+
 @dataclass
 class PoolStats:
     """What the scheduler saw.
@@ -259,6 +325,7 @@ def run_pool(
     on_done: Callable[[int, list[dict[str, Any]]], None],
     max_shard_retries: int,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    deadlines: Deadlines | None = None,
 ) -> PoolStats:
     """Run shards over a pool of engine actors, retrying a failed shard on a fresh actor.
 
@@ -271,6 +338,7 @@ def run_pool(
         max_shard_retries: re-runs allowed per shard.
         on_event: optional callback ``(event, detail)`` for ``actor-ready`` (with :meth:`EngineActor.info`)
             and ``retry`` (progress file).
+        deadlines: when an actor counts as stuck (default :class:`Deadlines`).
 
     Returns:
         :class:`PoolStats`.
@@ -282,18 +350,21 @@ def run_pool(
 
     stats = PoolStats()
     event = on_event or (lambda name, detail: None)
+    limits = deadlines or Deadlines()
     t0 = time.monotonic()
     n_actors = max(1, min(n_actors, len(shards)))
     slots: list[list[Any]] = []  # [actor, generation]
-
     infos: dict[tuple[int, int], Any] = {}
     info_waiting: dict[Any, tuple[int, int]] = {}
+    created_at = [0.0] * n_actors
+    running_since: list[float | None] = [None] * n_actors  # engine started; the earliest shard in flight runs
 
     def start(slot: int, generation: int) -> Any:
         actor = make_actor(slot)
         stats.actors_started += 1
         infos[(slot, generation)] = actor.info.remote()
         info_waiting[infos[(slot, generation)]] = (slot, generation)
+        created_at[slot], running_since[slot] = time.monotonic(), None
         return actor
 
     for slot in range(n_actors):
@@ -302,6 +373,64 @@ def run_pool(
     attempts: dict[int, int] = {}
     inflight: dict[Any, tuple[int, int, tuple[int, list[Document]]]] = {}  # in submission order
     load = [0] * n_actors
+
+    def running_ref(slot: int) -> Any:
+        return next((r for r, (s, g, _) in inflight.items() if s == slot and g == slots[slot][1]), None)
+
+    def fail_slot(slot: int, blamed: tuple[int, list[Document]] | None, message: str, cause: BaseException | None) -> None:
+        """Charge ``blamed`` one attempt, replace the slot's actor and queue all its shards again."""
+        generation = slots[slot][1]
+        mine = [(r, sh) for r, (s, g, sh) in inflight.items() if s == slot and g == generation]
+        for r, _ in mine:
+            inflight.pop(r)
+        requeue = [sh for _, sh in mine if blamed is None or sh[0] != blamed[0]]
+        if blamed is not None:
+            index = blamed[0]
+            attempts[index] = attempts.get(index, 0) + 1
+            message = f"shard {index}: {message}"
+            stats.errors.append(message)
+            log.warning("%s (attempt %d of %d)", message, attempts[index], max_shard_retries + 1)
+            if attempts[index] > max_shard_retries:
+                raise EngineError(f"{stats.errors[0]}; shard {index} failed {attempts[index]} times "
+                                  f"(batch.max_shard_retries {max_shard_retries}); rerun the same batch id to resume") from cause
+            requeue.insert(0, blamed)
+        ray.kill(slots[slot][0], no_restart=True)
+        try:
+            reap([ray.get(infos[(slot, generation)], timeout=5)])
+        except Exception:  # noqa: BLE001 - the actor died before it could report; nothing to reap
+            pass
+        slots[slot] = [start(slot, generation + 1), generation + 1]
+        load[slot] = 0
+        queue.extendleft(reversed(requeue))
+        if blamed is not None:
+            stats.retries += 1
+            event("retry", {"shard": blamed[0], "error": message})
+
+    def check_deadlines(now: float) -> None:
+        for slot in range(n_actors):
+            ref = running_ref(slot)
+            if running_since[slot] is None:
+                if now - created_at[slot] > limits.actor_start_s:
+                    blamed = inflight[ref][2] if ref is not None else None
+                    fail_slot(slot, blamed, f"engine actor did not start within {limits.actor_start_s:g} s "
+                              "(batch.actor_start_timeout_s); stuck actor killed", None)
+            elif ref is not None:
+                shard = inflight[ref][2]
+                bound = limits.shard_s(len(shard[1]))
+                if now - running_since[slot] > bound:
+                    fail_slot(slot, shard, f"engine stuck: no answer for {len(shard[1])} documents within "
+                              f"{bound:g} s (batch.shard_timeout_base_s + shard_timeout_per_doc_s x documents); "
+                              "actor killed", None)
+
+    def next_wakeup(now: float) -> float:
+        waits = []
+        for slot in range(n_actors):
+            if running_since[slot] is None:
+                waits.append(created_at[slot] + limits.actor_start_s - now)
+            elif (ref := running_ref(slot)) is not None:
+                waits.append(running_since[slot] + limits.shard_s(len(inflight[ref][2][1])) - now)
+        return max(0.05, min(waits)) if waits else 1.0
+
     try:
         while queue or inflight:
             for slot in range(n_actors):
@@ -310,53 +439,38 @@ def run_pool(
                     ref = slots[slot][0].classify.remote(shard[1])
                     inflight[ref] = (slot, slots[slot][1], shard)
                     load[slot] += 1
-            ready, _ = ray.wait([*inflight, *info_waiting], num_returns=1)
+            ready, _ = ray.wait([*inflight, *info_waiting], num_returns=1, timeout=next_wakeup(time.monotonic()))
+            if not ready:
+                check_deadlines(time.monotonic())
+                continue
             ref = ready[0]
             if ref in info_waiting:  # an actor finished starting: report its processes (progress.json)
                 slot, generation = info_waiting.pop(ref)
                 try:
-                    event("actor-ready", {"slot": slot, "generation": generation, **ray.get(ref)})
+                    detail = ray.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
-                    pass  # its shards fail too and are retried below
+                    continue  # its shards fail too and are retried below
+                if generation == slots[slot][1]:
+                    running_since[slot] = time.monotonic()
+                event("actor-ready", {"slot": slot, "generation": generation, **detail})
                 continue
-            # an actor runs its tasks in submission order: when it fails, the shard it was running is the
-            # earliest submitted one still in flight on it (another shard queued behind it fails as collateral)
-            running = next(r for r in inflight if inflight[r][:2] == inflight[ref][:2])
-            slot, generation, shard = inflight.pop(ref)
-            if generation == slots[slot][1]:
-                load[slot] -= 1
+            if ref not in inflight:
+                continue  # a ref of an actor already replaced
+            slot, generation, shard = inflight[ref]
             try:
                 rows = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
-                if running is not ref and isinstance(err, ray.exceptions.RayActorError):
-                    blamed = inflight.pop(running)[2]  # the running shard is blamed; this one is requeued free
-                    queue.appendleft(shard)
-                    shard = blamed
-                index = shard[0]
-                attempts[index] = attempts.get(index, 0) + 1
+                # an actor runs its tasks in submission order: when the actor is lost, the shard it was running
+                # is the earliest submitted one still in flight on it (the others fail as collateral, free);
+                # when a task raised, that shard is the one that failed
+                running = running_ref(slot)
+                blamed = inflight[running][2] if isinstance(err, ray.exceptions.RayActorError) and running else shard
                 first_line = str(err).strip().splitlines()[-1][:500] if str(err).strip() else type(err).__name__
-                message = f"shard {index}: {type(err).__name__}: {first_line}"
-                stats.errors.append(message)
-                log.warning("%s (attempt %d of %d)", message, attempts[index], max_shard_retries + 1)
-                if attempts[index] > max_shard_retries:
-                    raise EngineError(f"{stats.errors[0]}; shard {index} failed {attempts[index]} times "
-                                      f"(batch.max_shard_retries {max_shard_retries}); rerun the same batch id to resume") from err
-                if generation == slots[slot][1]:  # replace the actor once, not once per failed ref
-                    ray.kill(slots[slot][0], no_restart=True)
-                    try:
-                        reap([ray.get(infos[(slot, generation)], timeout=5)])
-                    except Exception:  # noqa: BLE001 - the actor died before it could report; nothing to reap
-                        pass
-                    slots[slot] = [start(slot, generation + 1), generation + 1]
-                    load[slot] = 0
-                    for other, (s, g, sh) in list(inflight.items()):  # its queued shards are lost with it
-                        if s == slot and g == generation:
-                            inflight.pop(other)
-                            queue.appendleft(sh)
-                stats.retries += 1
-                event("retry", {"shard": index, "error": message})
-                queue.appendleft(shard)
+                fail_slot(slot, blamed, f"{type(err).__name__}: {first_line}", err)
                 continue
+            inflight.pop(ref)
+            load[slot] -= 1
+            running_since[slot] = time.monotonic()  # the next shard of this actor starts now
             if stats.first_ready_s is None:
                 stats.first_ready_s = time.monotonic() - t0
             on_done(shard[0], rows)
