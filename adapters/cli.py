@@ -1,10 +1,12 @@
-"""``docpilot adapters``: list, show, verify and merge adapters in the registry.
+"""``docpilot adapters``: list, show, verify, merge, export and import adapters in the registry.
 
 Example:
     $ docpilot adapters list
     $ docpilot adapters show bbc-news@latest
     $ docpilot adapters verify bbc-news@1 --config config/pilot.json
     $ docpilot adapters merge bbc-news@1 --out merged/bbc-news-1
+    $ docpilot adapters export bbc-news@1 s3://team-bucket/adapters/bbc-news-1
+    $ docpilot adapters import s3://team-bucket/adapters/bbc-news-1 --registry /srv/registry
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from adapters.registry import Registry
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="docpilot adapters", description="adapter registry: list, show, verify, merge")
+    parser = argparse.ArgumentParser(prog="docpilot adapters", description="adapter registry: list, show, verify, merge, export, import")
     parser.add_argument("--registry", type=Path, help="registry folder (default DOCPILOT_REGISTRY or .docpilot/registry)")
     sub = parser.add_subparsers(dest="action", required=True)
     ls = sub.add_parser("list", help="every published version")
@@ -35,6 +37,18 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("ref")
     merge.add_argument("--out", type=Path, required=True, help="new folder for the merged model")
     merge.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    export = sub.add_parser("export", help="copy one version (files, card, SHA256SUMS) to a folder or archive, "
+                                           "local or s3://, gs://...; the copy is read back and re-checked")
+    export.add_argument("ref", help="name@version or name@latest")
+    export.add_argument("dest", help="folder, or .tar/.tar.gz/.tgz archive; a local path or an fsspec URL")
+    imp = sub.add_parser("import", help="verify an export (every hash, the base model) and add it to the registry "
+                                        "atomically; the same version with the same content is a no-op")
+    imp.add_argument("src", help="the export: folder or archive, local path or fsspec URL")
+    base = imp.add_mutually_exclusive_group()
+    base.add_argument("--config", type=Path, default=Path("config/pilot.json"),
+                      help="config whose base model (fingerprint) and engine the adapter must match "
+                           "(default config/pilot.json)")
+    base.add_argument("--base-fingerprint", help="this side's base-model fingerprint, instead of resolving --config's model")
     return parser
 
 
@@ -73,6 +87,31 @@ def main(argv: list[str] | None = None) -> int:
         adapter = reg.resolve(args.ref, base_fingerprint=model.fingerprint, engine=cfg.engine, base_model_path=model.path)
         print(f"ok: {adapter.ref} sha256 {adapter.sha256}: {len(adapter.card['files'])} files verified, "
               f"base model {model.name} {model.fingerprint}, engine can apply it (max_lora_rank {cfg.engine.max_lora_rank})")
+    elif args.action == "export":
+        from adapters.transfer import export_adapter
+        from classify.storage import as_dest
+
+        out = export_adapter(reg, args.ref, as_dest(args.dest))
+        print(f"{'exported' if out['written'] else 'already exported (re-checked, unchanged)'}: {out['ref']} "
+              f"sha256 {out['sha256']} -> {out['dest']} ({out['files']} files, {out['bytes']} bytes; "
+              "read back and every hash re-checked)")
+    elif args.action == "import":
+        from adapters.transfer import import_adapter
+        from classify.storage import as_dest
+
+        kwargs: dict = {"base_fingerprint": args.base_fingerprint}
+        if args.base_fingerprint is None:
+            from classify.config import PilotConfig, load_config
+            from classify.model import resolve_model
+
+            cfg = load_config(PilotConfig, args.config)
+            model = resolve_model(cfg.model)
+            kwargs = {"base_fingerprint": model.fingerprint, "engine": cfg.engine, "base_model_path": model.path}
+        adapter, created = import_adapter(as_dest(args.src), reg, **kwargs)
+        print(f"{'imported' if created else 'already in the registry (same content, nothing written)'}: "
+              f"{adapter.ref} sha256 {adapter.sha256} into {reg.root} ({len(adapter.card['files'])} files verified, "
+              f"base model {adapter.base_fingerprint}); pilot status here: "
+              f"{(adapter.card.get('pilot') or {}).get('status')} (run `make pilot ADAPTER={adapter.ref}`)")
     else:
         from adapters.merge import merge_adapter
 

@@ -26,6 +26,7 @@ from batch import manifest as mf
 from batch._config import BatchConfig, load_batch_config, results_config, results_config_sha256
 from batch._progress import Progress
 from batch.corpus import Corpus, read_corpus
+from classify import storage
 from classify.config import classification_sha256
 from classify.errors import InputError, VerificationError
 from classify.model import ModelRef, resolve_model
@@ -33,6 +34,7 @@ from classify.paths import exports_dir, runs_dir
 from classify.pilotgate import combo_key, require_pilot
 from classify.runrecords import (
     code_revision,
+    export_complete,
     export_run,
     package_versions,
     utc_now,
@@ -53,7 +55,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--corpus", help="corpus file or folder (replaces `corpus.path`)")
     p.add_argument("--batch-id", help="run folder name under runs/; an existing one is resumed")
     p.add_argument("--adapter", help="LoRA adapter from the registry, name@version or name@latest")
-    p.add_argument("--export-dir", help="parent folder of the export copy (replaces `batch.export_dir`)")
+    p.add_argument("--export-dir", help="parent of the export copy, a folder or an object-storage URL such as "
+                                        "s3://bucket/exports (replaces `batch.export_dir`)")
     p.add_argument("--cpu-actors", type=int, help="engine actors on a CPU-only cluster (replaces `batch.cpu_actors`)")
     p.add_argument("--skip-pilot-gate", action="store_true",
                    help="run although this model/adapter/config has not passed a pilot (logged and recorded)")
@@ -235,14 +238,14 @@ def _run_locked(args: argparse.Namespace, cfg: BatchConfig, corpus: Corpus, mode
              batch_id, len(corpus.docs), corpus.input_rows, len(manifest["shards"]), run_dir)
     done = mf.completed_shards(run_dir, manifest["shards"])
     pending = [s["index"] for s in manifest["shards"] if s["index"] not in done]
-    export_root = Path(args.export_dir or cfg.batch.export_dir or exports_dir())
-    if not pending and (run_dir / mf.SUMMARY).is_file() and (export_root / batch_id).is_dir():
+    export_root = storage.as_dest(args.export_dir or cfg.batch.export_dir or exports_dir())
+    if not pending and (run_dir / mf.SUMMARY).is_file() and export_complete(storage.join(export_root, batch_id)):
         log.info("batch %s is already complete: %d shards; re-checking it, writing nothing", batch_id, len(done))
         rows, problems = merge(run_dir, manifest, corpus)
         if problems:
             raise VerificationError(f"batch {batch_id}: merged results break the invariants: {'; '.join(problems)}")
         summary = json.loads((run_dir / mf.SUMMARY).read_text(encoding="utf-8"))
-        summary["run_dir"], summary["export_dir"] = str(run_dir), str(_export(run_dir, export_root / batch_id))
+        summary["run_dir"], summary["export_dir"] = str(run_dir), str(_export(run_dir, storage.join(export_root, batch_id)))
         return summary
     attempt = {"started_at": utc_now(), "pid": os.getpid(), "host": socket.gethostname(), "pilot_gate": gate_record,
                "cpu_actors": cfg.batch.cpu_actors}
@@ -284,7 +287,7 @@ def _run_locked(args: argparse.Namespace, cfg: BatchConfig, corpus: Corpus, mode
         attempt.update(finished_at=utc_now(), processed_docs=processed, wall_s=round(time.monotonic() - t_start, 2))
         mf.write_manifest(run_dir, manifest)
         progress.finish()
-        export = _export(run_dir, export_root / batch_id)
+        export = _export(run_dir, storage.join(export_root, batch_id))
     except Exception as err:
         progress.fail(f"{type(err).__name__}: {err}")
         attempt.update(failed_at=utc_now(), error=f"{type(err).__name__}: {err}"[:2000])
@@ -299,9 +302,13 @@ def summary_ok(rows: list[dict[str, Any]], corpus: Corpus) -> bool:
     return sum(r["status"] in ("accepted", "rejected") for r in rows) == len(corpus.docs)
 
 
-def _export(run_dir: Path, dest: Path) -> Path:
-    """Copy the finished run with SHA256SUMS and re-check the copy (an earlier attempt's copy is re-checked, not overwritten)."""
-    if dest.exists():
+def _export(run_dir: Path, dest: storage.Dest) -> storage.Dest:
+    """Copy the finished run with SHA256SUMS and re-check the copy (an earlier attempt's copy is re-checked, not overwritten).
+
+    ``dest`` is a folder or an object-storage URL; a URL copy is read back from the store for the
+    re-check, and an incomplete one (an interrupted upload: no SHA256SUMS) is completed.
+    """
+    if export_complete(dest):
         log.info("export %s exists (an earlier attempt); re-checking it", dest)
     else:
         export_run(run_dir, dest)

@@ -20,6 +20,7 @@ from typing import Any
 
 from batch._pilot_inputs import read_pilot_set
 from batch._pilot_report import STAGES, build_summary, decide, decision_markdown, recheck_copy
+from classify import storage
 from classify.config import ClassifyConfig, PilotConfig, classification_sha256, config_sha256, load_config
 from classify.doctor import blockers, findings_json, run_checks
 from classify.engine import AdapterHandle, Classifier, build_engine
@@ -30,6 +31,7 @@ from classify.pilotgate import combo_key, record_pilot
 from classify.records import Document
 from classify.runrecords import (
     code_revision,
+    export_complete,
     export_run,
     new_run_dir,
     package_versions,
@@ -63,7 +65,7 @@ class PilotOutcome:
 
     run_id: str
     run_dir: Path
-    export_dir: Path | None
+    export_dir: Path | str | None
     decision: str
     verdict: str
     stage: str
@@ -104,9 +106,10 @@ def run_pilot(
     cfg: PilotConfig,
     input_path: Path = DEFAULT_INPUT,
     adapter_ref: str | None = None,
-    export_root: Path | None = None,
+    export_root: Path | str | None = None,
     engine: Classifier | None = None,
     config_path: str = "",
+    lease_ends_at: str | None = None,
 ) -> PilotOutcome:
     """Run one pilot trial end to end and record its decision.
 
@@ -114,17 +117,20 @@ def run_pilot(
         cfg: the pilot config.
         input_path: pilot set folder, JSONL or CSV (see :func:`batch._pilot_inputs.read_pilot_set`).
         adapter_ref: ``name@version`` (or ``name@latest``) from the adapter registry, or ``None``.
-        export_root: parent of the export copy (default ``exports/``); the copy is ``<export_root>/<run_id>/``.
+        export_root: parent of the export copy (default ``exports/``): a folder or an object-storage URL
+            (``s3://bucket/pilots``, :mod:`classify.storage`); the copy is ``<export_root>/<run_id>/``, and a URL
+            copy is read back from the store for the re-check.
         engine: an already-built classifier for this config (tests share one); else one is built
             (with LoRA slots when an adapter is given) and shut down at the end.
         config_path: where ``cfg`` was read from, for ``params.json``.
+        lease_ends_at: the lease end the trial runs under (ISO 8601), recorded in ``params.json``.
 
     Returns:
         The :class:`PilotOutcome`. A failed stage does not raise: it is recorded in the run folder
         (``summary.json`` ``first_error``/``stage_reached``) and in the decision.
     """
     run_id, run_dir = new_run_dir("pilot", runs_dir())
-    export_dir = (export_root or exports_dir()) / run_id
+    export_dir = storage.join(storage.as_dest(export_root or exports_dir()), run_id)
     started = time.time()
     stage = STAGES[0]
     error: BaseException | None = None
@@ -142,6 +148,7 @@ def run_pilot(
         "code": code_revision(),
         "packages": package_versions(),
         "seed": cfg.seed,
+        "lease_ends_at": lease_ends_at,
     }
     docs: list[Document] = []
     labels: dict[str, str] = {}
@@ -236,7 +243,7 @@ def run_pilot(
             from adapters.registry import Registry
 
             Registry().set_pilot_status(resolved_adapter.ref, "passed" if summary["verdict"] == "pass" else "failed", run_id)
-    return PilotOutcome(run_id, run_dir, export_dir if export_dir.exists() else None, decision["decision"],
+    return PilotOutcome(run_id, run_dir, export_dir if export_complete(export_dir) else None, decision["decision"],
                         summary["verdict"], stage, summary,
                         0 if error is None else getattr(error, "exit_code", 1))
 
@@ -266,13 +273,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--config", default="config/pilot.json")
     parser.add_argument("--input", default=str(DEFAULT_INPUT), help="pilot folder, .jsonl or .csv (default data/pilot)")
     parser.add_argument("--adapter", help="adapter from the registry: name@version or name@latest")
-    parser.add_argument("--export-dir", help="parent folder of the export copy (default exports/)")
+    parser.add_argument("--export-dir", help="parent of the export copy: a folder or a URL such as s3://bucket/pilots "
+                                             "(default exports/)")
+    parser.add_argument("--lease-ends", help="when the lot's lease ends (ISO 8601 with timezone), recorded in "
+                                             "params.json (default: `lease_ends_at` of --lots-config)")
+    parser.add_argument("--lots-config", default="config/lots.json", help="lots config holding `lease_ends_at`")
     parser.add_argument("--require-proceed", action="store_true", help="exit 10 unless the decision is proceed")
     args = parser.parse_args(argv)
     cfg = load_config(PilotConfig, args.config)
+    from batch.plan import lease_end
+
+    lease = lease_end(args.lots_config, args.lease_ends)
     with signals_raise_interrupted():  # SIGTERM / Ctrl-C: the run folder still gets its summary and decision
-        outcome = run_pilot(cfg, Path(args.input), args.adapter, Path(args.export_dir) if args.export_dir else None,
-                            config_path=args.config)
+        outcome = run_pilot(cfg, Path(args.input), args.adapter, args.export_dir,
+                            config_path=args.config, lease_ends_at=lease.isoformat() if lease else None)
     print((outcome.run_dir / "decision.md").read_text())
     print(f"run folder: {outcome.run_dir}\nexport copy: {outcome.export_dir or '(none)'}")
     first = outcome.summary.get("first_error")

@@ -11,10 +11,11 @@ Nothing here imports vLLM or torch.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from batch._plan_memory import (
     BUILTIN_SHAPES,
@@ -98,6 +99,9 @@ class LotsConfig(_Frozen):
             ``gpu_memory_utilization``), the same section as ``config/pilot.json``.
         training: the LoRA training job.
         gpus: the catalogue and the user's price table, by GPU model name.
+        lease_ends_at: when the rented lot(s) stop (ISO 8601 with a timezone, e.g.
+            ``2026-12-03T18:00:00Z``), or ``null``. ``docpilot status`` compares a batch's ETA plus
+            its export time with it; the pilot records it in its run folder.
     """
 
     gpu_model: str = Field(min_length=1)
@@ -109,6 +113,50 @@ class LotsConfig(_Frozen):
     engine: EngineConfig = EngineConfig()
     training: TrainingShape = TrainingShape()
     gpus: dict[str, GpuSpec] = Field(min_length=1)
+    lease_ends_at: AwareDatetime | None = None
+
+
+class _Lease(_Frozen):
+    lease_ends_at: AwareDatetime
+
+
+def parse_lease_end(text: str) -> dt.datetime:
+    """Parse a lease end given on the command line (``--lease-ends``).
+
+    Args:
+        text: ISO 8601 with a timezone, e.g. ``2026-12-03T18:00:00Z`` or ``2026-12-03T19:00:00+01:00``.
+
+    Returns:
+        The aware datetime.
+
+    Raises:
+        ConfigError: not ISO 8601, or no timezone (a lease clock without one is ambiguous).
+    """
+    try:
+        return _Lease(lease_ends_at=text).lease_ends_at
+    except ValidationError:
+        raise ConfigError(f"`lease_ends_at` must be ISO 8601 with a timezone (e.g. 2026-12-03T18:00:00Z), "
+                          f"got {text!r}") from None
+
+
+def lease_end(lots_config: str | Path | None = "config/lots.json", override: str | None = None) -> dt.datetime | None:
+    """The lease end in force: ``override`` (``--lease-ends``) if given, else the lots config's ``lease_ends_at``.
+
+    Args:
+        lots_config: ``config/lots.json``; a missing file means no lease end (``None`` skips it).
+        override: a ``--lease-ends`` value.
+
+    Returns:
+        The aware datetime, or ``None`` when neither gives one.
+
+    Raises:
+        ConfigError: an invalid value or lots config.
+    """
+    if override:
+        return parse_lease_end(override)
+    if lots_config is None or not Path(lots_config).is_file():
+        return None
+    return load_config(LotsConfig, lots_config).lease_ends_at
 
 
 def gpu_spec(cfg: LotsConfig) -> GpuSpec:

@@ -7,8 +7,10 @@ and the shard files) and after it ended (``summary.json``).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -71,6 +73,108 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
     }
 
 
+DEFAULT_UPLOAD_MIB_PER_S = 10.0
+"""Assumed upload rate from a rented pod to object storage, MiB/s (a conservative figure for one
+stream over a pod's shared uplink; set ``--upload-mib-per-s`` to what ``docpilot adapters export``
+or a test copy measured)."""
+
+
+def _run_bytes(run_dir: Path) -> tuple[int, int]:
+    """``(all bytes, shard bytes)`` of the regular files in a run folder."""
+    total = shards = 0
+    for p in run_dir.rglob("*"):
+        if p.is_file():
+            size = p.stat().st_size
+            total += size
+            shards += size if p.parent.name == mf.SHARDS else 0
+    return total, shards
+
+
+def lease_check(st: dict[str, Any], lease_ends_at: dt.datetime, now: dt.datetime | None = None,
+                upload_mib_per_s: float = DEFAULT_UPLOAD_MIB_PER_S) -> dict[str, Any]:
+    """Whether the rest of a batch and its export finish before the lease ends.
+
+    Finish time = now + ETA + export time. ETA = ids left / the current attempt's docs/s. Export
+    time = projected export bytes / ``upload_mib_per_s``; the projection scales the shard bytes
+    written so far to the whole corpus and counts them twice (the shards and the merged
+    ``results.jsonl`` are both copied), plus the other files as they are now.
+
+    Args:
+        st: :func:`batch_status` output (``done``, ``total``, ``docs_per_s``, ``state``, ``run_dir``).
+        lease_ends_at: when the lease ends (aware datetime).
+        now: the current time (default: now, UTC).
+        upload_mib_per_s: assumed upload rate in MiB/s (> 0).
+
+    Returns:
+        ``{fits: bool | None, lease_ends_at, finish_at, eta_s, export_s, export_bytes, margin_s, message}``;
+        ``fits`` is None when there is no rate yet to estimate from.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    left = max(int(st["total"]) - int(st["done"]), 0)
+    rate = float(st.get("docs_per_s") or 0)
+    all_bytes, shard_bytes = _run_bytes(Path(st["run_dir"])) if Path(st["run_dir"]).is_dir() else (0, 0)
+    if left and st["done"]:
+        export_bytes = all_bytes - shard_bytes + 2 * shard_bytes * st["total"] / st["done"]
+    else:
+        export_bytes = all_bytes + (shard_bytes if left else 0)
+    export_s = export_bytes / (upload_mib_per_s * 1024**2)
+    out: dict[str, Any] = {"lease_ends_at": lease_ends_at.isoformat(), "export_bytes": int(export_bytes),
+                           "export_s": round(export_s, 1), "upload_mib_per_s": upload_mib_per_s}
+    lease_left_s = (lease_ends_at - now).total_seconds()
+    if left and not rate:
+        out.update(fits=None, eta_s=None, finish_at=None, margin_s=None,
+                   message=f"lease ends {lease_ends_at:%Y-%m-%d %H:%M %Z} (in {_eta(max(lease_left_s, 0))}): no rate yet, "
+                           "cannot tell whether the batch fits; check again after the first shards")
+        return out
+    eta_s = left / rate if left else 0.0
+    finish = now + dt.timedelta(seconds=eta_s + export_s)
+    margin_s = (lease_ends_at - finish).total_seconds()
+    out.update(eta_s=round(eta_s, 1), finish_at=finish.isoformat(), margin_s=round(margin_s, 1), fits=margin_s >= 0)
+    plan = (f"ETA {_eta(eta_s)} + export ~{_eta(export_s)} ({export_bytes / 1024**2:.1f} MiB at {upload_mib_per_s:g} MiB/s) "
+            f"-> done {finish:%Y-%m-%d %H:%M %Z}, lease ends {lease_ends_at:%Y-%m-%d %H:%M %Z}")
+    if margin_s >= 0:
+        out["message"] = f"fits: {plan} ({_eta(margin_s)} to spare)"
+    else:
+        out["message"] = (
+            f"WILL NOT FINISH before the lease ends ({_eta(-margin_s)} short): {plan}. Add a lot (stop the batch, "
+            f"then rerun `docpilot batch --batch-id {st['batch_id']}` on the larger cluster: complete shards are kept), "
+            f"or export partial results now with `docpilot status {st['batch_id']} --export-partial DEST` "
+            f"(DEST a folder or s3://...; a later run with the same --batch-id resumes from the copied shards)")
+    return out
+
+
+def export_partial(st: dict[str, Any], dest_root: str) -> Any:
+    """Copy a batch's run folder as it is now to ``<dest_root>/<batch-id>-partial-<utc>/`` and re-check it.
+
+    Complete shard files are final (written atomically), so the copy holds every finished shard;
+    the temporary file of a shard being written is hidden and skipped.
+
+    Args:
+        st: :func:`batch_status` output.
+        dest_root: a folder or an object-storage URL.
+
+    Returns:
+        The copy's destination.
+
+    Raises:
+        VerificationError: the copy fails its re-check (names the file).
+    """
+    from classify import storage
+    from classify.errors import VerificationError
+    from classify.runrecords import export_run, verify_export
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}")
+    with storage.local_copy_dir("partial") as tmp:  # a snapshot first: progress.json is rewritten while it runs
+        snapshot = Path(tmp) / st["batch_id"]
+        shutil.copytree(st["run_dir"], snapshot, ignore=shutil.ignore_patterns(".*"))
+        export_run(snapshot, dest)
+    problems = verify_export(dest)
+    if problems:
+        raise VerificationError(f"partial export {dest} failed its re-check: {'; '.join(problems)}")
+    return dest
+
+
 def _eta(seconds: float | None) -> str:
     if seconds is None:
         return "unknown"
@@ -80,7 +184,8 @@ def _eta(seconds: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``docpilot status BATCH [--json]``: print done/total, rejected, docs/s, ETA and the last error.
+    """``docpilot status BATCH [--json] [--lease-ends T]``: done/total, rejected, docs/s, ETA, the last error,
+    and with a lease end (``--lease-ends`` or the lots config's ``lease_ends_at``) whether it fits.
 
     Args:
         argv: command-line arguments (default ``sys.argv[1:]``).
@@ -94,11 +199,29 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="docpilot status", description="Progress of a batch run, from its run folder.")
     p.add_argument("batch_id", nargs="?", help="the batch id (run folder name under runs/)")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.add_argument("--lease-ends", help="when the lease ends, ISO 8601 with timezone (replaces the lots "
+                                        "config's `lease_ends_at`)")
+    p.add_argument("--lots-config", default="config/lots.json", help="lots config holding `lease_ends_at` "
+                                                                       "(default %(default)s)")
+    p.add_argument("--export-partial", metavar="DEST",
+                   help="copy the run folder as it is now (complete shards) to DEST/<batch-id>-partial-<utc>/ "
+                        "(folder or object-storage URL) with SHA256SUMS, read back and re-checked")
+    p.add_argument("--upload-mib-per-s", type=float, default=DEFAULT_UPLOAD_MIB_PER_S,
+                   help="assumed upload rate for the export estimate, MiB/s (default %(default)s)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if not args.batch_id:
         print("usage: docpilot status BATCH_ID   (make status BATCH=<id>)", file=sys.stderr)
         return 2
     st = batch_status(args.batch_id)
+    from batch.plan import lease_end
+
+    lease = lease_end(args.lots_config, args.lease_ends)
+    if lease is not None:
+        if not args.upload_mib_per_s > 0:
+            raise InputError(f"--upload-mib-per-s must be > 0, got {args.upload_mib_per_s}")
+        st["lease"] = lease_check(st, lease, upload_mib_per_s=args.upload_mib_per_s)
+    if args.export_partial:
+        st["partial_export"] = str(export_partial(st, args.export_partial))
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
@@ -111,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     if st["skip_pilot_gate"]:
         print("  WARNING   started with --skip-pilot-gate (no passed pilot)")
     print(f"  folder    {st['run_dir']}   updated {st['updated_at']}")
+    if "lease" in st:
+        print(f"  lease     {st['lease']['message']}")
+    if "partial_export" in st:
+        print(f"  exported  {st['partial_export']} (partial: complete shards so far; SHA256SUMS re-checked)")
     return 0
 
 

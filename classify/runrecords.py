@@ -25,8 +25,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from classify import storage
 from classify.errors import Interrupted, VerificationError
 from classify.model import file_sha256
+from classify.storage import Dest
 
 SHA256SUMS = "SHA256SUMS"
 
@@ -162,37 +164,59 @@ def write_sha256sums(folder: Path) -> dict[str, str]:
     return sums
 
 
-def export_run(run_dir: Path, export_dir: Path) -> Path:
+def export_run(run_dir: Path, export_dir: Dest) -> Dest:
     """Copy a finished run folder to ``export_dir`` with a ``SHA256SUMS`` file.
 
-    The copy goes to a temporary sibling folder and is renamed into place, so a partial copy
-    never looks complete. Hashes are taken from the source files.
+    A local copy goes to a temporary sibling folder and is renamed into place, so a partial copy
+    never looks complete. An object-storage copy (``s3://...``, see :mod:`classify.storage`) has
+    no rename: every file is uploaded first and ``SHA256SUMS`` last, so a copy without
+    ``SHA256SUMS`` is incomplete (an interrupted upload) and is cleared and rewritten here.
+    Hashes are taken from the source files.
 
     Args:
         run_dir: the run folder.
-        export_dir: destination folder (must not exist yet).
+        export_dir: destination folder or URL (must not hold a complete export yet).
 
     Returns:
         ``export_dir``.
 
     Raises:
-        VerificationError: ``export_dir`` already exists (exports are never overwritten).
+        VerificationError: ``export_dir`` already holds an export (exports are never overwritten).
     """
-    if export_dir.exists():
+    if export_complete(export_dir):
         raise VerificationError(f"export folder {export_dir} already exists; exports are never overwritten")
-    export_dir.parent.mkdir(parents=True, exist_ok=True)
     sums = sha256_tree(run_dir)
+    sums_text = "".join(f"{h}  {p}\n" for p, h in sums.items()).encode()
+    if isinstance(export_dir, str):
+        fs, root = storage.filesystem(export_dir)
+        fs.invalidate_cache()
+        if fs.exists(root):  # an interrupted upload: no SHA256SUMS, so nothing there was ever complete
+            fs.rm(root, recursive=True)
+        with storage.local_copy_dir("sums") as tmp:
+            storage.upload_tree(run_dir, list(sums), export_dir)
+            write_bytes_atomic(Path(tmp) / SHA256SUMS, sums_text)
+            storage.upload_file(Path(tmp) / SHA256SUMS, storage.join(export_dir, SHA256SUMS))
+        return export_dir
+    export_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{export_dir.name}-", dir=export_dir.parent))
     try:
         for rel in sums:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(run_dir / rel, tmp / rel)
-        write_bytes_atomic(tmp / SHA256SUMS, "".join(f"{h}  {p}\n" for p, h in sums.items()).encode())
+        write_bytes_atomic(tmp / SHA256SUMS, sums_text)
         os.replace(tmp, export_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return export_dir
+
+
+def export_complete(export_dir: Dest) -> bool:
+    """Whether ``export_dir`` holds a complete export (local: the folder exists, since it is renamed into
+    place whole; object storage: its ``SHA256SUMS`` marker, written last, exists)."""
+    if isinstance(export_dir, str):
+        return storage.exists(export_dir, SHA256SUMS)
+    return export_dir.exists()
 
 
 def compare_sha256(
@@ -220,17 +244,27 @@ def compare_sha256(
     return problems
 
 
-def verify_export(export_dir: Path, check: Callable[[Path], list[str]] | None = None) -> list[str]:
+def verify_export(export_dir: Dest, check: Callable[[Path], list[str]] | None = None) -> list[str]:
     """Re-read an export copy: every hash in ``SHA256SUMS`` matches, no file missing or unlisted,
-    then ``check(export_dir)`` recomputes the run's own invariants from the copied files.
+    then ``check(folder)`` recomputes the run's own invariants from the copied files.
+
+    An object-storage copy is read back from the store into a temporary local folder first, so
+    the bytes checked are the ones the destination returns.
 
     Args:
-        export_dir: the copy made by :func:`export_run`.
-        check: optional extra check returning problem descriptions.
+        export_dir: the copy made by :func:`export_run` (folder or URL).
+        check: optional extra check returning problem descriptions; it gets a local folder.
 
     Returns:
-        Problems found (empty list = verified).
+        Problems found (empty list = verified); each names the file.
     """
+    if isinstance(export_dir, str):
+        if not storage.exists(export_dir, SHA256SUMS):
+            return [f"{SHA256SUMS} missing in {export_dir}: the copy is incomplete (an interrupted upload); "
+                    "run the export again"]
+        with storage.local_copy_dir("recheck") as tmp:
+            storage.download_tree(export_dir, Path(tmp))
+            return verify_export(Path(tmp), check)
     sums_path = export_dir / SHA256SUMS
     if not sums_path.is_file():
         return [f"{SHA256SUMS} missing in {export_dir}"]

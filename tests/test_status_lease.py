@@ -1,0 +1,88 @@
+"""The lease clock: ``docpilot status`` compares ETA + export time with the lease end (synthetic run folders)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from batch import manifest as mf
+from batch.plan import lease_end, parse_lease_end
+from batch.status import batch_status, lease_check
+from batch.status import main as status_main
+from classify.errors import ConfigError
+
+NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+
+
+def _run(root, batch_id="b-lease", total=10_000, done=4_000, rate=2.0, shard_bytes=4 * 1024**2):
+    """A running batch: manifest with 10 shards of 1000 ids, ``done/1000`` shard files, and its progress.json."""
+    run = root / batch_id
+    shards = [{"index": i, "start": i * 1000, "n_docs": 1000} for i in range(total // 1000)]
+    mf.write_manifest(run, {"corpus": {"distinct_ids": total}, "shards": shards, "pilot_gate": {"override": False},
+                            "attempts": []})
+    for i in range(done // 1000):  # shard_bytes spread over the complete shards
+        (run / mf.SHARDS).mkdir(exist_ok=True)
+        (run / mf.SHARDS / f"{i:05d}.jsonl").write_bytes(b"x" * (shard_bytes // (done // 1000)))
+    (run / mf.PROGRESS).write_text(json.dumps({"state": "running", "host": "elsewhere", "pid": 1, "docs_per_s": rate,
+                                               "accepted": done, "rejected": 0, "eta_s": (total - done) / rate if rate else None}))
+    return run
+
+
+def test_a_batch_whose_eta_passes_the_lease_end_does_not_fit(tmp_path):
+    _run(tmp_path)
+    st = batch_status("b-lease", tmp_path)
+    assert (st["done"], st["total"]) == (4000, 10_000)
+    # 6000 ids at 2 docs/s = 50 min; export: 4 MiB of shards x 10/4 x 2 = ~20 MiB at 10 MiB/s = ~2 s
+    tight = lease_check(st, NOW + dt.timedelta(minutes=45), now=NOW)
+    assert tight["fits"] is False and tight["eta_s"] == 3000.0 and 1.9 < tight["export_s"] < 2.2
+    assert tight["message"].startswith("WILL NOT FINISH before the lease ends (5m02s short)")
+    assert "add a lot" in tight["message"].lower() and "--export-partial DEST" in tight["message"]
+    ok = lease_check(st, NOW + dt.timedelta(minutes=55), now=NOW)
+    assert ok["fits"] is True and ok["message"].startswith("fits: ETA 50m00s + export ~0m02s") and "to spare" in ok["message"]
+    # the export time alone can make it miss: a slow uplink (0.01 MiB/s -> ~35 min of upload)
+    slow = lease_check(st, NOW + dt.timedelta(minutes=55), now=NOW, upload_mib_per_s=0.01)
+    assert slow["fits"] is False and slow["export_s"] > 1800
+
+
+def test_no_rate_yet_is_unknown_not_a_verdict(tmp_path):
+    _run(tmp_path, done=0, rate=0.0)
+    st = batch_status("b-lease", tmp_path)
+    out = lease_check(st, NOW + dt.timedelta(hours=1), now=NOW)
+    assert out["fits"] is None and "no rate yet" in out["message"]
+
+
+def test_status_command_reads_the_lease_from_the_lots_config_or_the_flag(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
+    _run(tmp_path / "runs")
+    lots = json.loads(open("config/lots.json").read())
+    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    (tmp_path / "lots.json").write_text(json.dumps({**lots, "lease_ends_at": soon}))
+    assert status_main(["b-lease", "--lots-config", str(tmp_path / "lots.json")]) == 0
+    out = capsys.readouterr().out
+    assert "  lease     WILL NOT FINISH before the lease ends" in out
+    later = (dt.datetime.now(dt.UTC) + dt.timedelta(days=2)).isoformat()
+    assert status_main(["b-lease", "--lots-config", str(tmp_path / "lots.json"), "--lease-ends", later, "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["lease"]["fits"] is True
+    assert status_main(["b-lease", "--lots-config", str(tmp_path / "none.json")]) == 0
+    assert "  lease  " not in capsys.readouterr().out
+
+
+def test_partial_export_copies_complete_shards_and_rechecks(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
+    _run(tmp_path / "runs", shard_bytes=4000)
+    assert status_main(["b-lease", "--lots-config", str(tmp_path / "none.json"), "--export-partial", str(tmp_path / "out")]) == 0
+    copies = list((tmp_path / "out").iterdir())
+    assert len(copies) == 1 and copies[0].name.startswith("b-lease-partial-")
+    assert sorted(p.name for p in (copies[0] / mf.SHARDS).iterdir()) == [f"{i:05d}.jsonl" for i in range(4)]
+    assert (copies[0] / "SHA256SUMS").is_file()
+
+
+def test_lease_end_parsing():
+    assert parse_lease_end("2026-12-03T19:00:00+01:00") == dt.datetime(2026, 12, 3, 18, 0, tzinfo=dt.UTC)
+    with pytest.raises(ConfigError, match=r"`lease_ends_at` must be ISO 8601 with a timezone .* got '2026-12-03 18:00'"):
+        parse_lease_end("2026-12-03 18:00")
+    assert lease_end("config/lots.json") is None  # shipped config: no lease end set
+    assert lease_end(None, "2026-12-03T18:00:00Z") == dt.datetime(2026, 12, 3, 18, 0, tzinfo=dt.UTC)
