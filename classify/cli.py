@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 
 from classify.errors import DocpilotError
@@ -26,9 +27,51 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+QUIET_ENV: dict[str, str] = {
+    "VLLM_LOGGING_LEVEL": "ERROR",  # vllm/envs.py; read when vllm is first imported, here and in engine processes
+    "TRANSFORMERS_VERBOSITY": "error",
+    "RAY_LOGGER_LEVEL": "error",  # the `ray` Python loggers (ray_constants.LOGGER_LEVEL)
+    "RAY_BACKEND_LOG_LEVEL": "error",  # raylet, GCS and core worker C++ logs
+}
+"""Environment set by default (unless the user set the name) so vLLM, Ray and transformers log only errors.
+Set before any of them is imported; child processes inherit it (Ray actors through runtime_env)."""
+
+QUIET_LOGGERS = ("vllm", "ray", "transformers", "torch", "accelerate", "peft")
+
+
+def _verbose(argv: list[str]) -> tuple[bool, list[str]]:
+    """``--verbose`` anywhere before ``--`` (removed from argv), or ``DOCPILOT_VERBOSE=1``."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    flag = "--verbose" in argv[:end]
+    rest = [a for i, a in enumerate(argv) if not (a == "--verbose" and i < end)]
+    return flag or os.environ.get("DOCPILOT_VERBOSE", "") not in ("", "0"), rest
+
+
+def configure_logging(verbose: bool) -> None:
+    """docpilot's own INFO lines always; vLLM's, Ray's and transformers' only when ``verbose``.
+
+    Quiet mode lowers third-party logging to errors through their own environment variables
+    (:data:`QUIET_ENV`, set before they are imported) and Python loggers. Errors are never hidden:
+    the first error of a failed command is still printed whole by :func:`main`.
+
+    Args:
+        verbose: ``docpilot --verbose`` or ``DOCPILOT_VERBOSE=1``: everything, as the libraries log it.
+    """
+    if verbose:
+        os.environ["DOCPILOT_VERBOSE"] = "1"  # seen by the batch driver (Ray log_to_driver) and child processes
+    else:
+        for name, value in QUIET_ENV.items():
+            os.environ.setdefault(name, value)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def _usage() -> str:
-    lines = ["usage: docpilot COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: docpilot [--verbose] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "--verbose (or DOCPILOT_VERBOSE=1): show vLLM's, Ray's and transformers' own log lines"]
     return "\n".join(lines)
 
 
@@ -42,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         The process exit status: 0 on success, :attr:`DocpilotError.exit_code` on a known
         error, 1 on an unexpected one.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose, argv = _verbose(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
@@ -50,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"error: unknown command {name!r} (allowed: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(verbose)
     module_name, func_name = COMMANDS[name][0].split(":")
     func = getattr(importlib.import_module(module_name), func_name)
     try:
