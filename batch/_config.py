@@ -62,6 +62,9 @@ class RunConfig(_Frozen):
             about 10x the slowest CPU rate measured here, ~1 doc/s per engine).
         actor_start_timeout_s: seconds an engine actor may take to start (weights load, warm-up)
             before it counts as stuck and is replaced.
+        actor_place_timeout_s: seconds an engine actor may wait for a node with the free resources
+            it asks for (e.g. the replacement of an actor whose node was lost) before its slot is
+            dropped and the other actors finish the batch; only while another slot has a placed actor.
         export_dir: parent folder of the export copy (``null``: ``exports/``, ``DOCPILOT_EXPORTS``);
             the copy is ``<export_dir>/<batch-id>/``.
     """
@@ -74,6 +77,7 @@ class RunConfig(_Frozen):
     shard_timeout_base_s: float = Field(120.0, gt=0, le=86_400)
     shard_timeout_per_doc_s: float = Field(10.0, ge=0, le=3_600)
     actor_start_timeout_s: float = Field(1800.0, gt=0, le=86_400)
+    actor_place_timeout_s: float = Field(120.0, gt=0, le=86_400)
     export_dir: str | None = None
 
 

@@ -15,6 +15,12 @@ fails when:
 * its engine hangs: a shard runs longer than its bound (:class:`Deadlines`, from the shard's
   size) or the actor does not start in time; the driver kills it.
 
+A slot whose actor cannot be placed (no node has the free resources it asks for, e.g. after a
+node of the cluster was lost and its replacement waits for that node's CPUs or GPU) is dropped
+after :attr:`Deadlines.actor_place_s` while other slots still work: the pool shrinks, the slot's
+queued shards go back to the queue free, and the surviving actors finish the batch. With no
+other slot left it waits up to ``actor_start_s`` like any actor that does not start.
+
 An actor runs its shards one after the other, so when it fails, the shard it was running (the
 earliest submitted) is charged the retry and the shard queued behind it is requeued free.
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -42,7 +49,8 @@ IN_FLIGHT_PER_ACTOR = 2
 
 ENV_PASSED_TO_ACTORS = ("DOCPILOT_HOME", "DOCPILOT_MODEL_CACHE", "DOCPILOT_REGISTRY", "DOCPILOT_RUNS",
                         "DOCPILOT_EXPORTS", "HF_HUB_OFFLINE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
-                        "VLLM_CPU_NUM_OF_RESERVED_CPU")
+                        "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_LOGGING_LEVEL", "TRANSFORMERS_VERBOSITY",
+                        "RAY_LOGGER_LEVEL", "RAY_BACKEND_LOG_LEVEL", "DOCPILOT_VERBOSE")
 
 
 class EngineActor:
@@ -290,11 +298,15 @@ class Deadlines:
         shard_base_s: seconds any shard may run on a started engine.
         shard_per_doc_s: seconds added per document of the shard.
         actor_start_s: seconds from creating an actor until it has started its engine.
+        actor_place_s: seconds an actor may wait to be placed on a node (Ray has not given it a
+            worker process: no node has the resources it asks for) before its slot is dropped,
+            when other slots still have a placed actor.
     """
 
     shard_base_s: float = 120.0
     shard_per_doc_s: float = 10.0
     actor_start_s: float = 1800.0
+    actor_place_s: float = 120.0
 
     def shard_s(self, n_docs: int) -> float:
         """The bound in seconds for a shard of ``n_docs`` documents (``base + per_doc x n``)."""
@@ -310,12 +322,40 @@ class PoolStats:
         retries: shard re-runs after a failure.
         errors: the failures, first first (``shard N: <error>``).
         first_ready_s: seconds from pool start until the first shard came back (engine start + warm-up).
+        dropped: slots given up because their actor could not be placed (``slot N: <why>``).
     """
 
     actors_started: int = 0
     retries: int = 0
     errors: list[str] = field(default_factory=list)
     first_ready_s: float | None = None
+    dropped: list[str] = field(default_factory=list)
+
+
+def actor_placed(actor: Any) -> bool | None:
+    """Whether Ray has given ``actor`` a worker process on some node (it may still be starting its engine).
+
+    Read from the GCS actor table (``ray._private.state.actors``; no dashboard needed): an actor
+    waiting for a node with free resources has no worker process yet (``Pid`` 0).
+
+    Args:
+        actor: a Ray actor handle.
+
+    Returns:
+        ``True`` placed (or already gone: not waiting), ``False`` still waiting for a node, ``None``
+        when Ray could not tell (treated as placed by the caller: never drop on a guess).
+    """
+    try:
+        from ray._private import state
+
+        info = state.actors(actor_id=actor._actor_id.hex())  # noqa: SLF001 - the handle's id, no public getter
+    except Exception:  # noqa: BLE001 - a private API: unknown is not "unplaced"
+        return None
+    if not isinstance(info, dict) or not info:
+        return None
+    if info.get("State") in ("DEPENDENCIES_UNREADY", "PENDING_CREATION"):
+        return bool(info.get("Pid"))
+    return True
 
 
 def run_pool(
@@ -336,8 +376,8 @@ def run_pool(
         shards: ``(shard index, documents)`` still to do.
         on_done: called in the driver with ``(index, result rows)`` as each shard completes.
         max_shard_retries: re-runs allowed per shard.
-        on_event: optional callback ``(event, detail)`` for ``actor-ready`` (with :meth:`EngineActor.info`)
-            and ``retry`` (progress file).
+        on_event: optional callback ``(event, detail)`` for ``actor-ready`` (with :meth:`EngineActor.info`),
+            ``retry`` (progress file) and ``slot-dropped`` (``{"slot", "reason"}``).
         deadlines: when an actor counts as stuck (default :class:`Deadlines`).
 
     Returns:
@@ -358,6 +398,7 @@ def run_pool(
     info_waiting: dict[Any, tuple[int, int]] = {}
     created_at = [0.0] * n_actors
     running_since: list[float | None] = [None] * n_actors  # engine started; the earliest shard in flight runs
+    active = [True] * n_actors  # False: the slot was dropped (its actor could not be placed)
 
     def start(slot: int, generation: int) -> Any:
         actor = make_actor(slot)
@@ -373,6 +414,9 @@ def run_pool(
     attempts: dict[int, int] = {}
     inflight: dict[Any, tuple[int, int, tuple[int, list[Document]]]] = {}  # in submission order
     load = [0] * n_actors
+
+    def live() -> list[int]:
+        return [slot for slot in range(n_actors) if active[slot]]
 
     def running_ref(slot: int) -> Any:
         return next((r for r, (s, g, _) in inflight.items() if s == slot and g == slots[slot][1]), None)
@@ -406,8 +450,41 @@ def run_pool(
             stats.retries += 1
             event("retry", {"shard": blamed[0], "error": message})
 
+    def drop_slot(slot: int, reason: str) -> None:
+        """Give up ``slot`` for this attempt: kill its (unplaced) actor and queue its shards again, uncharged."""
+        generation = slots[slot][1]
+        mine = [(r, sh) for r, (s, g, sh) in inflight.items() if s == slot and g == generation]
+        for r, _ in mine:
+            inflight.pop(r)
+        active[slot] = False
+        load[slot] = 0
+        ray.kill(slots[slot][0], no_restart=True)
+        queue.extendleft(reversed([sh for _, sh in mine]))
+        message = f"slot {slot}: {reason}"
+        stats.dropped.append(message)
+        log.warning("%s; the pool goes on with %d actor(s)", message, len(live()))
+        event("slot-dropped", {"slot": slot, "reason": reason})
+
+    def check_placement(now: float) -> None:
+        """Drop slots whose actor has waited longer than ``actor_place_s`` for a node, while another slot has one."""
+        waiting = [s for s in live() if running_since[s] is None and now - created_at[s] > limits.actor_place_s]
+        if not waiting:
+            return
+        unplaced = [s for s in waiting if actor_placed(slots[s][0]) is False]
+        if not unplaced:
+            return
+        others = [s for s in live() if s not in unplaced
+                  and (running_since[s] is not None or actor_placed(slots[s][0]) is not False)]
+        if not others:
+            return  # nothing else could do the work: wait (actor_start_s still bounds it)
+        for slot in unplaced:
+            drop_slot(slot, f"engine actor could not be placed on any node within {limits.actor_place_s:g} s "
+                      "(batch.actor_place_timeout_s: no node has the free resources it asks for, e.g. a node "
+                      "was lost); slot dropped for this attempt")
+
     def check_deadlines(now: float) -> None:
-        for slot in range(n_actors):
+        check_placement(now)
+        for slot in live():
             ref = running_ref(slot)
             if running_since[slot] is None:
                 if now - created_at[slot] > limits.actor_start_s:
@@ -424,16 +501,21 @@ def run_pool(
 
     def next_wakeup(now: float) -> float:
         waits = []
-        for slot in range(n_actors):
+        for slot in live():
             if running_since[slot] is None:
                 waits.append(created_at[slot] + limits.actor_start_s - now)
+                place_wait = created_at[slot] + limits.actor_place_s - now
+                # past the placement bound but kept (no other live slot): look again every 10 s
+                waits.append(place_wait if place_wait > 0 else 10.0)
             elif (ref := running_ref(slot)) is not None:
                 waits.append(running_since[slot] + limits.shard_s(len(inflight[ref][2][1])) - now)
         return max(0.05, min(waits)) if waits else 1.0
 
     try:
         while queue or inflight:
-            for slot in range(n_actors):
+            # every turn, not only when nothing came back: one busy actor must not hide another's deadline
+            check_deadlines(time.monotonic())
+            for slot in live():
                 while queue and load[slot] < IN_FLIGHT_PER_ACTOR:
                     shard = queue.popleft()
                     ref = slots[slot][0].classify.remote(shard[1])
@@ -441,7 +523,6 @@ def run_pool(
                     load[slot] += 1
             ready, _ = ray.wait([*inflight, *info_waiting], num_returns=1, timeout=next_wakeup(time.monotonic()))
             if not ready:
-                check_deadlines(time.monotonic())
                 continue
             ref = ready[0]
             if ref in info_waiting:  # an actor finished starting: report its processes (progress.json)
@@ -475,9 +556,11 @@ def run_pool(
                 stats.first_ready_s = time.monotonic() - t0
             on_done(shard[0], rows)
     finally:
+        # on an error or an interrupt (SIGTERM, Ctrl-C) an actor may still be loading its engine: do not wait for it
+        stop_wait_s = 5 if sys.exc_info()[0] is not None else 60
         for slot, (actor, generation) in enumerate(slots):
             try:  # a clean engine stop; a dead actor's leftovers are reaped instead
-                ray.get(actor.shutdown.remote(), timeout=60)
+                ray.get(actor.shutdown.remote(), timeout=stop_wait_s)
             except Exception:  # noqa: BLE001
                 try:
                     reap([ray.get(infos[(slot, generation)], timeout=5)])
