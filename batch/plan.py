@@ -276,7 +276,7 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape) -> dict[str, Any]:
     dtype_bytes = DTYPE_BYTES.get(cfg.model.dtype, 2)  # "auto": Hugging Face checkpoints are 16-bit
     card = int(spec.card_memory_gib * GIB)
     overhead = int(cfg.overhead_gib_per_card * GIB)
-    eng, tr = cfg.engine, cfg.training
+    eng, tr = cfg.engine.resolve(spec.backend), cfg.training  # "auto" fields as the lot's backend gets them
     serving = serving_estimate(
         shape, dtype_bytes, cfg.model.max_model_len, eng.max_num_seqs, eng.max_loras, eng.max_lora_rank,
         overhead, int(card * eng.gpu_memory_utilization),

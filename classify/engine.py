@@ -89,38 +89,73 @@ def compute_dtype(model_cfg: ModelConfig) -> str:
     return "bfloat16" if on_accelerator() or cpu_has_native_bf16() else "float32"
 
 
-def engine_kwargs(model: ModelRef, model_cfg: ModelConfig, engine_cfg: EngineConfig, enable_lora: bool) -> dict[str, Any]:
-    """vLLM ``EngineArgs`` keyword arguments for docpilot's classifier.
+def detect_device() -> str:
+    """The device this machine's engine runs on: ``cuda``, ``rocm`` (torch's HIP build) or ``cpu``.
 
-    Also exports ``VLLM_CPU_KVCACHE_SPACE`` (GiB) on CPU machines, where vLLM reads the
-    KV-cache size from the environment rather than from ``gpu_memory_utilization``.
+    Returns:
+        ``"cuda"`` or ``"rocm"`` when torch sees an accelerator (``torch.version.hip`` tells ROCm
+        apart), else ``"cpu"`` (vLLM's CPU backend).
+    """
+    if not on_accelerator():
+        return "cpu"
+    import torch
+
+    return "rocm" if getattr(torch.version, "hip", None) else "cuda"
+
+
+def engine_kwargs(
+    model: ModelRef,
+    model_cfg: ModelConfig,
+    engine_cfg: EngineConfig,
+    enable_lora: bool,
+    device: str | None = None,
+) -> dict[str, Any]:
+    """vLLM ``EngineArgs`` keyword arguments for docpilot's classifier, chosen for the device.
+
+    ``"auto"`` engine fields are resolved for ``device`` (:meth:`EngineConfig.resolve`): eager mode,
+    64 sequences and vLLM's token budget on CPU; CUDA graphs, 256 sequences, 16384 batched tokens and
+    ``gpu_memory_utilization`` on CUDA/ROCm. Values the user set are passed as given. On CPU it also
+    exports ``VLLM_CPU_KVCACHE_SPACE`` (GiB), where vLLM reads the KV-cache size from the environment
+    rather than from ``gpu_memory_utilization``.
 
     Args:
         model: the resolved base model.
         model_cfg: dtype (``auto`` resolved by :func:`compute_dtype`) and ``max_model_len``.
         engine_cfg: engine sizing.
         enable_lora: reserve LoRA slots (``max_loras`` x ``max_lora_rank``).
+        device: ``cpu``, ``cuda`` or ``rocm``; ``None`` detects this machine's (:func:`detect_device`).
 
     Returns:
         Keyword arguments for ``vllm.LLM(...)`` or ``vllm.AsyncEngineArgs(...)``.
+
+    Raises:
+        ConfigError: an unknown ``device``.
     """
+    device = device or detect_device()
+    eng = engine_cfg.resolve(device)
+    if model_cfg.dtype != "auto":
+        dtype = model_cfg.dtype
+    else:  # compute_dtype's rule, for the device asked for rather than this machine's
+        dtype = "bfloat16" if device != "cpu" or cpu_has_native_bf16() else "float32"
     kwargs: dict[str, Any] = {
         "model": model.path,
         "tokenizer": model.path,
-        "dtype": compute_dtype(model_cfg),
+        "dtype": dtype,
         "max_model_len": model_cfg.max_model_len,
-        "max_num_seqs": engine_cfg.max_num_seqs,
-        "enforce_eager": engine_cfg.enforce_eager,
-        "seed": engine_cfg.seed,
+        "max_num_seqs": eng.max_num_seqs,
+        "enforce_eager": eng.enforce_eager,
+        "seed": eng.seed,
         "logprobs_mode": "processed_logprobs",
         "enable_prefix_caching": True,
     }
-    if on_accelerator():
-        kwargs["gpu_memory_utilization"] = engine_cfg.gpu_memory_utilization
+    if eng.max_num_batched_tokens is not None:
+        kwargs["max_num_batched_tokens"] = eng.max_num_batched_tokens
+    if device == "cpu":
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(eng.kv_cache_space_gib)
     else:
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(engine_cfg.kv_cache_space_gib)
+        kwargs["gpu_memory_utilization"] = eng.gpu_memory_utilization
     if enable_lora:
-        kwargs.update(enable_lora=True, max_loras=engine_cfg.max_loras, max_lora_rank=engine_cfg.max_lora_rank)
+        kwargs.update(enable_lora=True, max_loras=eng.max_loras, max_lora_rank=eng.max_lora_rank)
     return kwargs
 
 

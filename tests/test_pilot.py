@@ -243,3 +243,67 @@ def test_prompt_mismatch_names_each_prompt_field_the_adapter_was_trained_without
         f"max_doc_tokens: trained 48, piloted {pilot_config.classify.max_doc_tokens}"]
     assert prompt_mismatch({}, pilot_config.classify) == []
 
+
+
+@pytest.mark.engine
+def test_summary_holds_measured_peak_memory_and_throughput_beside_the_plan(default_trial, pilot_config):
+    """summary.json: the engine's peak RSS, docs/s and tokens/s, next to make plan's CPU estimate; decision.md says it."""
+    from batch._plan_memory import GIB
+
+    summary = json.loads((default_trial.run_dir / "summary.json").read_text())
+    m = summary["measured"]
+    assert m["device"] == "cpu"
+    assert m["peak_rss_bytes"] > 0 and m["docs_per_s"] > 0 and m["tokens_per_s"] > 0
+    assert m["docs"] == 12 and m["tokens"] == summary["prompt_tokens"]
+    assert any("VLLM::" in p for p in m["detail"]["processes"])  # the engine core's peak is counted, not just ours
+    parts = m["estimate"]["parts"]
+    assert parts["kv_cache"] == pilot_config.engine.kv_cache_space_gib * GIB and parts["runtime"] == 3 * GIB
+    assert m["plan_estimate_bytes"] == sum(parts.values()) > 0
+    assert m["ratio"] == round(m["peak_rss_bytes"] / m["plan_estimate_bytes"], 3)
+    assert m["tolerance"] == 0.5 and m["gap"] == (abs(m["ratio"] - 1) > 0.5)
+    assert not m["exceeds_machine"]
+    md = (default_trial.run_dir / "decision.md").read_text()
+    assert "## Measured" in md and "make plan's estimate" in md and "docs/s" in md
+
+
+def _measured(peak_gib: float, est_gib: float | None, machine_gib: float = 16.0, device: str = "cpu") -> dict:
+    from batch._pilot_measure import measured_block
+
+    estimate = {"bytes": int(est_gib * 2**30), "parts": {}} if est_gib else None
+    return measured_block(device, int(peak_gib * 2**30), 12, 2400, 10.0, estimate, int(machine_gib * 2**30), {})
+
+
+@pytest.mark.parametrize(
+    ("peak", "est", "machine", "gap", "decision", "note"),
+    [
+        (4.5, 4.8, 16, False, "proceed", None),
+        (7.3, 4.8, 16, True, "proceed", "memory gap: the engine's measured peak 7.30 GiB is 1.52x"),
+        (2.3, 4.8, 16, True, "proceed", "below it by more than the tolerance 50%"),
+        (17.0, 16.5, 16, False, "revisit-configuration", "exceeds the machine's 16.00 GiB"),
+        (4.5, None, 16, False, "proceed", "estimate could not be made"),
+    ],
+    ids=["within", "above", "below", "over-machine", "no-estimate"],
+)
+def test_memory_gap_is_a_note_unless_the_engine_exceeds_the_machine(pilot_config, peak, est, machine, gap, decision, note):
+    from batch._pilot_report import build_summary, decide, decision_markdown
+
+    labels = json.loads((PILOT / "labels.json").read_text())
+    rows = [{"id": i, "status": "rejected" if v == "reject" else "accepted", "category": None if v == "reject" else v,
+             "reason": "binary content" if v == "reject" else None} for i, v in labels.items()]
+    summary = build_summary(rows, list(labels), labels, pilot_config)
+    summary["measured"] = m = _measured(peak, est, machine)
+    assert m["gap"] is gap and m["docs_per_s"] == 1.2 and m["tokens_per_s"] == 240.0
+    out = decide(summary, "write", None)
+    assert out["decision"] == decision
+    if note:
+        assert any(note in r for r in out["reasons"]), out["reasons"]
+    else:
+        assert len(out["reasons"]) == 1
+    assert "## Measured" in decision_markdown("r", out, summary, "base")
+
+
+def test_a_failed_measurement_is_recorded_not_raised(pilot_config):
+    from batch._pilot_report import measurement_notes
+
+    assert measurement_notes({"error": "NoSuchProcess: gone"}) == (["memory: not measured (NoSuchProcess: gone)"], False)
+    assert measurement_notes(None) == ([], False)

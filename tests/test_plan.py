@@ -268,9 +268,29 @@ def test_kv_estimate_matches_vllm_allocation(engine, pilot_config):
     tokens = cc.num_gpu_blocks * cc.block_size
     assert reserved - cc.block_size * per_token < tokens * per_token <= reserved
     # the pilot config's worst case (64 full sequences) is more than the 1 GiB it reserved:
-    est = serving_estimate(shape, nbytes, pilot_config.model.max_model_len, pilot_config.engine.max_num_seqs,
+    est = serving_estimate(shape, nbytes, pilot_config.model.max_model_len, pilot_config.engine.resolve("cpu").max_num_seqs,
                            pilot_config.engine.max_loras, pilot_config.engine.max_lora_rank, 0, reserved)
     assert est.parts["kv_cache"] > reserved
-    assert tokens // pilot_config.model.max_model_len < pilot_config.engine.max_num_seqs
+    assert tokens // pilot_config.model.max_model_len < pilot_config.engine.resolve("cpu").max_num_seqs
     assert vc.lora_config.max_loras == pilot_config.engine.max_loras
     assert vc.lora_config.max_lora_rank == pilot_config.engine.max_lora_rank
+
+
+def test_cpu_serving_estimate_parts():
+    """The CPU figure the pilot compares its measured peak RSS with: weights + the whole CPU KV space + runtime."""
+    from batch._plan_memory import CPU_ENGINE_PROCESSES, CPU_RUNTIME_BYTES_PER_PROCESS, cpu_serving_estimate
+
+    shape = model_shape(ModelConfig())
+    est = cpu_serving_estimate(shape, 4, 1, 2, 8, False, 16 * GIB)
+    assert est.parts == {"weights": SMOL_PARAMS * 4, "kv_cache": GIB, "lora_slots": 0,
+                         "runtime": CPU_ENGINE_PROCESSES * CPU_RUNTIME_BYTES_PER_PROCESS}
+    assert est.parts["runtime"] == 3 * GIB
+    assert est.needed == 538_060_032 + GIB + 3 * GIB and est.fits
+    lora = cpu_serving_estimate(shape, 4, 1, 2, 8, True, 16 * GIB)
+    assert lora.parts["lora_slots"] == 2 * 8 * SMOL_LORA_ALL_PER_RANK * 4
+
+
+def test_auto_engine_fields_resolve_for_the_lots_backend():
+    """lots.json with an `"auto"` engine section is sized as a CUDA/ROCm engine runs it (256 sequences)."""
+    cfg = lots(engine={"max_num_seqs": "auto", "enforce_eager": "auto"})
+    assert build_plan(cfg)["memory"]["serving"]["parts"]["kv_cache"] == SMOL_KV_PER_TOKEN * 1024 * 256
