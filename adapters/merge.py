@@ -18,19 +18,25 @@ from adapters._support import check_disk
 from adapters.registry import ResolvedAdapter
 from classify.config import ModelConfig
 from classify.errors import AdapterError
-from classify.model import FINGERPRINT_FILE, resolve_model, weights_fingerprint
+from classify.model import FINGERPRINT_FILE, ModelRef, resolve_model, weights_fingerprint
 from classify.runrecords import utc_now
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "vocab.json", "merges.txt")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "vocab.json",
+                   "merges.txt", "added_tokens.json")
 
 
-def merge_adapter(adapter: ResolvedAdapter, out_dir: Path, dtype: str = "bfloat16") -> dict[str, Any]:
+def merge_adapter(adapter: ResolvedAdapter, out_dir: Path, dtype: str = "bfloat16", base: ModelRef | None = None) -> dict[str, Any]:
     """Write base model + adapter as one dense model folder, atomically.
+
+    The sum ``W + (alpha / r) B A`` is taken in float32 and only then cast to ``dtype``, so a
+    bfloat16 result is the float32 merge rounded once (a small ``B A`` added in bfloat16 would be
+    rounded away against ``W``).
 
     Args:
         adapter: a verified adapter (from :meth:`adapters.registry.Registry.resolve`).
         out_dir: destination folder; must not exist.
         dtype: dtype of the saved weights (``bfloat16``, ``float16`` or ``float32``).
+        base: the adapter's base model, already resolved (default: resolve the card's ``base_model.name``).
 
     Returns:
         ``{"path", "fingerprint", "adapter", "base_fingerprint"}`` (also written to ``fingerprint.json``).
@@ -46,21 +52,22 @@ def merge_adapter(adapter: ResolvedAdapter, out_dir: Path, dtype: str = "bfloat1
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise AdapterError(f"merge output {out_dir} already exists; choose a new folder")
-    base_name = adapter.card.get("base_model", {}).get("name", "")
-    base = resolve_model(ModelConfig(base_model=base_name, dtype=dtype))
+    base_name = base.name if base is not None else adapter.card.get("base_model", {}).get("name", "")
+    base = base or resolve_model(ModelConfig(base_model=base_name, dtype=dtype))
     if base.fingerprint != adapter.base_fingerprint:
         raise AdapterError(
             f"adapter {adapter.ref} was trained on {adapter.base_fingerprint} but base model {base_name!r} "
             f"resolves to {base.fingerprint}; cannot merge"
         )
     weights = sum(p.stat().st_size for p in Path(base.path).glob("*.safetensors"))
+    weights = weights * 2 if dtype == "float32" else weights  # the cache keeps bf16; float32 doubles it
     check_disk(out_dir.parent, {"merged_model": weights, "total": weights})
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     try:
-        model = AutoModelForCausalLM.from_pretrained(base.path, dtype=getattr(torch, dtype))
+        model = AutoModelForCausalLM.from_pretrained(base.path, dtype=torch.float32)
         merged = PeftModel.from_pretrained(model, str(adapter.path)).merge_and_unload()
-        merged.save_pretrained(tmp, safe_serialization=True)
+        merged.to(getattr(torch, dtype)).save_pretrained(tmp, safe_serialization=True)
         for name in TOKENIZER_FILES:
             if (Path(base.path) / name).is_file():
                 shutil.copy2(Path(base.path) / name, tmp / name)

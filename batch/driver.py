@@ -16,6 +16,7 @@ import re
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from batch._config import BatchConfig, load_batch_config, results_config, result
 from batch._progress import Progress
 from batch.corpus import Corpus, read_corpus
 from classify import storage
-from classify.config import classification_sha256
+from classify.config import ModelConfig, classification_sha256
 from classify.errors import InputError, VerificationError
 from classify.model import ModelRef, resolve_model
 from classify.paths import exports_dir, runs_dir
@@ -64,12 +65,84 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _resolve_adapter(ref: str | None, model: ModelRef, engine: Any = None) -> Any:
+@dataclass(frozen=True)
+class BatchAdapter:
+    """The batch's one adapter and how the engines run it (``model.adapter_mode``).
+
+    Attributes:
+        resolved: the verified registry adapter (:class:`adapters.registry.ResolvedAdapter`).
+        mode: ``merged`` (the engines load ``merged`` as their base model, LoRA off) or ``lora``.
+        merged: the cached merged model (:func:`adapters.merged_cache.merged_model`), ``None`` in ``lora`` mode.
+    """
+
+    resolved: Any
+    mode: str
+    merged: ModelRef | None = None
+
+    @property
+    def ref(self) -> str:
+        """``name@version`` of the adapter."""
+        return self.resolved.ref
+
+    @property
+    def sha256(self) -> str:
+        """The adapter's content hash from its registry card."""
+        return self.resolved.sha256
+
+    def handle(self) -> Any:
+        """The LoRA handle the engines apply per request; ``None`` in merged mode (the weights hold the adapter)."""
+        return None if self.merged is not None else self.resolved.handle()
+
+    def engine_model(self, model_cfg: ModelConfig, base_fingerprint: str) -> tuple[ModelConfig, str]:
+        """The model section and expected fingerprint the engine actors get.
+
+        Args:
+            model_cfg: the config's model section.
+            base_fingerprint: the base model's fingerprint.
+
+        Returns:
+            ``(model_cfg, base_fingerprint)`` in lora mode; in merged mode the section with
+            ``base_model`` set to the merged folder and the merged weights' fingerprint.
+        """
+        if self.merged is None:
+            return model_cfg, base_fingerprint
+        return model_cfg.model_copy(update={"base_model": self.merged.path}), self.merged.fingerprint
+
+    def describe(self) -> dict[str, Any]:
+        """``{"adapter_mode", "merged_model"}`` for ``manifest.json`` and ``summary.json``."""
+        merged = {"path": self.merged.path, "fingerprint": self.merged.fingerprint} if self.merged else None
+        return {"adapter_mode": self.mode, "merged_model": merged}
+
+
+def _resolve_adapter(ref: str | None, model: ModelRef, engine: Any = None,
+                     model_cfg: ModelConfig | None = None) -> BatchAdapter | None:
+    """Resolve and verify the batch's adapter; in merged mode build or reuse its merged model.
+
+    Args:
+        ref: ``name@version`` / ``name@latest``, or ``None`` for the base model alone.
+        model: the resolved base model.
+        engine: the engine config whose LoRA limits the adapter must fit (checked in both modes:
+            the server runs the same adapter through LoRA).
+        model_cfg: the model section (its ``adapter_mode`` and dtype); default ``ModelConfig()``.
+
+    Returns:
+        The :class:`BatchAdapter`, or ``None`` without ``ref``.
+
+    Raises:
+        AdapterError: unknown, tampered or incompatible adapter, or a merge that fails its check.
+    """
     if ref is None:
         return None
     from adapters.registry import Registry  # imported only when an adapter is asked for
 
-    return Registry().resolve(ref, base_fingerprint=model.fingerprint, engine=engine, base_model_path=model.path)
+    model_cfg = model_cfg or ModelConfig()
+    resolved = Registry().resolve(ref, base_fingerprint=model.fingerprint, engine=engine, base_model_path=model.path)
+    if model_cfg.adapter_mode == "lora":
+        return BatchAdapter(resolved, "lora")
+    from adapters.merged_cache import merged_model
+    from classify.engine import compute_dtype
+
+    return BatchAdapter(resolved, "merged", merged_model(resolved, model, compute_dtype(model_cfg)))
 
 
 def _open_run(batch_id: str | None) -> tuple[str, Path]:
@@ -105,6 +178,7 @@ def build_manifest(batch_id: str, cfg: BatchConfig, corpus: Corpus, model: Model
         "model_fingerprint": model.fingerprint,
         "adapter": adapter.ref if adapter else None,
         "adapter_sha256": adapter.sha256 if adapter else None,
+        **(adapter.describe() if adapter else {"adapter_mode": None, "merged_model": None}),
         "pilot_gate": gate,
         "shard_docs": cfg.batch.shard_docs,
         "shards": mf.plan_shards(corpus.docs, cfg.batch.shard_docs),
@@ -160,8 +234,10 @@ def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: Corpus, manifest: dict[
             bar.update(len(rows))
 
         with _logging_redirect():
+            actor_model, actor_fingerprint = (adapter.engine_model(cfg.model, manifest["model_fingerprint"]) if adapter
+                                              else (cfg.model, manifest["model_fingerprint"]))
             stats = run_pool(lambda slot: cls.options(**options[slot]).remote(
-                                 cfg.model, cfg.engine, cfg.classify, handle, manifest["model_fingerprint"]),
+                                 actor_model, cfg.engine, cfg.classify, handle, actor_fingerprint),
                              n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event)
         bar.close()
         return {"actors": n_actors, "actors_started": stats.actors_started, "retries": stats.retries,
@@ -206,9 +282,11 @@ def run_batch(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_batch_config(args.config, overrides)
     corpus = read_corpus(cfg.corpus, cfg.classify.max_doc_bytes, args.corpus)
     model = resolve_model(cfg.model)
-    adapter = _resolve_adapter(args.adapter, model, cfg.engine)
-    what = f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + {f'adapter {adapter.ref}' if adapter else 'no adapter'}"
-    key = combo_key(model.fingerprint, adapter.sha256 if adapter else None, classification_sha256(cfg.model, cfg.classify))
+    adapter = _resolve_adapter(args.adapter, model, cfg.engine, cfg.model)
+    what = (f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + "
+            f"{f'adapter {adapter.ref} ({adapter.mode} mode)' if adapter else 'no adapter'}")
+    key = combo_key(model.fingerprint, adapter.sha256 if adapter else None, classification_sha256(cfg.model, cfg.classify),
+                    adapter.mode if adapter else "lora")
     gate = require_pilot(key, what, override=args.skip_pilot_gate)
     gate_record = {"key": key, "passed": gate["passed"], "override": gate["override"],
                    "pilot_run_id": (gate["pilot"] or {}).get("run_id"), "checked_at": utc_now()}
@@ -230,7 +308,10 @@ def _run_locked(args: argparse.Namespace, cfg: BatchConfig, corpus: Corpus, mode
     new = build_manifest(batch_id, cfg, corpus, model, adapter, gate_record)
     old = mf.read_manifest(run_dir)
     if old is not None:
-        mf.check_resume(run_dir, old, new)
+        mf.check_resume(run_dir, old, new)  # a changed `model.adapter_mode` is a config change: refused there
+        if (old.get("merged_model") or {}).get("fingerprint") != (new.get("merged_model") or {}).get("fingerprint"):
+            raise InputError(f"batch {batch_id} cannot resume: the merged model changed: {old.get('merged_model')} -> "
+                             f"{new.get('merged_model')}. Rerun with the original merge, or start a new batch id")
         manifest = old
     else:
         manifest = new
@@ -272,6 +353,7 @@ def _run_locked(args: argparse.Namespace, cfg: BatchConfig, corpus: Corpus, mode
             "corpus": corpus.describe(),
             "model_fingerprint": model.fingerprint,
             "adapter": adapter.ref if adapter else None,
+            **(adapter.describe() if adapter else {"adapter_mode": None, "merged_model": None}),
             "pilot_gate": gate_record,
             "this_attempt": {
                 "processed_docs": processed, "processed_tokens": tokens,

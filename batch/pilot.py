@@ -102,6 +102,39 @@ def _resolve_adapter(ref: str, model: ModelRef, cfg: PilotConfig) -> tuple[Adapt
     return resolved.handle(), resolved
 
 
+def _adapter_mode(cfg: PilotConfig, adapter_ref: str | None, engine: Classifier | None) -> str | None:
+    """The adapter mode this trial runs: ``model.adapter_mode``, or ``lora`` for a given LoRA engine; ``None`` without adapter.
+
+    The gate records the mode that ran: a caller that hands in a LoRA-enabled classifier (tests share
+    one) pilots lora mode, logged, whatever the config says.
+    """
+    if not adapter_ref:
+        return None
+    mode = cfg.model.adapter_mode
+    if mode == "merged" and engine is not None and engine.lora_enabled:
+        log.warning("the classifier given to this pilot runs adapters through LoRA: piloting lora mode although "
+                    "`model.adapter_mode` is \"merged\" (the gate records lora)")
+        return "lora"
+    return mode
+
+
+def _merged(resolved: Any, model: ModelRef, cfg: PilotConfig, engine: Classifier | None) -> ModelRef:
+    """Build or reuse the merged model (:func:`adapters.merged_cache.merged_model`), checked against a given engine.
+
+    Raises:
+        AdapterError: the merge failed or its cached copy could not be rebuilt.
+        EngineError: the classifier handed in runs another model than this merge.
+    """
+    from adapters.merged_cache import merged_model
+    from classify.engine import compute_dtype
+
+    merged = merged_model(resolved, model, compute_dtype(cfg.model))
+    if engine is not None and engine.model.fingerprint != merged.fingerprint:
+        raise EngineError(f"the classifier given runs {engine.model.path} ({engine.model.fingerprint}), not the merge of "
+                          f"{resolved.ref} ({merged.fingerprint}) that merged mode pilots")
+    return merged
+
+
 def run_pilot(
     cfg: PilotConfig,
     input_path: Path = DEFAULT_INPUT,
@@ -121,7 +154,9 @@ def run_pilot(
             (``s3://bucket/pilots``, :mod:`classify.storage`); the copy is ``<export_root>/<run_id>/``, and a URL
             copy is read back from the store for the re-check.
         engine: an already-built classifier for this config (tests share one); else one is built
-            (with LoRA slots when an adapter is given) and shut down at the end.
+            and shut down at the end. With an adapter, ``model.adapter_mode`` decides: ``merged``
+            builds or reuses the merged model (:mod:`adapters.merged_cache`) and runs it with LoRA off,
+            ``lora`` reserves LoRA slots; a given LoRA-enabled classifier always pilots ``lora``.
         config_path: where ``cfg`` was read from, for ``params.json``.
         lease_ends_at: the lease end the trial runs under (ISO 8601), recorded in ``params.json``.
 
@@ -145,6 +180,8 @@ def run_pilot(
         "input": str(input_path),
         "model": None,
         "adapter": None,
+        "adapter_mode": None,
+        "merged_model": None,
         "code": code_revision(),
         "packages": package_versions(),
         "seed": cfg.seed,
@@ -171,12 +208,18 @@ def run_pilot(
         })
 
         stage = "load-model"
-        model = engine.model if engine is not None else resolve_model(cfg.model)
+        mode = _adapter_mode(cfg, adapter_ref, engine)
+        model = engine.model if engine is not None and mode != "merged" else resolve_model(cfg.model)
         params["model"] = {"name": model.name, "path": model.path, "fingerprint": model.fingerprint, "source": model.source}
         handle: AdapterHandle | None = None
+        merged: ModelRef | None = None
         if adapter_ref:
             stage = "load-adapter"
             handle, resolved_adapter = _resolve_adapter(adapter_ref, model, cfg)
+            if mode == "merged":  # what the batch runs: the adapter merged into the base weights, LoRA off
+                merged = _merged(resolved_adapter, model, cfg, engine)
+                params["merged_model"] = {"path": merged.path, "fingerprint": merged.fingerprint, "source": merged.source}
+            params["adapter_mode"] = mode
             params["adapter"] = {"ref": handle.name, "path": handle.path, "sha256": handle.sha256,
                                  "prompt_mismatch": prompt_mismatch(resolved_adapter.card, cfg.classify)}
             if params["adapter"]["prompt_mismatch"]:
@@ -185,11 +228,15 @@ def run_pilot(
                             handle.name, "; ".join(params["adapter"]["prompt_mismatch"]))
         if engine is None:
             stage = "load-model"
-            engine = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=handle is not None, model=model)
+            if merged is not None:
+                engine = build_engine(cfg.model.model_copy(update={"base_model": merged.path}), cfg.engine, cfg.classify,
+                                      enable_lora=False, model=merged)
+            else:
+                engine = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=handle is not None, model=model)
 
         stage = "classify"
         classify_started = time.perf_counter()
-        results = engine.classify(docs, adapter=handle)
+        results = engine.classify(docs, adapter=None if merged is not None else handle)
         if len(results) != len(docs):
             raise EngineError(f"engine returned {len(results)} results for {len(docs)} documents")
         classify_s = time.perf_counter() - classify_started
@@ -204,6 +251,8 @@ def run_pilot(
             prompt_tokens=sum(r.n_tokens for r in results),
             model_fingerprint=model.fingerprint,
             adapter=params["adapter"],
+            adapter_mode=params["adapter_mode"],
+            merged_model=params["merged_model"],
         )
         summary["measured"] = _measure(engine, cfg, results, classify_s)
         _write_outcome(run_dir, run_id, params, summary, stage, None)
@@ -234,11 +283,13 @@ def run_pilot(
     # when the adapter asked for never loaded (that says nothing about the base model without it).
     if model is not None and not isinstance(error, Interrupted) and (adapter_ref is None or params["adapter"]):
         key = combo_key(model.fingerprint, params["adapter"]["sha256"] if params["adapter"] else None,
-                        params["classification_sha256"])
+                        params["classification_sha256"], params["adapter_mode"] or "lora")
         record_pilot(key, run_id, summary["verdict"], {
             "decision": decision["decision"],
             "model_fingerprint": model.fingerprint,
             "adapter": params["adapter"],
+            "adapter_mode": params["adapter_mode"],
+            "merged_model": params["merged_model"],
             "classification_sha256": params["classification_sha256"],
             "run_dir": str(run_dir),
         })

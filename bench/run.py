@@ -18,7 +18,7 @@ from pathlib import Path
 from bench.common import machine
 from classify.runrecords import code_revision, utc_now
 
-MODULES = ("zeroshot", "adapter", "adapter_merged", "batch", "serve_load")
+MODULES = ("zeroshot", "adapter", "adapter_merged", "merged_mode", "batch", "serve_load", "scale")
 
 
 def main(argv: list[str] | None = None) -> int:

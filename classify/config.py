@@ -39,11 +39,17 @@ class ModelConfig(_Frozen):
         dtype: compute dtype for vLLM and training; ``auto`` = bfloat16 on accelerators and on CPUs
             with native bf16 (AVX512-BF16/AMX), float32 elsewhere (see ``classify.engine.compute_dtype``).
         max_model_len: longest prompt + answer in tokens the engine accepts.
+        adapter_mode: how pilot and batch run ONE adapter: ``merged`` (default: the adapter merged
+            into the base weights once, cached, and run as a plain model without per-token LoRA
+            cost; ``adapters/merged_cache.py``) or ``lora`` (vLLM's LoRA slots, as the server always
+            does). Part of the pilot-gate key for a combination with an adapter, so a pilot in one
+            mode never opens a batch in the other; ignored without an adapter and by the server.
     """
 
     base_model: str = Field(DEFAULT_BASE_MODEL, min_length=1)
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = "auto"
     max_model_len: int = Field(1024, ge=128, le=131072)
+    adapter_mode: Literal["merged", "lora"] = "merged"
 
 
 Device = Literal["cpu", "cuda", "rocm"]
@@ -338,8 +344,11 @@ def classification_sha256(model: ModelConfig, classify: ClassifyConfig) -> str:
     """Hash of the settings that change a classification (model settings + prompt + categories).
 
     This is the "config" part of the pilot gate's (base model, adapter, config) key: engine
-    sizing, thresholds and paths do not change answers and are left out.
+    sizing, thresholds and paths do not change answers and are left out. ``model.adapter_mode``
+    is left out too: :func:`classify.pilotgate.combo_key` takes it separately (it matters only
+    with an adapter), so the keys of base-model and LoRA-mode pilots stay what they were.
     """
+    model_json = model.model_dump(mode="json", exclude={"adapter_mode"})
     return hashlib.sha256(
-        canonical_json({"model": model.model_dump(mode="json"), "classify": classify.model_dump(mode="json")}).encode()
+        canonical_json({"model": model_json, "classify": classify.model_dump(mode="json")}).encode()
     ).hexdigest()

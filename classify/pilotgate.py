@@ -1,4 +1,4 @@
-"""The pilot gate: a recorded pilot outcome per (base model, adapter, config), checked by batch and serve.
+"""The pilot gate: a recorded pilot outcome per (base model, adapter, adapter mode, config), checked by batch and serve.
 
 A record lives in ``<state>/pilots/<key>.json`` where ``key`` is :func:`combo_key`.
 ``make batch`` and the server refuse a combination whose latest pilot did not pass,
@@ -21,19 +21,36 @@ from classify.runrecords import utc_now, write_json_atomic
 
 log = logging.getLogger(__name__)
 
+ADAPTER_MODES = ("lora", "merged")
+"""How one adapter runs: vLLM LoRA slots, or merged into the base weights (``model.adapter_mode``)."""
 
-def combo_key(model_fingerprint: str, adapter_sha256: str | None, classification_sha256: str) -> str:
-    """Key of one (base model, adapter, config) combination.
+
+def combo_key(model_fingerprint: str, adapter_sha256: str | None, classification_sha256: str,
+              adapter_mode: str = "lora") -> str:
+    """Key of one (base model, adapter, adapter mode, config) combination.
+
+    The mode counts only with an adapter: ``lora`` (vLLM's LoRA slots; the server's only mode)
+    keeps the key it had before modes existed, ``merged`` (the adapter merged into the base
+    weights, :mod:`adapters.merged_cache`) gets its own, so a pilot in one mode never opens a
+    batch in the other.
 
     Args:
-        model_fingerprint: :func:`classify.model.weights_fingerprint` of the base model.
+        model_fingerprint: :func:`classify.model.weights_fingerprint` of the base model (not of a merged copy).
         adapter_sha256: the adapter's content hash from its registry card, or ``None`` for the base model alone.
         classification_sha256: :func:`classify.config.classification_sha256` of the model + classify config.
+        adapter_mode: ``lora`` or ``merged`` (``model.adapter_mode``); ignored without an adapter.
 
     Returns:
         A 64-hex sha256 digest.
+
+    Raises:
+        ValueError: ``adapter_mode`` is neither ``lora`` nor ``merged``.
     """
+    if adapter_mode not in ADAPTER_MODES:
+        raise ValueError(f"`adapter_mode` must be one of {ADAPTER_MODES}, got {adapter_mode!r}")
     raw = f"{model_fingerprint}|{adapter_sha256 or 'no-adapter'}|{classification_sha256}"
+    if adapter_sha256 and adapter_mode != "lora":
+        raw += f"|{adapter_mode}"
     return hashlib.sha256(raw.encode()).hexdigest()
 
 

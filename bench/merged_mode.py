@@ -1,0 +1,228 @@
+"""The single-adapter fast path: one adapter merged into the base weights vs vLLM's LoRA path, in the Ray batch.
+
+The same corpus (the BBC test articles) runs twice through ``docpilot batch`` (local Ray, 2 engine
+actors on their own cores, ``batch.cpu_bind: split``) with the same adapter: once with
+``model.adapter_mode: "lora"`` (vLLM LoRA slots), once ``"merged"`` (the adapter merged once with
+peft and cached, :mod:`adapters.merged_cache`; the engines load it as a plain model). Figures:
+
+* agreement: share of ids with the same category on both paths;
+* docs/s per path: end to end over the pool (engine start included) and steady (after the first
+  shard came back, as ``bench/batch.py``), and the merged / LoRA ratios;
+* the machine's fp32 matrix-product ceiling measured in the same run (``bench.common.matmul_gflops``,
+  before and after the batches, best of the two) turned into a docs/s ceiling: ``2 N`` FLOPs per
+  prompt token (Kaplan et al. 2020, sec. 2.1; ``N`` = non-embedding parameters, counted from the
+  weights) times the mean prompt tokens per article; the steady merged docs/s as a share of it.
+
+The adapter is ``DOCPILOT_BENCH_ADAPTER`` (default ``bbc-news@latest``) from the registry; when the
+registry has none, a random tiny LoRA (r=8 on q_proj/v_proj, B scaled by 0.3) is published to a
+temporary registry and the results say so (agreement and speed then hold, accuracy means nothing).
+
+Run alone: ``python -m bench.merged_mode [--quick]`` (``--quick``: the first 24 articles, 4-document shards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.batch import _corpus
+from bench.common import forward_gflop_per_token, matmul_gflops
+
+ROOT = Path(__file__).resolve().parent.parent
+ACTORS = 2
+
+
+def _adapter(tmp: Path) -> tuple[str, str]:
+    """The adapter to compare: the registry's, or a random tiny LoRA in a temporary registry.
+
+    Returns:
+        ``(ref, note)``; ``note`` is empty for a registry adapter.
+    """
+    from adapters.registry import Registry
+    from classify.config import ModelConfig
+    from classify.errors import AdapterError
+    from classify.model import resolve_model
+
+    ref = os.environ.get("DOCPILOT_BENCH_ADAPTER", "bbc-news@latest")
+    model = resolve_model(ModelConfig())
+    try:
+        Registry().resolve(ref, base_fingerprint=model.fingerprint)
+        return ref, ""
+    except AdapterError:
+        pass
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    os.environ["DOCPILOT_REGISTRY"] = str(tmp / "registry")
+    torch.manual_seed(0)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(model.path, dtype=torch.float32),
+                                LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.mul_(0.3)
+    peft_model.save_pretrained(tmp / "lora")
+    card = {"base_model": {"name": model.name, "fingerprint": model.fingerprint}, "training": {"kind": "random-init bench"}}
+    Registry().publish(tmp / "lora", "bench-random", 1, card)
+    note = (f"no trained adapter ({ref}) in the registry: a RANDOM tiny LoRA (r=8, alpha=16, q_proj/v_proj, B x 0.3, "
+            "seed 0) stands in; agreement and docs/s are meaningful, accuracy is not")
+    return "bench-random@1", note
+
+
+def _non_embedding_params(folder: str) -> int:
+    """Parameters in the model's weight files, less the token embeddings and the (tied) output head."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(path), "pt") as fh:
+            for name in fh.keys():
+                if "embed_tokens" in name or "lm_head" in name:
+                    continue
+                n = 1
+                for dim in fh.get_slice(name).get_shape():
+                    n *= dim
+                total += n
+    return total
+
+
+def _batch(corpus: Path, mode: str, adapter: str, out: Path, shard_docs: int) -> dict[str, Any]:
+    from batch.driver import parse_args, run_batch
+
+    os.environ["DOCPILOT_RUNS"] = str(out / "runs")
+    os.environ["DOCPILOT_EXPORTS"] = str(out / "exports")
+    config = json.loads((ROOT / "config" / "batch.json").read_text())
+    config["model"]["adapter_mode"] = mode
+    config["batch"].update(shard_docs=shard_docs, cpu_bind="split", shard_timeout_per_doc_s=60)
+    config_path = out / f"batch-{mode}.json"
+    config_path.write_text(json.dumps(config))
+    args = parse_args(["--config", str(config_path), "--corpus", str(corpus), "--batch-id", f"bench-{mode}",
+                       "--adapter", adapter, "--cpu-actors", str(ACTORS), "--skip-pilot-gate", "--no-progress"])
+    t0 = time.monotonic()
+    summary = run_batch(args)
+    wall = time.monotonic() - t0
+    t = summary["this_attempt"]
+    steady_s = max(t["pool_wall_s"] - (t["first_shard_s"] or 0), 1e-9)
+    rows = [json.loads(line) for line in (Path(summary["run_dir"]) / "results.jsonl").read_text().splitlines()]
+    return {"mode": mode, "docs": t["processed_docs"], "actors": t["actors"], "retries": t["retries"],
+            "driver_wall_s": round(wall, 1), "pool_wall_s": t["pool_wall_s"],
+            "first_shard_s": round(t["first_shard_s"] or 0, 1), "docs_per_s": t["docs_per_s"],
+            "docs_per_s_steady": round(max(t["processed_docs"] - shard_docs * t["actors"], 0) / steady_s, 3),
+            "merged_model": summary.get("merged_model"), "accepted": summary["accepted"],
+            "categories": {r["id"]: r["category"] for r in rows},
+            "prompt_tokens": sum(r.get("n_tokens") or 0 for r in rows)}
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    """Compare the merged fast path with the LoRA path on the same articles and adapter.
+
+    Args:
+        quick: the first 24 test articles in 4-document shards (else all 334 in 16-document shards).
+
+    Returns:
+        ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
+    """
+    from adapters.merged_cache import merged_model
+    from adapters.registry import Registry
+    from classify.config import ModelConfig
+    from classify.engine import compute_dtype
+    from classify.model import resolve_model
+
+    n, shard_docs = (24, 4) if quick else (None, 16)
+    os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")  # a shared CPU can exceed vLLM's 300 s per step
+    saved = {k: os.environ.get(k) for k in ("DOCPILOT_REGISTRY", "DOCPILOT_RUNS", "DOCPILOT_EXPORTS")}
+    with tempfile.TemporaryDirectory(prefix="bench-merged-") as tmp_name:
+        tmp = Path(tmp_name)
+        try:
+            ref, note = _adapter(tmp)
+            corpus = _corpus(tmp, n)
+            ceiling_before = matmul_gflops("float32")
+            base = resolve_model(ModelConfig())
+            resolved = Registry().resolve(ref, base_fingerprint=base.fingerprint)
+            dtype = compute_dtype(ModelConfig())
+            t0 = time.monotonic()
+            merged_ref = merged_model(resolved, base, dtype)  # cold merge timed here; the batch re-hashes and reuses it
+            merge_s = time.monotonic() - t0
+            lora = _batch(corpus, "lora", ref, tmp, shard_docs)
+            merged = _batch(corpus, "merged", ref, tmp, shard_docs)
+            ceiling_after = matmul_gflops("float32")
+            n_params = _non_embedding_params(merged_ref.path)
+            if note:  # a random adapter's merge is of no later use: keep the shared model cache clean
+                shutil.rmtree(merged_ref.path, ignore_errors=True)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    ids = sorted(lora["categories"].keys() & merged["categories"].keys())
+    same = sum(lora["categories"][i] == merged["categories"][i] for i in ids)
+    ceiling_gflops = max(ceiling_before, ceiling_after)
+    tokens_per_doc = merged["prompt_tokens"] / max(merged["docs"], 1)
+    gflop_per_doc = forward_gflop_per_token(n_params) * tokens_per_doc
+    ceiling_docs_s = ceiling_gflops / gflop_per_doc
+
+    def ratio(a: float, b: float) -> float:
+        return round(a / b, 3) if b else 0.0
+
+    figures = {
+        "adapter": ref, "adapter_sha256": resolved.sha256, "adapter_note": note, "articles": len(ids),
+        "actors": ACTORS, "shard_docs": shard_docs, "merge_dtype": dtype, "merge_s_cold": round(merge_s, 1),
+        "merged_fingerprint": merged_ref.fingerprint,
+        "same_category": same, "agreement": ratio(same, len(ids)),
+        "lora": {k: v for k, v in lora.items() if k != "categories"},
+        "merged": {k: v for k, v in merged.items() if k != "categories"},
+        "speedup_end_to_end": ratio(merged["docs_per_s"], lora["docs_per_s"]),
+        "speedup_steady": ratio(merged["docs_per_s_steady"], lora["docs_per_s_steady"]),
+        "fp32_matmul_gflops": {"before": round(ceiling_before, 1), "after": round(ceiling_after, 1)},
+        "non_embedding_params": n_params, "prompt_tokens_per_doc": round(tokens_per_doc, 1),
+        "ceiling_docs_per_s": round(ceiling_docs_s, 3),
+        "merged_steady_share_of_ceiling": ratio(merged["docs_per_s_steady"], ceiling_docs_s),
+        "lora_steady_share_of_ceiling": ratio(lora["docs_per_s_steady"], ceiling_docs_s),
+    }
+    goal_speed = figures["speedup_steady"] >= 2.5
+    goal_ceiling = figures["merged_steady_share_of_ceiling"] >= 0.7
+    goal_agree = figures["agreement"] >= 0.99
+    md = "\n".join([
+        *([f"**Adapter:** {note}.", ""] if note else [f"Adapter `{ref}` (sha256 {resolved.sha256[:16]}...).", ""]),
+        f"`docpilot batch`, {ACTORS} actors on their own cores, {len(ids)} BBC test articles in {shard_docs}-document "
+        f"shards, same adapter, both modes in this one run (merge of the adapter, {dtype}: {merge_s:.1f} s cold, "
+        "then re-hashed and reused by the batch):",
+        "",
+        "| path | docs/s end to end (pool, engine start incl.) | docs/s steady | first shard s | driver wall s |",
+        "|---|---|---|---|---|",
+        *[f"| {r['mode']} | {r['docs_per_s']} | {r['docs_per_s_steady']} | {r['first_shard_s']} | {r['driver_wall_s']} |"
+          for r in (lora, merged)],
+        "",
+        f"- same category on both paths: **{same} of {len(ids)}** ({figures['agreement']:.1%}; goal >= 99%: "
+        f"{'met' if goal_agree else 'NOT met'})",
+        f"- merged / LoRA: **{figures['speedup_steady']}x** steady, {figures['speedup_end_to_end']}x end to end "
+        f"(goal >= 2.5x steady: {'met' if goal_speed else 'NOT met'})",
+        f"- fp32 matmul ceiling in this run: {ceiling_gflops:.1f} GFLOP/s (2048^2 products, before {ceiling_before:.1f} / "
+        f"after {ceiling_after:.1f}); {n_params / 1e6:.1f} M non-embedding parameters x 2 FLOPs x "
+        f"{tokens_per_doc:.0f} prompt tokens per article = {gflop_per_doc:.2f} GFLOP per article -> ceiling "
+        f"{ceiling_docs_s:.2f} docs/s; merged steady = **{figures['merged_steady_share_of_ceiling']:.0%}** of it "
+        f"(goal >= 70%: {'met' if goal_ceiling else 'NOT met'}), LoRA steady = {figures['lora_steady_share_of_ceiling']:.0%}.",
+        "- steady = documents after the first shard of each actor / time after the first shard came back; "
+        "with --quick (24 articles) the steady window is short and noisy.",
+    ])
+    return {"title": "Single-adapter fast path: merged vs LoRA (Ray batch)", "figures": figures, "markdown": md}
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="first 24 articles, 4-document shards")
+    result = run(quick=parser.parse_args(sys.argv[1:]).quick)
+    print(json.dumps(result["figures"], indent=2))
+    print(result["markdown"])
