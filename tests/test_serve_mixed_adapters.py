@@ -53,7 +53,15 @@ def mixed(pilot_config, tmp_path_factory, bbc_dir):
     docs = [document_from_text(d.id, d.text, 200_000, "bbc") for d, _ in rows[:N_DOCS]]
     loop = asyncio.new_event_loop()
     yield clf, handles, docs, loop
-    clf.shutdown()
+
+    async def stop():  # inside the running loop, so vLLM's output-handler task really ends and closes its socket
+        clf.shutdown()
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+
+    loop.run_until_complete(stop())
     loop.close()
 
 
