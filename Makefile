@@ -64,7 +64,7 @@ train: model
 	$(BIN)/docpilot train --config $(TRAIN_CONFIG) $(if $(SMOKE),--smoke)
 
 batch: model
-	$(BIN)/docpilot batch --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(BATCH),--batch-id $(BATCH)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(CPU_ACTORS),--cpu-actors $(CPU_ACTORS)) $(if $(SKIP_PILOT_GATE),--skip-pilot-gate) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR))
+	$(BIN)/docpilot batch --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(BATCH),--batch-id $(BATCH)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(CPU_ACTORS),--cpu-actors $(CPU_ACTORS)) $(if $(SKIP_PILOT_GATE),--skip-pilot-gate) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR)) --lots-config $(LOTS_CONFIG) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS))
 
 status: setup
 	$(BIN)/docpilot status $(BATCH) --lots-config $(LOTS_CONFIG) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS)) $(if $(EXPORT_PARTIAL),--export-partial $(EXPORT_PARTIAL))

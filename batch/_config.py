@@ -26,15 +26,16 @@ class CorpusConfig(_Frozen):
         path: a ``.jsonl`` file (``id`` plus ``text`` or ``path``), a ``.csv`` file, or a folder of
             files (id = relative path); relative paths are taken from the current directory.
             ``--corpus`` replaces it.
-        format: ``auto`` (by suffix: ``.jsonl``/``.csv``/folder), ``jsonl``, ``csv`` or ``dir``.
-        text_column: CSV only: the column holding the text.
-        id_column: CSV only: the column holding the id; ``null`` (or a header without it) gives
+        format: ``auto`` (by suffix: ``.jsonl``/``.csv``/``.parquet``/folder), ``jsonl``, ``csv``,
+            ``parquet`` or ``dir``.
+        text_column: CSV and Parquet: the column holding the text.
+        id_column: CSV and Parquet: the column holding the id; ``null`` (or a header without it) gives
             generated ids ``<id_prefix>-<row index, 4 digits>``, stable across runs.
-        id_prefix: CSV only: prefix of generated ids (default: the file's stem).
+        id_prefix: CSV and Parquet: prefix of generated ids (default: the file's stem).
     """
 
     path: str = Field("../shared/data/bbc-news/test.csv", min_length=1)
-    format: Literal["auto", "jsonl", "csv", "dir"] = "auto"
+    format: Literal["auto", "jsonl", "csv", "parquet", "dir"] = "auto"
     text_column: str = Field("text", min_length=1)
     id_column: str | None = None
     id_prefix: str | None = Field("bbc-test", min_length=1, max_length=100)
@@ -44,7 +45,10 @@ class RunConfig(_Frozen):
     """Sharding, actor pool and output settings.
 
     Attributes:
-        shard_docs: documents per shard (the unit of work, retry and resume).
+        shard_docs: at most this many documents per shard (the shard is the unit of work, retry and resume).
+        shard_target_bytes: a shard closes once its documents hold this many bytes (text or file
+            bytes as read): shards are sized by content, so a shard is minutes of engine work at
+            most whatever the document lengths. 4 MiB is about 1,000-2,000 news articles.
         cpu_actors: engine actors to start on a machine without GPUs (on GPUs: one per GPU).
         actor_num_cpus: Ray CPUs each CPU engine actor reserves; ``cpu_actors x actor_num_cpus``
             must fit the cluster's CPUs or the extra actors wait forever.
@@ -69,7 +73,8 @@ class RunConfig(_Frozen):
             the copy is ``<export_dir>/<batch-id>/``.
     """
 
-    shard_docs: int = Field(16, ge=1, le=1_000_000)
+    shard_docs: int = Field(1000, ge=1, le=1_000_000)
+    shard_target_bytes: int = Field(4 * 1024**2, ge=1, le=1024**3)
     cpu_actors: int = Field(1, ge=1, le=256)
     actor_num_cpus: float = Field(1.0, gt=0, le=1024)
     cpu_bind: Literal["split", "auto"] = "split"
@@ -118,13 +123,15 @@ def results_config(cfg: BatchConfig) -> dict[str, Any]:
         cfg: the batch config.
 
     Returns:
-        A JSON-able dict with ``model``, ``classify``, ``corpus`` (reading options) and ``shard_docs``.
+        A JSON-able dict with ``model``, ``classify``, ``corpus`` (reading options), ``shard_docs`` and
+        ``shard_target_bytes`` (the shard plan depends on both).
     """
     return {
         "model": cfg.model.model_dump(mode="json"),
         "classify": cfg.classify.model_dump(mode="json"),
         "corpus": cfg.corpus.model_dump(mode="json", exclude={"path"}),
         "shard_docs": cfg.batch.shard_docs,
+        "shard_target_bytes": cfg.batch.shard_target_bytes,
     }
 
 

@@ -308,9 +308,23 @@ class Deadlines:
     actor_start_s: float = 1800.0
     actor_place_s: float = 120.0
 
-    def shard_s(self, n_docs: int) -> float:
-        """The bound in seconds for a shard of ``n_docs`` documents (``base + per_doc x n``)."""
-        return self.shard_base_s + self.shard_per_doc_s * n_docs
+    def shard_s(self, n_docs: int, observed_s_per_doc: float | None = None) -> float:
+        """The bound in seconds for a shard of ``n_docs`` documents: ``base + per_doc x n``.
+
+        Args:
+            n_docs: documents in the shard.
+            observed_s_per_doc: the slowest seconds per document seen on a completed shard of this
+                batch, if any; then ``per_doc`` is at most ``OBSERVED_FACTOR`` times that, so a
+                stuck engine on a fast card is found in minutes, not hours.
+        """
+        per_doc = self.shard_per_doc_s
+        if observed_s_per_doc is not None:
+            per_doc = min(per_doc, OBSERVED_FACTOR * observed_s_per_doc)
+        return self.shard_base_s + per_doc * n_docs
+
+
+OBSERVED_FACTOR = 10.0
+"""A shard may take this many times the slowest per-document time seen so far (plus the base)."""
 
 
 @dataclass
@@ -373,7 +387,9 @@ def run_pool(
         make_actor: creates the actor handle of one slot (``make_actor(slot)``, already
             ``.options(...).remote(...)``); a replacement actor gets the same slot.
         n_actors: pool size.
-        shards: ``(shard index, documents)`` still to do.
+        shards: ``(shard index, documents)`` still to do; ``documents`` is a list, or an object with
+            ``len()`` and ``load()`` that reads the list when the shard is dispatched (the driver then holds
+            only the shards in flight).
         on_done: called in the driver with ``(index, result rows)`` as each shard completes.
         max_shard_retries: re-runs allowed per shard.
         on_event: optional callback ``(event, detail)`` for ``actor-ready`` (with :meth:`EngineActor.info`),
@@ -398,6 +414,7 @@ def run_pool(
     info_waiting: dict[Any, tuple[int, int]] = {}
     created_at = [0.0] * n_actors
     running_since: list[float | None] = [None] * n_actors  # engine started; the earliest shard in flight runs
+    observed: list[float | None] = [None]  # slowest seconds per document on a completed shard
     active = [True] * n_actors  # False: the slot was dropped (its actor could not be placed)
 
     def start(slot: int, generation: int) -> Any:
@@ -493,7 +510,7 @@ def run_pool(
                               "(batch.actor_start_timeout_s); stuck actor killed", None)
             elif ref is not None:
                 shard = inflight[ref][2]
-                bound = limits.shard_s(len(shard[1]))
+                bound = limits.shard_s(len(shard[1]), observed[0])
                 if now - running_since[slot] > bound:
                     fail_slot(slot, shard, f"engine stuck: no answer for {len(shard[1])} documents within "
                               f"{bound:g} s (batch.shard_timeout_base_s + shard_timeout_per_doc_s x documents); "
@@ -508,7 +525,7 @@ def run_pool(
                 # past the placement bound but kept (no other live slot): look again every 10 s
                 waits.append(place_wait if place_wait > 0 else 10.0)
             elif (ref := running_ref(slot)) is not None:
-                waits.append(running_since[slot] + limits.shard_s(len(inflight[ref][2][1])) - now)
+                waits.append(running_since[slot] + limits.shard_s(len(inflight[ref][2][1]), observed[0]) - now)
         return max(0.05, min(waits)) if waits else 1.0
 
     try:
@@ -518,7 +535,9 @@ def run_pool(
             for slot in live():
                 while queue and load[slot] < IN_FLIGHT_PER_ACTOR:
                     shard = queue.popleft()
-                    ref = slots[slot][0].classify.remote(shard[1])
+                    docs = shard[1].load() if hasattr(shard[1], "load") else shard[1]  # read when dispatched
+                    ref = slots[slot][0].classify.remote(docs)
+                    del docs  # the actor's copy is in Ray's object store; the driver keeps only the reference
                     inflight[ref] = (slot, slots[slot][1], shard)
                     load[slot] += 1
             ready, _ = ray.wait([*inflight, *info_waiting], num_returns=1, timeout=next_wakeup(time.monotonic()))
@@ -551,7 +570,11 @@ def run_pool(
                 continue
             inflight.pop(ref)
             load[slot] -= 1
-            running_since[slot] = time.monotonic()  # the next shard of this actor starts now
+            now = time.monotonic()
+            if running_since[slot] is not None and shard[1]:
+                per_doc = (now - running_since[slot]) / len(shard[1])
+                observed[0] = per_doc if observed[0] is None else max(observed[0], per_doc)
+            running_since[slot] = now  # the next shard of this actor starts now
             if stats.first_ready_s is None:
                 stats.first_ready_s = time.monotonic() - t0
             on_done(shard[0], rows)

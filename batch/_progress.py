@@ -1,4 +1,9 @@
-"""Private: ``progress.json``, rewritten atomically by the driver as shards complete (read by ``docpilot status``)."""
+"""Private: ``progress.json``, rewritten atomically by the driver as shards complete (read by ``docpilot status``).
+
+The file is rewritten at most every :data:`SAVE_EVERY_S` seconds while shards complete (a large
+batch completes many shards a second), and always on a state change, an actor event, a retry
+and at the end.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,12 @@ from typing import Any
 from batch.manifest import PROGRESS
 from classify.runrecords import utc_now, write_json_atomic
 
+SAVE_EVERY_S = 2.0
+"""Least seconds between two rewrites of ``progress.json`` caused by completed shards."""
+
 
 class Progress:
-    """Counts for one attempt of one batch, saved to ``<run_dir>/progress.json`` on every change.
+    """Counts for one attempt of one batch, saved to ``<run_dir>/progress.json`` (throttled: :data:`SAVE_EVERY_S`).
 
     Args:
         run_dir: the batch's run folder.
@@ -33,7 +41,10 @@ class Progress:
         self.state = "starting"
         self.started_at = utc_now()
         self._t0 = time.monotonic()
+        self._saved_at = 0.0
+        self.saves = 0
         self.previous_actors: list[dict[str, Any]] = []
+        self.lease: dict[str, Any] | None = None  # the latest lease verdict (batch.status.LeaseWatch)
         if self.path.is_file():
             try:
                 old = json.loads(self.path.read_text(encoding="utf-8"))
@@ -42,10 +53,16 @@ class Progress:
             except (OSError, json.JSONDecodeError):
                 pass
 
-    def start(self, done_shards: dict[int, list[dict[str, Any]]]) -> None:
-        """Count the shards an earlier attempt completed and save ``running``."""
-        for rows in done_shards.values():
-            self._count(rows)
+    def start(self, done_shards: dict[int, dict[str, int]]) -> None:
+        """Count the shards an earlier attempt completed and save ``running``.
+
+        Args:
+            done_shards: ``{index: {"docs", "accepted", "rejected"}}`` (:func:`batch.manifest.scan_done`).
+        """
+        for counts in done_shards.values():
+            self.done += counts["docs"]
+            self.accepted += counts["accepted"]
+            self.rejected += counts["rejected"]
         self.state = "running"
         self._t0 = time.monotonic()
         self.save()
@@ -56,11 +73,12 @@ class Progress:
         self.rejected += sum(r["status"] == "rejected" for r in rows)
 
     def shard_done(self, rows: list[dict[str, Any]]) -> None:
-        """Count a shard completed in this attempt and save."""
+        """Count a shard completed in this attempt; save when the last save is :data:`SAVE_EVERY_S` old."""
         self._count(rows)
         self.processed += len(rows)
         self.processed_tokens += sum(int(r.get("n_tokens") or 0) for r in rows)
-        self.save()
+        if time.monotonic() - self._saved_at >= SAVE_EVERY_S:
+            self.save()
 
     def update(self, **fields: Any) -> None:
         """Set attributes (``last_error``, ``actors``, ``retries``) and save."""
@@ -78,10 +96,17 @@ class Progress:
         self.state, self.last_error = "failed", error[:2000]
         self.save()
 
-    def save(self) -> None:
-        """Write ``progress.json`` atomically: done/total, rejected, docs/s and ETA of this attempt."""
+    def rate(self) -> float:
+        """Documents per second of this attempt so far (0.0 before the first shard)."""
         elapsed = max(time.monotonic() - self._t0, 1e-9)
-        rate = self.processed / elapsed if self.processed else 0.0
+        return self.processed / elapsed if self.processed else 0.0
+
+    def save(self) -> None:
+        """Write ``progress.json`` atomically: done/total, rejected, docs/s, ETA and lease verdict of this attempt."""
+        self._saved_at = time.monotonic()
+        self.saves += 1
+        elapsed = max(time.monotonic() - self._t0, 1e-9)
+        rate = self.rate()
         left = self.total - self.done
         write_json_atomic(self.path, {
             "batch_id": self.batch_id, "state": self.state, "total": self.total, "done": self.done,
@@ -89,5 +114,5 @@ class Progress:
             "docs_per_s": round(rate, 3), "eta_s": round(left / rate, 1) if rate and left else (0.0 if not left else None),
             "elapsed_s": round(elapsed, 1), "retries": self.retries, "last_error": self.last_error,
             "actors": self.actors, "pid": os.getpid(), "host": socket.gethostname(),
-            "started_at": self.started_at, "updated_at": utc_now(),
+            "started_at": self.started_at, "updated_at": utc_now(), "lease": self.lease,
         })

@@ -1,58 +1,67 @@
-"""Corpus readers for ``make batch``: JSONL, CSV and a folder of files, one document per distinct id.
+"""Corpus planning and reading for ``make batch``: one streaming pass plans the shards, shards are read when dispatched.
 
-Built on :mod:`classify.documents`, so a problem document (unreadable, empty, binary,
-non-UTF-8, over the size limit) is a rejected document with a reason, never dropped;
-an id given more than once becomes ONE rejected document naming every occurrence
-(:func:`classify.documents.collapse_duplicates`). The corpus fingerprint covers every
-input row (id, sha256 of its bytes, reject reason) in order, so any change to the
-content, the ids or the reading options shows up on resume.
+Formats: JSONL, CSV, Parquet and a folder of files, all through :mod:`classify.documents`, so
+a problem document (unreadable, empty, binary, non-UTF-8, over the size limit) is a rejected
+document with a reason, never dropped.
+
+The driver never holds the corpus. :func:`plan_corpus` reads it once, row by row, and keeps
+per shard only where its rows are (a byte range of a JSONL or CSV file, a row range of a
+Parquet file, the file list of a folder), its id count, byte size and the sha256 of its ids.
+Shards are cut by content: a shard closes when its documents reach ``shard_target_bytes`` or
+``shard_docs`` documents. Each shard is read again (:meth:`CorpusPlan.read_shard`) only when it
+is dispatched, so the driver holds the text of the shards in flight and no more.
+
+Duplicate ids across the whole corpus: every row's id is hashed to 64 bits and the
+``(hash, row)`` pairs go to 64 bucket files on disk (16 bytes per row); each bucket is then
+sorted alone (:class:`IdHashBuckets`), so memory stays flat (about 1/64 of 16 bytes per row at
+a time: 2.5 MB for 10M rows). Rows whose hash occurs twice are candidates; their shards are read
+again to compare the real ids. A duplicated id becomes ONE rejected row at its first occurrence,
+naming every occurrence (source and sha256); the later occurrences are skipped when their shard
+is read (the plan lists them), so every distinct id is one result row.
+
+The corpus fingerprint covers the content: sha256 over the file's bytes (JSONL, CSV, Parquet;
+plus every file a JSONL ``path`` record names), or over ``relative path, file sha256`` for each
+file of a folder. A resume that finds the same fingerprint reuses the stored plan.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
-from dataclasses import dataclass
+import os
+import shutil
+import tempfile
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from batch._config import CorpusConfig
-from classify.documents import collapse_duplicates, iter_csv, iter_directory, iter_jsonl
+from classify.documents import _read_file as read_file_document
+from classify.documents import (
+    checked_id,
+    csv_header,
+    csv_row_document,
+    document_from_text,
+    escape_surrogates,
+    iter_csv_rows,
+    jsonl_line_document,
+    jsonl_line_id,
+    parquet_columns,
+    parquet_row_id,
+    refuse_wide_file,
+)
 from classify.errors import InputError
 from classify.records import Document
 
+FORMATS = ("jsonl", "csv", "parquet", "dir")
+N_BUCKETS = 64
+_CHUNK = 1 << 20
 
-@dataclass(frozen=True)
-class Corpus:
-    """A corpus read into memory.
 
-    Attributes:
-        path: the corpus file or folder (absolute).
-        format: ``jsonl``, ``csv`` or ``dir``.
-        docs: one document per distinct id, in first-seen order (duplicates already rejected).
-        input_rows: documents (rows, lines, files) read, duplicates included.
-        fingerprint: ``sha256:<hex>`` over every input row's id, input sha256 and reject reason.
-    """
-
-    path: str
-    format: str
-    docs: tuple[Document, ...]
-    input_rows: int
-    fingerprint: str
-
-    @property
-    def duplicate_rows(self) -> int:
-        """Input rows folded into an earlier row with the same id (``input_rows - distinct ids``)."""
-        return self.input_rows - len(self.docs)
-
-    def describe(self) -> dict:
-        """A JSON-able summary for the manifest and summary (no document text)."""
-        return {
-            "path": self.path,
-            "format": self.format,
-            "input_rows": self.input_rows,
-            "distinct_ids": len(self.docs),
-            "duplicate_rows": self.duplicate_rows,
-            "fingerprint": self.fingerprint,
-        }
+MIN_SHARDS = 32
+"""A corpus file is cut into at least this many shards when its rows allow (16 actors with 2 in flight each)."""
 
 
 def detect_format(path: Path, fmt: str) -> str:
@@ -63,7 +72,7 @@ def detect_format(path: Path, fmt: str) -> str:
         fmt: the configured format.
 
     Returns:
-        ``jsonl``, ``csv`` or ``dir``.
+        ``jsonl``, ``csv``, ``parquet`` or ``dir``.
 
     Raises:
         InputError: the path does not exist, or ``auto`` cannot tell the format.
@@ -79,14 +88,496 @@ def detect_format(path: Path, fmt: str) -> str:
         return "jsonl"
     if suffix == ".csv":
         return "csv"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
     raise InputError(
-        f"corpus {path}: cannot tell the format from suffix {suffix!r} (allowed: .jsonl, .ndjson, .csv, a folder); "
-        "set `corpus.format`"
+        f"corpus {path}: cannot tell the format from suffix {suffix!r} (allowed: .jsonl, .ndjson, .csv, .parquet, "
+        "a folder); set `corpus.format`"
     )
 
 
+def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Path, str]:
+    """The corpus's absolute path and format, checked.
+
+    Raises:
+        InputError: missing path, unknown format, or a folder given as a file (or back).
+    """
+    where = Path(path if path is not None else cfg.path).expanduser().resolve()
+    fmt = detect_format(where, cfg.format)
+    if (fmt == "dir") != where.is_dir():
+        raise InputError(f"corpus {where}: `corpus.format` is {fmt!r} but the path is {'a folder' if where.is_dir() else 'a file'}")
+    return where, fmt
+
+
+def file_digest(path: Path) -> str:
+    """sha256 hex of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def quick_fingerprint(where: Path, fmt: str, described: dict[str, Any]) -> str | None:
+    """The corpus fingerprint without planning, when the format allows it (else ``None``).
+
+    JSONL without ``path`` records, CSV and Parquet are fingerprinted by their bytes alone, so a
+    resume checks the corpus in one sequential read and reuses the stored plan.
+
+    Args:
+        where: the corpus path.
+        fmt: its format.
+        described: the stored manifest's ``corpus`` entry (``has_path_records`` for JSONL).
+    """
+    if fmt in ("csv", "parquet") or (fmt == "jsonl" and not described.get("has_path_records", True)):
+        return f"sha256:{file_digest(where)}"
+    return None
+
+
+class IdHashBuckets:
+    """Find repeated ids among millions in flat memory: 64-bit id hashes bucketed on disk, each bucket sorted alone.
+
+    ``add(id, row)`` appends ``(hash64(id), row)`` to one of :data:`N_BUCKETS` bucket files (buffered);
+    :meth:`candidate_rows` loads one bucket at a time (16 bytes per row / 64), sorts it with numpy and
+    returns the rows whose hash occurs more than once. Equal hashes with different ids are possible
+    (rarely): callers compare the real ids of the candidates.
+
+    Memory: the buffers (64 x 4096 x 16 bytes = 4 MiB) and one bucket at a time; disk: 16 bytes per row.
+    """
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="docpilot-ids-"))
+        self.buffers = [array("Q") for _ in range(N_BUCKETS)]
+        self.files = [open(self.folder / f"{b:02d}.bin", "wb") for b in range(N_BUCKETS)]  # noqa: SIM115
+        self.count = 0
+
+    @staticmethod
+    def hash64(doc_id: str) -> int:
+        """A stable 64-bit hash of an id (blake2b, 8 bytes)."""
+        return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+    def add(self, doc_id: str, row: int) -> None:
+        """Record that row number ``row`` (any int below 2**64) has id ``doc_id``."""
+        h = self.hash64(doc_id)
+        buf = self.buffers[h & (N_BUCKETS - 1)]
+        buf.append(h)
+        buf.append(row)
+        self.count += 1
+        if len(buf) >= 8192:
+            buf.tofile(self.files[h & (N_BUCKETS - 1)])
+            del buf[:]
+
+    def candidate_rows(self) -> list[int]:
+        """Rows whose id hash occurs more than once, ascending; closes and removes the bucket files."""
+        import numpy as np
+
+        out: list[int] = []
+        try:
+            for b, fh in enumerate(self.files):
+                self.buffers[b].tofile(fh)
+                fh.close()
+            for b in range(N_BUCKETS):
+                pairs = np.fromfile(self.folder / f"{b:02d}.bin", dtype=np.uint64).reshape(-1, 2)
+                if len(pairs) < 2:
+                    continue
+                order = np.argsort(pairs[:, 0], kind="stable")
+                hashes = pairs[order, 0]
+                same = hashes[1:] == hashes[:-1]
+                if same.any():
+                    mask = np.zeros(len(hashes), dtype=bool)
+                    mask[1:] |= same
+                    mask[:-1] |= same
+                    out += pairs[order[mask], 1].tolist()
+        finally:
+            self.close()
+        return sorted(int(r) for r in out)
+
+    def close(self) -> None:
+        """Remove the bucket files (idempotent)."""
+        for fh in self.files:
+            if not fh.closed:
+                fh.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@dataclass
+class _Row:
+    key: int  # line number (JSONL), row index (CSV, Parquet), file index (folder)
+    doc_id: str
+    size: int
+    end: int = 0  # byte offset after the row (JSONL, CSV)
+    rel: str = ""  # folder: the file's relative path
+    next_key: int | None = None  # the key at ``end`` (JSONL: the next line's number, blank lines counted)
+
+
+@dataclass
+class CorpusPlan:
+    """A planned corpus: where every shard's rows are, never the text.
+
+    Attributes:
+        path: the corpus file or folder (absolute).
+        format: ``jsonl``, ``csv``, ``parquet`` or ``dir``.
+        fingerprint: ``sha256:<hex>`` over the corpus content (see the module docstring).
+        input_rows: rows (lines, records, files) read, duplicates included.
+        duplicate_rows: rows skipped because an earlier row has the same id.
+        shards: the shard plan, one dict per shard (``index, n_docs, n_rows, bytes, ids_sha256,
+            first_id, last_id``, the location keys of the format, ``dups`` and ``skip``).
+        reading: format details the readers need again (CSV header, column names, id prefix).
+    """
+
+    path: str
+    format: str
+    fingerprint: str
+    input_rows: int
+    duplicate_rows: int
+    shards: list[dict[str, Any]]
+    reading: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def distinct_ids(self) -> int:
+        """Distinct ids = result rows of the batch."""
+        return self.input_rows - self.duplicate_rows
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary for the manifest and summary (no document text)."""
+        return {"path": self.path, "format": self.format, "input_rows": self.input_rows,
+                "distinct_ids": self.distinct_ids, "duplicate_rows": self.duplicate_rows,
+                "fingerprint": self.fingerprint, "reading": self.reading,
+                "has_path_records": bool(self.reading.get("has_path_records", False)),
+                "bytes": sum(s["bytes"] for s in self.shards)}
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any], path: str | None = None) -> CorpusPlan:
+        """The plan stored in a (version 2) manifest; ``path`` replaces the stored corpus path."""
+        c = manifest["corpus"]
+        return cls(path or c["path"], c["format"], c["fingerprint"], c["input_rows"], c["duplicate_rows"],
+                   manifest["shards"], c.get("reading") or {})
+
+    def read_shard(self, shard: dict[str, Any], max_doc_bytes: int) -> list[Document]:
+        """The documents of one planned shard, in corpus order (duplicates folded as planned).
+
+        Args:
+            shard: one entry of :attr:`shards`.
+            max_doc_bytes: size limit per document in bytes.
+
+        Returns:
+            ``shard["n_docs"]`` documents.
+        """
+        dups = shard.get("dups") or {}
+        skip = set(shard.get("skip") or ())
+        out = []
+        for key, doc in self._iter_shard(shard, max_doc_bytes):
+            if key in skip:
+                continue
+            if str(key) in dups:
+                doc = Document(doc.id, None, doc.input_sha256, doc.n_chars, dups[str(key)], doc.source)
+            out.append(doc)
+        return out
+
+    def _iter_shard(self, shard: dict[str, Any], max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
+        path = Path(self.path)
+        if self.format == "jsonl":
+            name = escape_surrogates(path.name)
+            with path.open("rb") as fh:
+                fh.seek(shard["offset"])
+                data = fh.read(shard["end"] - shard["offset"])
+            for lineno, raw in enumerate(data.splitlines(keepends=True), start=shard["row"]):
+                if raw.strip():
+                    yield lineno, jsonl_line_document(path, name, lineno, raw, max_doc_bytes)[0]
+        elif self.format == "csv":
+            r = self.reading
+            for row in iter_csv_rows(path, r["text_column"], r["id_column"], r["id_prefix"], offset=shard["offset"],
+                                     first_index=shard["row"], max_rows=shard["n_rows"], header=r["header"]):
+                yield row.index, csv_row_document(row, max_doc_bytes)
+        elif self.format == "parquet":
+            yield from _parquet_docs(path, self.reading, shard["row"], shard["n_rows"], max_doc_bytes)
+        else:
+            for key, rel in enumerate(shard["files"], start=shard["row"]):
+                yield key, checked_id(read_file_document(rel, path / rel, max_doc_bytes))
+
+
+def _parquet_docs(path: Path, reading: dict[str, Any], start: int, n_rows: int,
+                  max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
+    pf, use_ids = parquet_columns(path, reading["text_column"], reading["id_column"])
+    starts = [0]
+    for g in range(pf.num_row_groups):
+        starts.append(starts[-1] + pf.metadata.row_group(g).num_rows)
+    first = bisect.bisect_right(starts, start) - 1
+    last = bisect.bisect_right(starts, start + n_rows - 1) - 1
+    columns = [reading["text_column"]] + ([reading["id_column"]] if use_ids else [])
+    table = pf.read_row_groups(list(range(first, last + 1)), columns=columns).slice(start - starts[first], n_rows)
+    texts = table.column(reading["text_column"]).to_pylist()
+    ids = table.column(reading["id_column"]).to_pylist() if use_ids else [None] * len(texts)
+    name = escape_surrogates(path.name)
+    for offset, (text, raw_id) in enumerate(zip(texts, ids, strict=True)):
+        index = start + offset
+        where = f"{name}#row{index}"
+        doc_id, error = parquet_row_id(raw_id, index, use_ids, reading["id_prefix"], where)
+        if error is not None:
+            yield index, Document(doc_id, None, "", 0, error, where)
+        else:
+            yield index, document_from_text(doc_id, text, max_doc_bytes, where)
+
+
+def _jsonl_rows(path: Path, digest: Any, reading: dict[str, Any]) -> Iterator[_Row]:
+    refuse_wide_file(path)
+    name = escape_surrogates(path.name)
+    pos = 0
+    extra = hashlib.sha256()  # files named by `path` records
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            digest.update(raw)
+            pos += len(raw)
+            if not raw.strip():
+                continue
+            doc_id, record, _ = jsonl_line_id(name, lineno, raw)
+            size = len(raw)
+            if record is not None and "text" not in record and isinstance(record.get("path"), str):
+                reading["has_path_records"] = True
+                target = (path.parent / record["path"])
+                try:
+                    size = target.stat().st_size
+                    extra.update(f"{lineno}\t{file_digest(target)}\n".encode())
+                except (OSError, UnicodeEncodeError) as err:
+                    extra.update(f"{lineno}\t{type(err).__name__}\n".encode())
+            yield _Row(lineno, doc_id, size, pos, next_key=lineno + 1)
+    if reading.get("has_path_records"):
+        digest.update(b"\npath records\n" + extra.hexdigest().encode())
+
+
+def _csv_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, Any]) -> Iterator[_Row]:
+    header, data_offset = csv_header(path)
+    reading.update(header=header, data_offset=data_offset, text_column=cfg.text_column, id_column=cfg.id_column,
+                   id_prefix=cfg.id_prefix or path.stem)
+    digest.update(file_digest(path).encode())
+    for row in iter_csv_rows(path, cfg.text_column, cfg.id_column, reading["id_prefix"]):
+        yield _Row(row.index, row.doc_id, row.text_bytes or 1, row.end)
+
+
+def _parquet_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, Any]) -> Iterator[_Row]:
+    import pyarrow.compute as pc
+
+    pf, use_ids = parquet_columns(path, cfg.text_column, cfg.id_column)
+    reading.update(text_column=cfg.text_column, id_column=cfg.id_column, id_prefix=escape_surrogates(cfg.id_prefix or path.stem))
+    digest.update(file_digest(path).encode())
+    name = escape_surrogates(path.name)
+    index = 0
+    for g in range(pf.num_row_groups):
+        columns = [cfg.text_column] + ([cfg.id_column] if use_ids else [])
+        table = pf.read_row_group(g, columns=columns)
+        text = table.column(cfg.text_column)
+        sizes = pc.fill_null(pc.binary_length(text), 0).to_pylist() if text.type in _string_types() else [1] * len(text)
+        ids = table.column(cfg.id_column).to_pylist() if use_ids else [None] * len(sizes)
+        for size, raw_id in zip(sizes, ids, strict=True):
+            doc_id, _ = parquet_row_id(raw_id, index, use_ids, reading["id_prefix"], f"{name}#row{index}")
+            yield _Row(index, doc_id, size or 1)
+            index += 1
+
+
+def _string_types() -> tuple[Any, ...]:
+    import pyarrow as pa
+
+    return (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
+
+
+def walk_files(folder: Path) -> Iterator[Path]:
+    """Every non-hidden file under ``folder`` in the order of ``sorted(folder.rglob("*"))``, one directory at a time.
+
+    Path order compares path parts, so a depth-first walk with each directory's entries sorted by
+    name gives the same order without listing the whole tree first.
+    """
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir(follow_symlinks=True):
+            if not entry.is_symlink():  # as rglob: a link to a folder is neither walked nor a document
+                yield from walk_files(Path(entry.path))
+        else:
+            yield Path(entry.path)
+
+
+def _dir_rows(folder: Path, digest: Any) -> Iterator[_Row]:
+    for index, path in enumerate(walk_files(folder)):
+        rel = path.relative_to(folder).as_posix()
+        try:
+            size = path.stat().st_size
+            sha = file_digest(path)
+        except OSError as err:
+            size, sha = 1, f"unreadable {err.strerror}"
+        digest.update(f"{rel}\t{sha}\n".encode("utf-8", "surrogateescape"))
+        yield _Row(index, escape_surrogates(rel), max(size, 1), rel=rel)
+
+
+def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, path: str | Path | None = None,
+                max_doc_bytes: int = 200_000) -> CorpusPlan:
+    """Plan a corpus in one streaming pass: fingerprint, duplicate ids and content-sized shards.
+
+    Args:
+        cfg: the ``corpus`` section of the batch config.
+        shard_docs: at most this many rows per shard (``batch.shard_docs``).
+        shard_target_bytes: a shard closes once its rows hold this many bytes (``batch.shard_target_bytes``);
+            for a corpus file smaller than ``MIN_SHARDS x shard_target_bytes`` the target shrinks to
+            ``file size / MIN_SHARDS``, so a small corpus still spreads over the actors.
+        path: replaces ``cfg.path`` (the ``--corpus`` option).
+        max_doc_bytes: size limit per document (``classify.max_doc_bytes``), for the duplicate check's
+            re-read of candidate shards.
+
+    Returns:
+        The :class:`CorpusPlan`.
+
+    Raises:
+        InputError: missing path, unknown format, a UTF-16/32 or malformed file, a CSV or Parquet
+            file without the text column, or a corpus with no documents at all.
+
+    Example:
+        >>> plan = plan_corpus(CorpusConfig(path="data/c.jsonl"), 1000, 4 << 20)  # doctest: +SKIP
+        >>> docs = plan.read_shard(plan.shards[0], 200_000)  # doctest: +SKIP
+    """
+    where, fmt = locate_corpus(cfg, path)
+    if fmt != "dir":  # a small corpus still makes enough shards to keep every actor busy
+        shard_target_bytes = max(1, min(shard_target_bytes, where.stat().st_size // MIN_SHARDS))
+    digest = hashlib.sha256()
+    reading: dict[str, Any] = {}
+    if fmt == "jsonl":
+        rows = _jsonl_rows(where, digest, reading)
+    elif fmt == "csv":
+        rows = _csv_rows(where, cfg, digest, reading)
+    elif fmt == "parquet":
+        rows = _parquet_rows(where, cfg, digest, reading)
+    else:
+        rows = _dir_rows(where, digest)
+    buckets = IdHashBuckets()
+    shards: list[dict[str, Any]] = []
+    first_seq: list[int] = []  # row sequence number of each shard's first row
+    seq = 0
+    try:
+        current: dict[str, Any] | None = None
+        ids_digest = hashlib.sha256()
+        start_pos: int | None = None
+        start_key: int | None = None
+        for row in rows:
+            if current is None:
+                if start_pos is None:
+                    start_pos, start_key = reading.get("data_offset", 0), (1 if fmt == "jsonl" else row.key)
+                current = {"index": len(shards), "row": start_key if fmt == "jsonl" else row.key, "n_rows": 0, "bytes": 0, "first_id": row.doc_id}
+                if fmt in ("jsonl", "csv"):
+                    current["offset"] = start_pos
+                if fmt == "dir":
+                    current["files"] = []
+                ids_digest = hashlib.sha256(row.doc_id.encode("utf-8", "surrogatepass"))
+                first_seq.append(seq)
+            else:
+                ids_digest.update(b"\n" + row.doc_id.encode("utf-8", "surrogatepass"))
+            current["n_rows"] += 1
+            current["bytes"] += row.size
+            current["last_id"] = row.doc_id
+            if fmt == "dir":
+                current["files"].append(row.rel)
+            buckets.add(row.doc_id, seq)
+            seq += 1
+            start_pos, start_key = row.end, row.next_key
+            if current["n_rows"] >= shard_docs or current["bytes"] >= shard_target_bytes:
+                _close(current, ids_digest, start_pos, fmt)
+                shards.append(current)
+                current = None
+        if current is not None:
+            _close(current, ids_digest, start_pos or 0, fmt)
+            shards.append(current)
+        candidates = buckets.candidate_rows()
+    finally:
+        buckets.close()
+    if not shards:
+        raise InputError(f"corpus {where} holds no documents")
+    plan = CorpusPlan(str(where), fmt, f"sha256:{digest.hexdigest()}", seq, 0, shards, reading)
+    if candidates:
+        _fold_duplicates(plan, candidates, first_seq, max_doc_bytes)
+    return plan
+
+
+def _close(shard: dict[str, Any], ids_digest: Any, end: int, fmt: str) -> None:
+    shard["n_docs"] = shard["n_rows"]
+    shard["ids_sha256"] = ids_digest.hexdigest()
+    if fmt in ("jsonl", "csv"):
+        shard["end"] = end
+
+
+def _fold_duplicates(plan: CorpusPlan, candidates: list[int], first_seq: list[int], max_doc_bytes: int) -> None:
+    """Compare the real ids of the candidate rows; mark each duplicated id's first row rejected and skip the others."""
+    by_shard: dict[int, set[int]] = {}
+    for seq in candidates:
+        index = bisect.bisect_right(first_seq, seq) - 1
+        by_shard.setdefault(index, set()).add(seq - first_seq[index])
+    seen: dict[str, list[tuple[int, int, Document]]] = {}  # id -> [(shard, key, doc)]
+    for index in sorted(by_shard):
+        shard = plan.shards[index]
+        for pos, (key, doc) in enumerate(plan._iter_shard(shard, max_doc_bytes)):  # noqa: SLF001
+            if pos in by_shard[index]:
+                seen.setdefault(doc.id, []).append((index, key, doc))
+    touched: set[int] = set()
+    for occurrences in seen.values():
+        if len(occurrences) < 2:
+            continue  # a 64-bit hash collision between different ids
+        sources = [d.source or d.id for _, _, d in occurrences]
+        shas = [d.input_sha256[:12] for _, _, d in occurrences]
+        reason = (f"duplicate id: given {len(occurrences)} times ({', '.join(sources)}; "
+                  f"sha256 {', '.join(shas)}); give each document a unique id")
+        first_shard, first_key, _ = occurrences[0]
+        plan.shards[first_shard].setdefault("dups", {})[str(first_key)] = reason
+        for index, key, _ in occurrences[1:]:
+            plan.shards[index].setdefault("skip", []).append(key)
+            touched.add(index)
+        plan.duplicate_rows += len(occurrences) - 1
+    for index in touched:  # recount the shards that lost rows, and their ids hash
+        shard = plan.shards[index]
+        ids = [d.id for d in plan.read_shard(shard, max_doc_bytes)]
+        shard["n_docs"] = len(ids)
+        shard["ids_sha256"] = hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()
+        if ids:
+            shard["first_id"], shard["last_id"] = ids[0], ids[-1]
+    if any(s["n_docs"] == 0 for s in plan.shards):  # every row of a shard was a later duplicate
+        plan.shards = [s for s in plan.shards if s["n_docs"]]
+        for i, shard in enumerate(plan.shards):
+            shard["index"] = i
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A small corpus read whole into memory (tests, benchmarks, the pilot-sized paths).
+
+    Attributes:
+        path: the corpus file or folder (absolute).
+        format: ``jsonl``, ``csv``, ``parquet`` or ``dir``.
+        docs: one document per distinct id, in first-seen order (duplicates already rejected).
+        input_rows: documents (rows, lines, files) read, duplicates included.
+        fingerprint: ``sha256:<hex>`` over the corpus content.
+    """
+
+    path: str
+    format: str
+    docs: tuple[Document, ...]
+    input_rows: int
+    fingerprint: str
+
+    @property
+    def duplicate_rows(self) -> int:
+        """Input rows folded into an earlier row with the same id (``input_rows - distinct ids``)."""
+        return self.input_rows - len(self.docs)
+
+    def describe(self) -> dict:
+        """A JSON-able summary for the manifest and summary (no document text)."""
+        return {"path": self.path, "format": self.format, "input_rows": self.input_rows,
+                "distinct_ids": len(self.docs), "duplicate_rows": self.duplicate_rows, "fingerprint": self.fingerprint}
+
+
 def read_corpus(cfg: CorpusConfig, max_doc_bytes: int, path: str | Path | None = None) -> Corpus:
-    """Read a corpus: every row becomes a document, every distinct id exactly one.
+    """Read a whole corpus into memory: every row becomes a document, every distinct id exactly one.
+
+    The batch driver does not use this (it plans and reads shard by shard); it reads through the
+    same :func:`plan_corpus` and :meth:`CorpusPlan.read_shard`, so the documents are the same.
 
     Args:
         cfg: the ``corpus`` section of the batch config.
@@ -97,25 +588,8 @@ def read_corpus(cfg: CorpusConfig, max_doc_bytes: int, path: str | Path | None =
         The :class:`Corpus`.
 
     Raises:
-        InputError: missing path, unknown format, a folder given as a file (or back), a CSV
-            without the text column, or a corpus with no documents at all.
-
-    Example:
-        >>> corpus = read_corpus(CorpusConfig(path="data/c.jsonl"), 200_000)  # doctest: +SKIP
+        InputError: as :func:`plan_corpus`.
     """
-    where = Path(path if path is not None else cfg.path).expanduser().resolve()
-    fmt = detect_format(where, cfg.format)
-    if (fmt == "dir") != where.is_dir():
-        raise InputError(f"corpus {where}: `corpus.format` is {fmt!r} but the path is {'a folder' if where.is_dir() else 'a file'}")
-    if fmt == "jsonl":
-        rows = [doc for doc, _ in iter_jsonl(where, max_doc_bytes)]
-    elif fmt == "csv":
-        rows = [doc for doc, _ in iter_csv(where, max_doc_bytes, cfg.text_column, cfg.id_column, cfg.id_prefix)]
-    else:
-        rows = list(iter_directory(where, max_doc_bytes, exclude=()))
-    if not rows:
-        raise InputError(f"corpus {where} holds no documents")
-    digest = hashlib.sha256()
-    for doc in rows:
-        digest.update(f"{doc.id}\t{doc.input_sha256}\t{doc.reject_reason or ''}\n".encode("utf-8", "surrogatepass"))
-    return Corpus(str(where), fmt, tuple(collapse_duplicates(rows)), len(rows), f"sha256:{digest.hexdigest()}")
+    plan = plan_corpus(cfg, 1 << 30, 1 << 62, path, max_doc_bytes)
+    docs = tuple(d for s in plan.shards for d in plan.read_shard(s, max_doc_bytes))
+    return Corpus(plan.path, plan.format, docs, plan.input_rows, plan.fingerprint)

@@ -23,10 +23,11 @@ from typing import Any
 from filelock import FileLock, Timeout
 from tqdm import tqdm
 
+from batch import _ray_local
 from batch import manifest as mf
 from batch._config import BatchConfig, load_batch_config, results_config, results_config_sha256
 from batch._progress import Progress
-from batch.corpus import Corpus, read_corpus
+from batch.corpus import CorpusPlan, locate_corpus, plan_corpus, quick_fingerprint
 from classify import storage
 from classify.config import ModelConfig, classification_sha256
 from classify.errors import InputError, VerificationError
@@ -38,10 +39,10 @@ from classify.runrecords import (
     export_complete,
     export_run,
     package_versions,
+    signals_raise_interrupted,
     utc_now,
     verify_export,
     write_json_atomic,
-    write_jsonl_atomic,
 )
 
 log = logging.getLogger("docpilot.batch")
@@ -62,6 +63,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--skip-pilot-gate", action="store_true",
                    help="run although this model/adapter/config has not passed a pilot (logged and recorded)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (progress.json is still written)")
+    p.add_argument("--lease-ends", help="when the lot's lease ends (ISO 8601 with timezone); the progress line says "
+                                        "whether the rest of the batch and its export fit (default: `lease_ends_at` "
+                                        "of --lots-config)")
+    p.add_argument("--lots-config", default="config/lots.json", help="lots config holding `lease_ends_at` (default: %(default)s)")
     return p.parse_args(argv)
 
 
@@ -158,9 +163,17 @@ def _open_run(batch_id: str | None) -> tuple[str, Path]:
     return batch_id, run_dir
 
 
-def build_manifest(batch_id: str, cfg: BatchConfig, corpus: Corpus, model: ModelRef, adapter: Any,
+def build_manifest(batch_id: str, cfg: BatchConfig, corpus: CorpusPlan, model: ModelRef, adapter: Any,
                    gate: dict[str, Any]) -> dict[str, Any]:
     """The manifest this invocation would write for a new batch (see :mod:`batch.manifest`).
+
+    Args:
+        batch_id: the run folder's name.
+        cfg: the batch config.
+        corpus: the planned corpus (:func:`batch.corpus.plan_corpus`): its description and shard plan.
+        model: the resolved base model.
+        adapter: the resolved adapter, or ``None``.
+        gate: the pilot-gate record.
 
     Returns:
         A JSON-able dict with the resume keys, the shard plan and provenance.
@@ -181,44 +194,61 @@ def build_manifest(batch_id: str, cfg: BatchConfig, corpus: Corpus, model: Model
         **(adapter.describe() if adapter else {"adapter_mode": None, "merged_model": None}),
         "pilot_gate": gate,
         "shard_docs": cfg.batch.shard_docs,
-        "shards": mf.plan_shards(corpus.docs, cfg.batch.shard_docs),
+        "shard_target_bytes": cfg.batch.shard_target_bytes,
+        "shards": corpus.shards,
         "code": code_revision(),
         "packages": package_versions(),
         "attempts": [],
     }
 
 
-def _init_ray() -> bool:
-    """Join ``RAY_ADDRESS`` (or the job's cluster) or start a small local Ray; True when this call started it."""
-    import ray
+def _init_ray() -> Any:
+    """Join ``RAY_ADDRESS`` (or the job's cluster) or start a small local Ray.
 
-    if ray.is_initialized():
-        return False
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"])
-    else:
-        ray.init(include_dashboard=False, object_store_memory=512 * 1024**2)
-    return True
+    Returns:
+        The local session this call started (end it with :func:`batch._ray_local.stop`), else None.
+    """
+    return _ray_local.start(include_dashboard=False, object_store_memory=512 * 1024**2, log_to_driver=_verbose())
 
 
-def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: Corpus, manifest: dict[str, Any], pending: list[int],
-                adapter: Any, progress: Progress, show_bar: bool) -> dict[str, Any]:
-    import ray
+def _verbose() -> bool:
+    """Whether Ray's and vLLM's own log lines are wanted (``docpilot --verbose`` / ``DOCPILOT_VERBOSE=1``)."""
+    return os.environ.get("DOCPILOT_VERBOSE", "") not in ("", "0")
 
-    from batch._pool import actor_class, actor_options, reap, run_pool
 
-    started_ray = _init_ray()
+class _ShardRef:
+    """A planned shard that the pool reads only when it dispatches it (``len()`` = its documents, for deadlines)."""
+
+    def __init__(self, corpus: CorpusPlan, shard: dict[str, Any], max_doc_bytes: int):
+        self.corpus, self.shard, self.max_doc_bytes = corpus, shard, max_doc_bytes
+
+    def __len__(self) -> int:
+        return int(self.shard["n_docs"])
+
+    def load(self) -> list[Any]:
+        """The shard's documents, read from the corpus now."""
+        return self.corpus.read_shard(self.shard, self.max_doc_bytes)
+
+
+def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: CorpusPlan, manifest: dict[str, Any], pending: list[int],
+                adapter: Any, progress: Progress, show_bar: bool, engine_actor: Any = None,
+                lease_ends_at: Any = None) -> dict[str, Any]:
+    from batch._pool import Deadlines, actor_class, actor_options, reap, run_pool
+    from batch.status import LeaseWatch
+
+    local_ray = _init_ray()
     try:
         if progress.previous_actors:
             reap(progress.previous_actors)  # engine processes an earlier, killed attempt left behind
         n_actors, options = actor_options(cfg.batch.cpu_actors, cfg.batch.actor_num_cpus, cfg.batch.cpu_bind)
         n_actors = min(n_actors, len(pending))
-        cls = actor_class()
+        cls = engine_actor if engine_actor is not None else actor_class()
         handle = adapter.handle() if adapter else None
         plan = {s["index"]: s for s in manifest["shards"]}
-        shards = [(i, list(corpus.docs[plan[i]["start"]:plan[i]["start"] + plan[i]["n_docs"]])) for i in pending]
-        bar = tqdm(total=progress.total, initial=progress.done, unit="doc", desc=f"batch {manifest['batch_id']}",
-                   disable=not show_bar, dynamic_ncols=True)
+        shards = [(i, _ShardRef(corpus, plan[i], cfg.classify.max_doc_bytes)) for i in pending]
+        bar = progress_bar(progress.total, progress.done, f"batch {manifest['batch_id']}", disable=not show_bar)
+        lease = LeaseWatch(lease_ends_at, run_dir, manifest["batch_id"])
+        lease.tick(progress, bar, force=True)
         actors: dict[int, dict[str, Any]] = {}
 
         def on_event(name: str, detail: dict[str, Any]) -> None:
@@ -229,22 +259,46 @@ def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: Corpus, manifest: dict[
                 progress.update(last_error=detail["error"], retries=progress.retries + 1)
 
         def on_done(index: int, rows: list[dict[str, Any]]) -> None:
-            mf.write_shard(run_dir, index, rows)
+            mf.write_shard(run_dir, index, rows, mf.manifest_version(manifest))
             progress.shard_done(rows)
+            lease.tick(progress, bar)
             bar.update(len(rows))
 
+        actor_model, actor_fingerprint = (adapter.engine_model(cfg.model, manifest["model_fingerprint"]) if adapter
+                                          else (cfg.model, manifest["model_fingerprint"]))
+        deadlines = Deadlines(cfg.batch.shard_timeout_base_s, cfg.batch.shard_timeout_per_doc_s,
+                              cfg.batch.actor_start_timeout_s, cfg.batch.actor_place_timeout_s)
         with _logging_redirect():
-            actor_model, actor_fingerprint = (adapter.engine_model(cfg.model, manifest["model_fingerprint"]) if adapter
-                                              else (cfg.model, manifest["model_fingerprint"]))
             stats = run_pool(lambda slot: cls.options(**options[slot]).remote(
                                  actor_model, cfg.engine, cfg.classify, handle, actor_fingerprint),
-                             n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event)
+                             n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event, deadlines)
+        lease.tick(progress, bar, force=True)
         bar.close()
         return {"actors": n_actors, "actors_started": stats.actors_started, "retries": stats.retries,
                 "errors": stats.errors, "first_shard_s": stats.first_ready_s}
     finally:
-        if started_ray:
-            ray.shutdown()
+        _ray_local.stop(local_ray)  # a local Ray leaves no process behind; a joined cluster is left alone
+
+
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
+"""tqdm's default layout with ``rate_noinv_fmt``: always docs/s (the default turns a rate below 1 into s/doc)."""
+
+
+def progress_bar(total: int, initial: int, desc: str, disable: bool = False, file: Any = None) -> tqdm:
+    """The batch progress bar: documents done of ``total``, rate always in docs/s.
+
+    Args:
+        total: distinct documents in the corpus.
+        initial: documents already done (a resumed batch).
+        desc: the label, e.g. ``"batch <id>"``.
+        disable: no bar at all (``--no-progress``).
+        file: where to draw it (default stderr).
+
+    Returns:
+        A started ``tqdm`` bar.
+    """
+    return tqdm(total=total, initial=initial, unit="docs", desc=desc, disable=disable, dynamic_ncols=True,
+                bar_format=BAR_FORMAT, file=file)
 
 
 def _logging_redirect() -> Any:
@@ -254,19 +308,14 @@ def _logging_redirect() -> Any:
     return logging_redirect_tqdm()
 
 
-def merge(run_dir: Path, manifest: dict[str, Any], corpus: Corpus) -> tuple[list[dict[str, Any]], list[str]]:
-    """Merge the shard files in plan order and check the batch invariants against the corpus ids.
-
-    Returns:
-        ``(rows, problems)``.
-    """
-    done = mf.completed_shards(run_dir, manifest["shards"])
-    rows = [r for s in manifest["shards"] for r in done.get(s["index"], [])]
-    return rows, mf.check_results(rows, [d.id for d in corpus.docs], list(manifest["config"]["classify"]["categories"]))
-
-
-def run_batch(args: argparse.Namespace) -> dict[str, Any]:
+def run_batch(args: argparse.Namespace, *, _engine_actor: Any = None) -> dict[str, Any]:
     """Run or resume one batch (the body of :func:`main`).
+
+    Args:
+        args: :func:`parse_args` output.
+        _engine_actor: PRIVATE, for ``bench/`` and tests only: a ``ray.remote`` actor class run in
+            place of the vLLM engine actor (``bench.instant_engine.InstantEngineActor`` measures the
+            batch machinery alone). No config field or command-line option reaches it.
 
     Returns:
         The summary written to ``summary.json`` (with ``run_dir`` and ``export_dir`` added).
@@ -280,7 +329,7 @@ def run_batch(args: argparse.Namespace) -> dict[str, Any]:
     if args.cpu_actors is not None:
         overrides["batch.cpu_actors"] = args.cpu_actors
     cfg = load_batch_config(args.config, overrides)
-    corpus = read_corpus(cfg.corpus, cfg.classify.max_doc_bytes, args.corpus)
+    corpus_path, corpus_format = locate_corpus(cfg.corpus, args.corpus)  # fail early; planned once the run is locked
     model = resolve_model(cfg.model)
     adapter = _resolve_adapter(args.adapter, model, cfg.engine, cfg.model)
     what = (f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + "
@@ -298,15 +347,42 @@ def run_batch(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError(f"batch {batch_id} is already running (another driver holds {run_dir}/.driver.lock); "
                          f"watch it with `docpilot status {batch_id}`") from None
     try:
-        return _run_locked(args, cfg, corpus, model, adapter, gate_record, batch_id, run_dir, t_start)
+        with signals_raise_interrupted():  # SIGTERM / Ctrl-C: Ray is shut down, the attempt recorded, exit 130
+            return _run_locked(args, cfg, (corpus_path, corpus_format), model, adapter, gate_record, batch_id, run_dir,
+                               t_start, _engine_actor)
     finally:
         lock.release()
 
 
-def _run_locked(args: argparse.Namespace, cfg: BatchConfig, corpus: Corpus, model: ModelRef, adapter: Any,
-                gate_record: dict[str, Any], batch_id: str, run_dir: Path, t_start: float) -> dict[str, Any]:
-    new = build_manifest(batch_id, cfg, corpus, model, adapter, gate_record)
+def _plan_or_reuse(cfg: BatchConfig, where: Path, fmt: str, old: dict[str, Any] | None, batch_id: str) -> CorpusPlan:
+    """The corpus plan: the stored one when the corpus bytes are unchanged (a resume), else a new planning pass."""
+    if old is not None and mf.manifest_version(old) < mf.MANIFEST_VERSION:
+        raise InputError(
+            f"batch {batch_id} was started by an earlier docpilot (run folder manifest_version {mf.manifest_version(old)}, "
+            f"shards/NNNNN.jsonl over a corpus read whole); this version plans and reads corpora in streams "
+            f"(manifest_version {mf.MANIFEST_VERSION}) and cannot resume it. Finish it with the docpilot that started it, "
+            "or start a new batch id (its complete shards stay readable: `docpilot status` and the export re-check)")
+    if old is not None and old.get("corpus", {}).get("format") == fmt:
+        fingerprint = quick_fingerprint(where, fmt, old["corpus"])
+        if fingerprint is not None and fingerprint == old.get("corpus_fingerprint"):
+            log.info("batch %s: corpus unchanged (%s); reusing its shard plan", batch_id, fingerprint[:19])
+            return CorpusPlan.from_manifest(old, str(where))
+    t0 = time.monotonic()
+    plan = plan_corpus(cfg.corpus, cfg.batch.shard_docs, cfg.batch.shard_target_bytes, where, cfg.classify.max_doc_bytes)
+    log.info("planned %s: %d rows, %d distinct ids, %d shards in %.1f s", where, plan.input_rows, plan.distinct_ids,
+             len(plan.shards), time.monotonic() - t0)
+    return plan
+
+
+def _run_locked(args: argparse.Namespace, cfg: BatchConfig, located: tuple[Path, str], model: ModelRef, adapter: Any,
+                gate_record: dict[str, Any], batch_id: str, run_dir: Path, t_start: float,
+                engine_actor: Any = None) -> dict[str, Any]:
+    from batch.plan import lease_end
+
+    lease_ends_at = lease_end(getattr(args, "lots_config", None), getattr(args, "lease_ends", None))
     old = mf.read_manifest(run_dir)
+    corpus = _plan_or_reuse(cfg, located[0], located[1], old, batch_id)
+    new = build_manifest(batch_id, cfg, corpus, model, adapter, gate_record)
     if old is not None:
         mf.check_resume(run_dir, old, new)  # a changed `model.adapter_mode` is a config change: refused there
         if (old.get("merged_model") or {}).get("fingerprint") != (new.get("merged_model") or {}).get("fingerprint"):
@@ -316,38 +392,41 @@ def _run_locked(args: argparse.Namespace, cfg: BatchConfig, corpus: Corpus, mode
     else:
         manifest = new
     log.info("batch %s: %d distinct ids (%d input rows) in %d shards, run folder %s",
-             batch_id, len(corpus.docs), corpus.input_rows, len(manifest["shards"]), run_dir)
-    done = mf.completed_shards(run_dir, manifest["shards"])
+             batch_id, corpus.distinct_ids, corpus.input_rows, len(manifest["shards"]), run_dir)
+    done = mf.scan_done(run_dir, manifest)
     pending = [s["index"] for s in manifest["shards"] if s["index"] not in done]
     export_root = storage.as_dest(args.export_dir or cfg.batch.export_dir or exports_dir())
     if not pending and (run_dir / mf.SUMMARY).is_file() and export_complete(storage.join(export_root, batch_id)):
         log.info("batch %s is already complete: %d shards; re-checking it, writing nothing", batch_id, len(done))
-        rows, problems = merge(run_dir, manifest, corpus)
+        _, problems = mf.merge_results(run_dir, manifest, write=False)
         if problems:
             raise VerificationError(f"batch {batch_id}: merged results break the invariants: {'; '.join(problems)}")
         summary = json.loads((run_dir / mf.SUMMARY).read_text(encoding="utf-8"))
         summary["run_dir"], summary["export_dir"] = str(run_dir), str(_export(run_dir, storage.join(export_root, batch_id)))
         return summary
     attempt = {"started_at": utc_now(), "pid": os.getpid(), "host": socket.gethostname(), "pilot_gate": gate_record,
-               "cpu_actors": cfg.batch.cpu_actors}
+               "cpu_actors": cfg.batch.cpu_actors, "lease_ends_at": lease_ends_at.isoformat() if lease_ends_at else None}
     manifest["attempts"].append(attempt)
     mf.write_manifest(run_dir, manifest)
-    progress = Progress(run_dir, batch_id, total=len(corpus.docs))
+    progress = Progress(run_dir, batch_id, total=corpus.distinct_ids)
     progress.start(done)
     log.info("batch %s: %d shards complete, %d to run", batch_id, len(done), len(pending))
     pool: dict[str, Any] = {"actors": 0}
     t_pool = time.monotonic()
     try:
         if pending:
-            pool = _run_shards(cfg, run_dir, corpus, manifest, pending, adapter, progress, not args.no_progress)
+            with _ray_local.interrupts():  # SIGTERM / Ctrl-C inside Ray's blocking calls -> Interrupted (exit 130)
+                pool = _run_shards(cfg, run_dir, corpus, manifest, pending, adapter, progress, not args.no_progress,
+                                   engine_actor, lease_ends_at)
         t_end = time.monotonic()
-        rows, problems = merge(run_dir, manifest, corpus)
+        t_merge = time.monotonic()
+        counts, problems = mf.merge_results(run_dir, manifest)  # results.jsonl + results.parquet, streamed
         if problems:
             raise VerificationError(f"batch {batch_id}: merged results break the invariants: {'; '.join(problems)}")
         processed = progress.processed
         tokens = progress.processed_tokens
         pool_s = max(t_end - t_pool, 1e-9)
-        summary = mf.summarize(rows, corpus.describe(), list(cfg.classify.categories))
+        summary = counts
         summary.update({
             "batch_id": batch_id,
             "corpus": corpus.describe(),
@@ -358,13 +437,14 @@ def _run_locked(args: argparse.Namespace, cfg: BatchConfig, corpus: Corpus, mode
             "this_attempt": {
                 "processed_docs": processed, "processed_tokens": tokens,
                 "docs_per_s": round(processed / pool_s, 3), "tokens_per_s": round(tokens / pool_s, 1),
-                "pool_wall_s": round(pool_s, 2), "wall_s": round(t_end - t_start, 2), **pool,
+                "pool_wall_s": round(pool_s, 2), "wall_s": round(t_end - t_start, 2),
+                "merge_s": round(time.monotonic() - t_merge, 2), **pool,
             },
             "attempts": len(manifest["attempts"]),
             "finished_at": utc_now(),
-            "invariants": {"accepted_plus_rejected_eq_distinct_ids": summary_ok(rows, corpus), "problems": problems},
+            "invariants": {"accepted_plus_rejected_eq_distinct_ids":
+                           counts["accepted"] + counts["rejected"] == corpus.distinct_ids, "problems": problems},
         })
-        write_jsonl_atomic(run_dir / mf.RESULTS, rows)
         write_json_atomic(run_dir / mf.SUMMARY, summary)
         attempt.update(finished_at=utc_now(), processed_docs=processed, wall_s=round(time.monotonic() - t_start, 2))
         mf.write_manifest(run_dir, manifest)
@@ -377,11 +457,6 @@ def _run_locked(args: argparse.Namespace, cfg: BatchConfig, corpus: Corpus, mode
         raise
     summary["run_dir"], summary["export_dir"] = str(run_dir), str(export)
     return summary
-
-
-def summary_ok(rows: list[dict[str, Any]], corpus: Corpus) -> bool:
-    """Whether accepted + rejected equals the corpus's distinct ids."""
-    return sum(r["status"] in ("accepted", "rejected") for r in rows) == len(corpus.docs)
 
 
 def _export(run_dir: Path, dest: storage.Dest) -> storage.Dest:

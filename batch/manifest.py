@@ -2,22 +2,33 @@
 
 Layout of ``runs/<batch-id>/``::
 
-    manifest.json      corpus fingerprint, config sha256, model + adapter fingerprints,
-                       shard plan, pilot-gate outcome, one entry per attempt
-    shards/NNNNN.jsonl one result line per id of shard NNNNN, written atomically when complete
-    progress.json      done/total, rejected, docs/s, ETA, last error (read by ``docpilot status``)
-    results.jsonl      merged results, one line per distinct id (written at the end)
-    summary.json       counts and invariants, throughput, wall time (written at the end)
+    manifest.json           corpus fingerprint, config sha256, model + adapter fingerprints,
+                            shard plan, pilot-gate outcome, one entry per attempt
+    shards/GGG/NNNNNN.jsonl one result line per id of shard NNNNNN (group GGG = NNNNNN // 1000),
+                            written atomically when complete
+    progress.json           done/total, rejected, docs/s, ETA, last error (read by ``docpilot status``)
+    results.jsonl           merged results, one line per distinct id (written at the end)
+    results.parquet         the same rows in the same order (written at the end)
+    summary.json            counts and invariants, throughput, wall time (written at the end)
 
 A shard file exists only when its shard is complete (temporary file, fsync, rename), so a
 resumed batch runs exactly the shards without a file: every id lands in exactly one shard file.
+Shard files are grouped 1,000 to a folder, so no folder of a run holds more than about 1,000 files.
+Run folders of ``manifest_version`` 1 (``shards/NNNNN.jsonl``, a plan of positions in a corpus
+read into memory) are still read by ``docpilot status`` and the export re-check, but not resumed.
+
+Merging and checking stream: one shard file at a time, ids checked against the plan's
+per-shard ``ids_sha256`` and for uniqueness with :class:`batch.corpus.IdHashBuckets`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +39,14 @@ from classify.runrecords import read_jsonl, write_json_atomic, write_jsonl_atomi
 MANIFEST = "manifest.json"
 PROGRESS = "progress.json"
 RESULTS = "results.jsonl"
+RESULTS_PARQUET = "results.parquet"
 SUMMARY = "summary.json"
 SHARDS = "shards"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+SHARDS_PER_FOLDER = 1000
+RESULT_COLUMNS = (("id", "string"), ("status", "string"), ("category", "string"), ("score", "float64"),
+                  ("reason", "string"), ("input_sha256", "string"), ("n_chars", "int64"), ("n_tokens", "int64"))
+"""The columns of ``results.parquet`` (the fields of :class:`classify.records.Result`) and their Arrow types."""
 
 RESUME_KEYS = ("corpus_fingerprint", "config_sha256", "model_fingerprint", "adapter_sha256")
 """Manifest fields that must be unchanged for a batch id to resume."""
@@ -59,9 +75,83 @@ def plan_shards(docs: list[Document] | tuple[Document, ...], shard_docs: int) ->
     return plan
 
 
-def shard_path(run_dir: Path, index: int) -> Path:
-    """``<run_dir>/shards/NNNNN.jsonl`` for shard ``index``."""
+def shard_path(run_dir: Path, index: int, version: int = 1) -> Path:
+    """The file of shard ``index``: ``shards/GGG/NNNNNN.jsonl`` (version 2) or ``shards/NNNNN.jsonl`` (version 1)."""
+    if version >= 2:
+        return run_dir / SHARDS / f"{index // SHARDS_PER_FOLDER:03d}" / f"{index:06d}.jsonl"
     return run_dir / SHARDS / f"{index:05d}.jsonl"
+
+
+def manifest_version(manifest: dict[str, Any]) -> int:
+    """The run folder layout of a manifest (1 when the field is absent: the first layout)."""
+    return int(manifest.get("manifest_version") or 1)
+
+
+def shard_files(run_dir: Path, version: int) -> Iterator[tuple[int, Path]]:
+    """``(index, path)`` of every shard file in a run folder (temporary files skipped), in index order."""
+    folder = run_dir / SHARDS
+    if not folder.is_dir():
+        return
+    found = []
+    if version >= 2:
+        for group in sorted(folder.iterdir()):
+            if group.is_dir() and group.name.isdigit():
+                found += [(int(p.stem), p) for p in group.glob("*.jsonl") if p.stem.isdigit()]
+    else:
+        found = [(int(p.stem), p) for p in folder.glob("*.jsonl") if p.stem.isdigit()]
+    yield from sorted(found)
+
+
+def complete_shard_indexes(run_dir: Path, manifest: dict[str, Any]) -> list[int]:
+    """Indexes of the planned shards whose file exists (a cheap listing; contents are checked by :func:`scan_done`)."""
+    planned = {s["index"] for s in manifest["shards"]}
+    return [i for i, _ in shard_files(run_dir, manifest_version(manifest)) if i in planned]
+
+
+def _ids_of_lines(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
+    with path.open("rb") as fh:
+        for n, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    yield line, json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise VerificationError(f"{path}:{n}: not valid JSON: {err}") from None
+
+
+def _check_shard_ids(path: Path, shard: dict[str, Any], ids: list[str]) -> None:
+    if ids_sha256(ids) != shard["ids_sha256"]:
+        raise VerificationError(
+            f"{path}: its {len(ids)} ids differ from the planned shard ({shard['n_docs']} ids "
+            f"{shard['first_id']}..{shard['last_id']}); remove the file to redo the shard"
+        )
+
+
+def scan_done(run_dir: Path, manifest: dict[str, Any]) -> dict[int, dict[str, int]]:
+    """Check every complete shard file against the plan, one file at a time (the resume scan).
+
+    Args:
+        run_dir: the run folder.
+        manifest: its manifest.
+
+    Returns:
+        ``{shard index: {"docs", "accepted", "rejected"}}`` for the shards whose file exists.
+
+    Raises:
+        VerificationError: a shard file that is not in the plan, or whose ids differ from the plan.
+    """
+    planned = {s["index"]: s for s in manifest["shards"]}
+    done: dict[int, dict[str, int]] = {}
+    for index, path in shard_files(run_dir, manifest_version(manifest)):
+        if index not in planned:
+            raise VerificationError(f"{path}: not a shard of this batch's plan ({len(planned)} shards); remove it")
+        ids, accepted, rejected = [], 0, 0
+        for _, row in _ids_of_lines(path):
+            ids.append(row.get("id"))
+            accepted += row.get("status") == "accepted"
+            rejected += row.get("status") == "rejected"
+        _check_shard_ids(path, planned[index], ids)
+        done[index] = {"docs": len(ids), "accepted": accepted, "rejected": rejected}
+    return done
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any] | None:
@@ -127,12 +217,13 @@ def check_resume(run_dir: Path, old: dict[str, Any], new: dict[str, Any]) -> Non
         )
 
 
-def completed_shards(run_dir: Path, plan: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    """Read every complete shard file and check it holds exactly its planned ids.
+def completed_shards(run_dir: Path, plan: list[dict[str, Any]], version: int = 1) -> dict[int, list[dict[str, Any]]]:
+    """Read every complete shard file and check it holds exactly its planned ids (small runs; see :func:`scan_done`).
 
     Args:
         run_dir: the run folder.
         plan: the manifest's shard plan.
+        version: the run folder's layout.
 
     Returns:
         ``{shard index: result rows}`` for the shards whose file exists.
@@ -142,9 +233,7 @@ def completed_shards(run_dir: Path, plan: list[dict[str, Any]]) -> dict[int, lis
     """
     planned = {s["index"]: s for s in plan}
     done: dict[int, list[dict[str, Any]]] = {}
-    folder = run_dir / SHARDS
-    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        index = int(path.stem) if path.stem.isdigit() else -1
+    for index, path in shard_files(run_dir, version):
         if index not in planned:
             raise VerificationError(f"{path}: not a shard of this batch's plan ({len(plan)} shards); remove it")
         rows = read_jsonl(path)
@@ -157,13 +246,19 @@ def completed_shards(run_dir: Path, plan: list[dict[str, Any]]) -> dict[int, lis
     return done
 
 
-def write_shard(run_dir: Path, index: int, rows: list[dict[str, Any]]) -> Path:
+def write_shard(run_dir: Path, index: int, rows: list[dict[str, Any]], version: int = 1) -> Path:
     """Write one complete shard atomically (temporary file, fsync, rename).
+
+    Args:
+        run_dir: the run folder.
+        index: the shard's index in the plan.
+        rows: its result rows.
+        version: the run folder's layout (:func:`manifest_version`).
 
     Returns:
         The shard file's path.
     """
-    path = shard_path(run_dir, index)
+    path = shard_path(run_dir, index, version)
     write_jsonl_atomic(path, rows)
     return path
 
@@ -232,29 +327,256 @@ def summarize(rows: list[dict[str, Any]], corpus: dict[str, Any], categories: li
 def check_export(export_dir: Path) -> list[str]:
     """Recompute the summary invariants from an export copy (for :func:`classify.runrecords.verify_export`).
 
-    Checks: ids unique; accepted + rejected == total == distinct ids of the corpus; the shard files
-    together hold exactly the merged results; summary counts equal the recount.
+    Streams the copy (one shard file and one results line at a time): ids unique (hashes on disk);
+    each shard file holds exactly its planned ids; ``results.jsonl`` is the shard files' rows in plan
+    order; accepted + rejected == total == distinct ids of the corpus; summary counts equal the
+    recount; ``results.parquet`` equals ``results.jsonl`` row for row (required from manifest version 2).
 
     Returns:
         Problems found (empty list = verified).
     """
-    problems: list[str] = []
     try:
         manifest = json.loads((export_dir / MANIFEST).read_text(encoding="utf-8"))
         summary = json.loads((export_dir / SUMMARY).read_text(encoding="utf-8"))
-        rows = read_jsonl(export_dir / RESULTS)
-    except (OSError, json.JSONDecodeError, VerificationError) as err:
+    except (OSError, json.JSONDecodeError) as err:
         return [f"cannot read the copy: {err}"]
-    categories = manifest["config"]["classify"]["categories"]
-    shard_rows = [r for s in manifest["shards"] for r in read_jsonl(shard_path(export_dir, s["index"]))]
-    problems += check_results(rows, [r["id"] for r in shard_rows], categories)
-    recount = summarize(rows, manifest["corpus"], categories)
+    return _check_export_streaming(export_dir, manifest, summary)
+
+
+class Tally:
+    """Counts over result rows, one row at a time (the streaming form of :func:`summarize` and :func:`check_results`).
+
+    Args:
+        categories: the allowed categories.
+    """
+
+    def __init__(self, categories: list[str]):
+        self.categories = list(categories)
+        self.total = self.accepted = self.rejected = self.n_tokens = 0
+        self.by_category = dict.fromkeys(self.categories, 0)
+        self.reasons: Counter[str] = Counter()
+        self.problems: list[str] = []
+        from batch.corpus import IdHashBuckets
+
+        self.ids = IdHashBuckets()
+
+    def add(self, r: dict[str, Any]) -> None:
+        """Count one result row and note what is wrong with it."""
+        self.ids.add(str(r.get("id")), self.total)
+        self.total += 1
+        status = r.get("status")
+        if status == "accepted":
+            self.accepted += 1
+            if r.get("category") not in self.categories:
+                self._problem(f"id {r.get('id')}: accepted with category {r.get('category')!r} not in {self.categories}")
+        elif status == "rejected":
+            self.rejected += 1
+            self.reasons[(r.get("reason") or "").split(":")[0]] += 1
+            if not r.get("reason"):
+                self._problem(f"id {r.get('id')}: rejected without a reason")
+        else:
+            self._problem(f"id {r.get('id')}: status {status!r} (allowed: accepted, rejected)")
+        if r.get("category") in self.by_category:
+            self.by_category[r["category"]] += 1
+        self.n_tokens += int(r.get("n_tokens") or 0)
+
+    def _problem(self, text: str) -> None:
+        if len(self.problems) < 100:
+            self.problems.append(text)
+
+    def duplicate_ids(self, results: Path) -> list[str]:
+        """Ids given more than once among the counted rows; ``results`` (the JSONL just counted) is re-read
+        only for the rows whose id hash repeats."""
+        rows = set(self.ids.candidate_rows())
+        if not rows:
+            return []
+        seen: Counter[str] = Counter()
+        with results.open("rb") as fh:
+            for n, line in enumerate(ln for ln in fh if ln.strip()):
+                if n in rows:
+                    seen[str(json.loads(line).get("id"))] += 1
+        return sorted(i for i, c in seen.items() if c > 1)
+
+    def summary(self, corpus: dict[str, Any], duplicate_ids: list[str]) -> dict[str, Any]:
+        """The counts of :func:`summarize`."""
+        return {"total": self.total, "distinct_ids": corpus["distinct_ids"], "accepted": self.accepted,
+                "rejected": self.rejected, "input_rows": corpus["input_rows"], "duplicate_rows": corpus["duplicate_rows"],
+                "duplicate_ids": duplicate_ids, "by_category": self.by_category,
+                "reject_reasons": dict(sorted(self.reasons.items())), "n_tokens": self.n_tokens}
+
+
+def _parquet_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([(name, getattr(pa, kind)()) for name, kind in RESULT_COLUMNS])
+
+
+class _ParquetRows:
+    """Rows appended in batches to a Parquet file (one row group per ~64k rows)."""
+
+    def __init__(self, path: Path):
+        import pyarrow.parquet as pq
+
+        self.schema = _parquet_schema()
+        self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
+        self.columns: dict[str, list[Any]] = {name: [] for name, _ in RESULT_COLUMNS}
+
+    def add(self, r: dict[str, Any]) -> None:
+        for name, col in self.columns.items():
+            col.append(r.get(name))
+        if len(self.columns["id"]) >= 65_536:
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        if self.columns["id"]:
+            self.writer.write_table(pa.table(self.columns, schema=self.schema))
+            self.columns = {name: [] for name in self.columns}
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+def merge_results(run_dir: Path, manifest: dict[str, Any], write: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """Merge the shard files in plan order into ``results.jsonl`` and ``results.parquet``, in bounded memory.
+
+    Each shard file is read once, its ids checked against the plan's ``ids_sha256`` (so no id is
+    missing or unknown), every row checked (status, category, reason) and counted, and copied to
+    both result files; ids are checked for uniqueness across the whole batch with 64-bit hashes on
+    disk. Both files are written to temporary names, fsynced and renamed, so a crash leaves no half file.
+
+    Args:
+        run_dir: the run folder.
+        manifest: its manifest (version 2).
+        write: ``False``: only check and count (a finished batch re-checked, nothing written).
+
+    Returns:
+        ``(summary counts as :func:`summarize`, problems)``; problems empty = every invariant holds.
+
+    Raises:
+        VerificationError: a shard file whose ids differ from its plan.
+    """
+    version = manifest_version(manifest)
+    tally = Tally(list(manifest["config"]["classify"]["categories"]))
+    problems: list[str] = []
+    tmp_jsonl = tmp_parquet = None
+    out = pq_rows = None
+    if write:
+        fd, name = tempfile.mkstemp(prefix=f".{RESULTS}.", suffix=".tmp", dir=run_dir)
+        tmp_jsonl, out = Path(name), os.fdopen(fd, "wb")
+        tmp_parquet = run_dir / f".{RESULTS_PARQUET}.tmp"
+        pq_rows = _ParquetRows(tmp_parquet)
+    counted = run_dir / RESULTS if not write else tmp_jsonl
+    try:
+        for shard in manifest["shards"]:
+            path = shard_path(run_dir, shard["index"], version)
+            if not path.is_file():
+                problems.append(f"shard {shard['index']} has no file ({shard['n_docs']} ids missing from results)")
+                continue
+            ids = []
+            for line, row in _ids_of_lines(path):
+                ids.append(row.get("id"))
+                tally.add(row)
+                if out is not None and pq_rows is not None:
+                    out.write(line if line.endswith(b"\n") else line + b"\n")
+                    pq_rows.add(row)
+            _check_shard_ids(path, shard, ids)
+        if out is not None and pq_rows is not None:
+            out.flush()
+            os.fsync(out.fileno())
+            out.close()
+            pq_rows.close()
+        duplicates = tally.duplicate_ids(counted) if counted and counted.is_file() else []
+    except BaseException:
+        if out is not None:
+            out.close()
+            Path(tmp_jsonl).unlink(missing_ok=True)  # type: ignore[arg-type]
+            Path(tmp_parquet).unlink(missing_ok=True)  # type: ignore[arg-type]
+        tally.ids.close()
+        raise
+    if duplicates:
+        problems.insert(0, f"duplicate ids in results: {duplicates[:10]}{' ...' if len(duplicates) > 10 else ''}")
+    problems += tally.problems
+    if tally.accepted + tally.rejected != manifest["corpus"]["distinct_ids"]:
+        problems.append(f"accepted + rejected = {tally.accepted + tally.rejected} "
+                        f"!= corpus distinct ids {manifest['corpus']['distinct_ids']}")
+    if write and tmp_jsonl is not None and tmp_parquet is not None:
+        with tmp_parquet.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_jsonl, run_dir / RESULTS)
+        os.replace(tmp_parquet, run_dir / RESULTS_PARQUET)
+    return tally.summary(manifest["corpus"], duplicates), problems
+
+
+def _parquet_equals_jsonl(parquet: Path, jsonl: Path) -> list[str]:
+    """Compare ``results.parquet`` with ``results.jsonl`` row for row, streaming both."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(parquet)
+    except Exception as err:  # noqa: BLE001 - pyarrow's errors
+        return [f"{RESULTS_PARQUET}: cannot read: {err}"]
+    names = [name for name, _ in RESULT_COLUMNS]
+    if pf.schema_arrow.names != names:
+        return [f"{RESULTS_PARQUET}: columns {pf.schema_arrow.names} != {names}"]
+    with jsonl.open("rb") as fh:
+        lines = (json.loads(ln) for ln in fh if ln.strip())
+        n = 0
+        for batch in pf.iter_batches(batch_size=65_536):
+            for prow in batch.to_pylist():
+                jrow = next(lines, None)
+                if jrow is None:
+                    return [f"{RESULTS_PARQUET} has more rows than {RESULTS} ({n} there)"]
+                if {k: jrow.get(k) for k in names} != prow:
+                    return [f"{RESULTS_PARQUET} row {n} differs from {RESULTS}: {prow} != {jrow}"]
+                n += 1
+        if next(lines, None) is not None:
+            return [f"{RESULTS_PARQUET} has fewer rows ({n}) than {RESULTS}"]
+    return []
+
+
+def _check_export_streaming(export_dir: Path, manifest: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    version = manifest_version(manifest)
+    categories = list(manifest["config"]["classify"]["categories"])
+    tally = Tally(categories)
+    shard_rows = 0
+    results = export_dir / RESULTS
+    try:
+        with results.open("rb") as fh:
+            merged = (json.loads(ln) for ln in fh if ln.strip())
+            for shard in manifest["shards"]:
+                path = shard_path(export_dir, shard["index"], version)
+                ids = []
+                for _, row in _ids_of_lines(path):
+                    ids.append(row.get("id"))
+                    shard_rows += 1
+                    copied = next(merged, None)
+                    if copied is not None:
+                        tally.add(copied)
+                        if copied != row and len(problems) < 10:
+                            problems.append(f"{RESULTS} row {tally.total - 1} differs from {path.relative_to(export_dir)}")
+                _check_shard_ids(path, shard, ids)
+            for copied in merged:
+                tally.add(copied)
+        duplicates = tally.duplicate_ids(results)
+    except (OSError, json.JSONDecodeError, VerificationError) as err:
+        tally.ids.close()
+        return [f"cannot read the copy: {err}"]
+    if duplicates:
+        problems.append(f"duplicate ids in results: {duplicates[:10]}")
+    problems += tally.problems
+    recount = tally.summary(manifest["corpus"], duplicates)
     for key in ("total", "accepted", "rejected", "input_rows", "duplicate_rows"):
         if recount[key] != summary.get(key):
             problems.append(f"summary.json `{key}` is {summary.get(key)} but the copied results give {recount[key]}")
     if recount["accepted"] + recount["rejected"] != manifest["corpus"]["distinct_ids"]:
         problems.append(f"accepted + rejected = {recount['accepted'] + recount['rejected']} "
                         f"!= corpus distinct ids {manifest['corpus']['distinct_ids']}")
-    if len(shard_rows) != len(rows):
-        problems.append(f"shard files hold {len(shard_rows)} rows but results.jsonl {len(rows)}")
+    if shard_rows != tally.total:
+        problems.append(f"shard files hold {shard_rows} rows but results.jsonl {tally.total}")
+    if version >= 2 or (export_dir / RESULTS_PARQUET).exists():
+        problems += _parquet_equals_jsonl(export_dir / RESULTS_PARQUET, results)
     return problems

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
 import os
 import shutil
 import socket
@@ -19,6 +20,8 @@ from typing import Any
 from batch import manifest as mf
 from classify.errors import InputError
 from classify.paths import runs_dir
+
+log = logging.getLogger(__name__)
 
 
 def _driver_alive(progress: dict[str, Any]) -> bool | None:
@@ -56,7 +59,7 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
     progress_path = run_dir / mf.PROGRESS
     progress = json.loads(progress_path.read_text(encoding="utf-8")) if progress_path.is_file() else {}
     sizes = {s["index"]: s["n_docs"] for s in manifest["shards"]}
-    complete = [int(p.stem) for p in (run_dir / mf.SHARDS).glob("*.jsonl") if p.stem.isdigit() and int(p.stem) in sizes]
+    complete = mf.complete_shard_indexes(run_dir, manifest)
     state = progress.get("state", "not started")
     if state == "running" and _driver_alive(progress) is False:
         state = "interrupted (driver gone; rerun with the same --batch-id to resume)"
@@ -86,7 +89,7 @@ def _run_bytes(run_dir: Path) -> tuple[int, int]:
         if p.is_file():
             size = p.stat().st_size
             total += size
-            shards += size if p.parent.name == mf.SHARDS else 0
+            shards += size if mf.SHARDS in p.relative_to(run_dir).parts[:-1] else 0
     return total, shards
 
 
@@ -141,6 +144,70 @@ def lease_check(st: dict[str, Any], lease_ends_at: dt.datetime, now: dt.datetime
             f"or export partial results now with `docpilot status {st['batch_id']} --export-partial DEST` "
             f"(DEST a folder or s3://...; a later run with the same --batch-id resumes from the copied shards)")
     return out
+
+
+class LeaseWatch:
+    """The running batch against the lease clock: its progress line says whether the rest fits.
+
+    Every ``every_s`` seconds (it walks the run folder for the export estimate) the driver's
+    counts go through :func:`lease_check`; the verdict is shown at the end of the progress bar
+    (``lease: fits, 2h10m to spare`` or ``lease: WILL NOT FINISH, 35m short``), stored in
+    ``progress.json`` (``lease``), and the first time it says the batch will not finish, its
+    full message (what to do) is logged as a warning.
+
+    Args:
+        lease_ends_at: when the lease ends (aware datetime), or ``None`` (then nothing is checked).
+        run_dir: the batch's run folder.
+        batch_id: the batch id (named in the advice).
+        every_s: seconds between checks.
+        upload_mib_per_s: assumed upload rate for the export estimate (MiB/s).
+    """
+
+    def __init__(self, lease_ends_at: dt.datetime | None, run_dir: Path, batch_id: str, every_s: float = 30.0,
+                 upload_mib_per_s: float = DEFAULT_UPLOAD_MIB_PER_S):
+        self.lease_ends_at, self.run_dir, self.batch_id = lease_ends_at, run_dir, batch_id
+        self.every_s, self.upload_mib_per_s = every_s, upload_mib_per_s
+        self.verdict: dict[str, Any] | None = None
+        self._checked_at: float | None = None
+        self._warned = False
+
+    def tick(self, progress: Any, bar: Any = None, force: bool = False) -> dict[str, Any] | None:
+        """Check the lease when ``every_s`` has passed (at once while there is no rate yet, or ``force``).
+
+        Args:
+            progress: the :class:`batch._progress.Progress` of this attempt.
+            bar: the tqdm progress bar (its postfix shows the verdict), or ``None``.
+            force: check now.
+
+        Returns:
+            The latest :func:`lease_check` verdict, or ``None`` without a lease end.
+        """
+        import time
+
+        if self.lease_ends_at is None:
+            return None
+        now = time.monotonic()
+        waiting_for_rate = self.verdict is not None and self.verdict["fits"] is None
+        if not force and not waiting_for_rate and self._checked_at is not None and now - self._checked_at < self.every_s:
+            return self.verdict
+        self._checked_at = now
+        st = {"total": progress.total, "done": progress.done, "docs_per_s": progress.rate(),
+              "run_dir": str(self.run_dir), "batch_id": self.batch_id}
+        self.verdict = lease_check(st, self.lease_ends_at, upload_mib_per_s=self.upload_mib_per_s)
+        fits = self.verdict["fits"]
+        if fits is None:
+            short = "lease: no rate yet"
+        elif fits:
+            short = f"lease: fits, {_eta(self.verdict['margin_s'])} to spare"
+        else:
+            short = f"lease: WILL NOT FINISH, {_eta(-self.verdict['margin_s'])} short"
+        if bar is not None:
+            bar.set_postfix_str(short, refresh=False)
+        progress.lease = {**self.verdict, "short": short}
+        if fits is False and not self._warned:
+            self._warned = True
+            log.warning("batch %s: %s", self.batch_id, self.verdict["message"])
+        return self.verdict
 
 
 def export_partial(st: dict[str, Any], dest_root: str) -> Any:

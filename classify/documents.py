@@ -24,17 +24,22 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 import sys
 import unicodedata
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from classify.errors import InputError
 from classify.records import Document
 
 CONTROL_SHARE_LIMIT = 0.10
 """Above this share of control characters (other than tab/newline/CR) a text counts as binary."""
+
+_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+"""The control characters counted by :func:`check_text` (below U+0020, except tab, newline and CR)."""
 
 LABEL_FILES = ("labels.json", "labels.csv")
 
@@ -237,7 +242,7 @@ def check_text(text: str) -> tuple[str | None, str | None]:
     """
     if not text.strip():
         return None, "empty document: only whitespace"
-    control = sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\n\r")
+    control = len(_CONTROL_RE.findall(text))
     if control / len(text) > CONTROL_SHARE_LIMIT:
         return None, f"binary content: {100 * control / len(text):.0f}% control characters"
     if not has_visible_char(text):
@@ -343,21 +348,56 @@ def iter_jsonl(path: Path, max_doc_bytes: int) -> Iterator[tuple[Document, dict]
     name = escape_surrogates(path.name)
     with path.open("rb") as fh:
         for lineno, raw_line in enumerate(fh, start=1):
-            if not raw_line.strip():
-                continue
-            where = f"{name}#L{lineno}"
-            try:
-                record = json.loads(raw_line)
-            except (UnicodeDecodeError, json.JSONDecodeError) as err:
-                yield Document(where, None, hashlib.sha256(raw_line).hexdigest(), 0, f"line {lineno} is not valid JSON: {err}", where), {}
-                continue
-            if not isinstance(record, dict) or "id" not in record or record["id"] == "":
-                yield Document(where, None, hashlib.sha256(raw_line).hexdigest(), 0, f"line {lineno} has no `id` (string or integer)", where), {}
-                continue
-            if (type_error := _id_type_error(record["id"])) is not None:
-                yield Document(where, None, hashlib.sha256(raw_line).hexdigest(), 0, f"{type_error} (line {lineno})", where), record
-                continue
-            yield checked_id(_jsonl_document(path, str(record["id"]), record, max_doc_bytes, where)), record
+            if raw_line.strip():
+                yield jsonl_line_document(path, name, lineno, raw_line, max_doc_bytes)
+
+
+def jsonl_line_id(name: str, lineno: int, raw_line: bytes) -> tuple[str, dict | None, str | None]:
+    """The id one JSONL line gives its document, without reading the document (the batch plan pass).
+
+    Args:
+        name: the JSONL file's name (escaped: :func:`escape_surrogates`).
+        lineno: the line's number, from 1.
+        raw_line: the line's bytes (not blank).
+
+    Returns:
+        ``(id, record, error)``: ``record`` is the parsed object when the line has a usable id
+        (``None`` otherwise) and ``error`` the reject reason of a line without one (``None`` otherwise);
+        the id is what :func:`iter_jsonl` gives the same line (``<name>#L<line>`` when there is no usable id).
+    """
+    where = f"{name}#L{lineno}"
+    try:
+        record = json.loads(raw_line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        return where, None, f"line {lineno} is not valid JSON: {err}"
+    if not isinstance(record, dict) or "id" not in record or record["id"] == "":
+        return where, None, f"line {lineno} has no `id` (string or integer)"
+    if (type_error := _id_type_error(record["id"])) is not None:
+        return where, None, f"{type_error} (line {lineno})"
+    return escape_surrogates(str(record["id"])), record, None
+
+
+def jsonl_line_document(path: Path, name: str, lineno: int, raw_line: bytes, max_doc_bytes: int) -> tuple[Document, dict]:
+    """The ``(document, record)`` of one non-blank JSONL line (see :func:`iter_jsonl` for the rules).
+
+    Args:
+        path: the JSONL file (a ``path`` field is read relative to its folder).
+        name: the file's name, escaped (:func:`escape_surrogates`).
+        lineno: the line's number, from 1.
+        raw_line: the line's bytes.
+        max_doc_bytes: size limit per document in bytes.
+
+    Returns:
+        ``(document, record)``; ``record`` is ``{}`` for a line that is not a JSON object or has no id.
+    """
+    where = f"{name}#L{lineno}"
+    doc_id, record, error = jsonl_line_id(name, lineno, raw_line)
+    if record is None:
+        parsed: dict = {}
+        if error and error.startswith("`id` must be"):  # a JSON object whose id has the wrong type
+            parsed = json.loads(raw_line)
+        return Document(where, None, hashlib.sha256(raw_line).hexdigest(), 0, error or "", where), parsed
+    return checked_id(_jsonl_document(path, str(record["id"]), record, max_doc_bytes, where)), record
 
 
 def _jsonl_document(path: Path, doc_id: str, record: dict, max_doc_bytes: int, where: str) -> Document:
@@ -394,33 +434,186 @@ def iter_csv(
             cannot be decoded, is malformed (an unclosed quote: the error names the line) or lacks
             ``text_column``.
     """
+    for row in iter_csv_rows(path, text_column, id_column, id_prefix):
+        yield csv_row_document(row, max_doc_bytes), row.values
+
+
+class CsvRow:
+    """One CSV record as :func:`iter_csv_rows` reads it (no document built yet).
+
+    Attributes:
+        index: the data row's index, from 0 (the header is not a row; blank lines are skipped).
+        doc_id: the id the row's document gets (generated, from the id column, or ``<file>#row<index>``).
+        values: ``{column: value}`` as :class:`csv.DictReader` gives it (a missing value is ``None``).
+        end: byte offset just after the record in the file (where the next record starts).
+        where: ``<file name>#row<index>``.
+        error: the reject reason of a row whose id column is empty, else ``None``.
+        text_column: the column holding the text.
+    """
+
+    __slots__ = ("index", "doc_id", "values", "end", "where", "error", "text_column")
+
+    def __init__(self, index: int, doc_id: str, values: dict, end: int, where: str, error: str | None, text_column: str):
+        self.index, self.doc_id, self.values, self.end = index, doc_id, values, end
+        self.where, self.error, self.text_column = where, error, text_column
+
+    @property
+    def text_bytes(self) -> int:
+        """Length of the text value in UTF-8 bytes (0 when missing); used to size shards."""
+        value = self.values.get(self.text_column)
+        return len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else 0
+
+
+def csv_row_document(row: CsvRow, max_doc_bytes: int) -> Document:
+    """The document of one CSV record (the rules of :func:`iter_csv`)."""
+    if row.error is not None:
+        return Document(row.doc_id, None, "", 0, row.error, row.where)
+    return document_from_text(row.doc_id, row.values[row.text_column] or "", max_doc_bytes, row.where)
+
+
+def csv_header(path: Path) -> tuple[list[str], int]:
+    """The header of a CSV file and the byte offset where its first data record starts.
+
+    Raises:
+        InputError: a UTF-16/UTF-32 file, bytes that are not UTF-8, or a malformed header.
+    """
     csv.field_size_limit(sys.maxsize)
     refuse_wide_file(path)
     try:
-        fh = path.open(encoding="utf-8-sig", newline="")
-        reader = csv.DictReader(fh, strict=True)  # strict: an unbalanced quote is an error, not one merged row
-        header = reader.fieldnames or []
+        with path.open("rb") as fh:
+            end = [0]
+            reader = csv.reader(_decoded_lines(fh, end, first=True), strict=True)
+            header = next(reader, [])
+            return header, end[0]
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise InputError(f"{path}: cannot read CSV: {err}{_NOT_UTF8_HINT if isinstance(err, UnicodeDecodeError) else ''}") from None
+
+
+def _decoded_lines(fh: Any, end: list[int], first: bool) -> Iterator[str]:
+    """Lines of a binary file decoded as UTF-8 (the first one as ``utf-8-sig``); ``end[0]`` follows the byte offset."""
+    for raw in fh:
+        end[0] += len(raw)
+        yield raw.decode("utf-8-sig" if first else "utf-8")
+        first = False
+
+
+def iter_csv_rows(
+    path: Path,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    id_prefix: str | None = None,
+    offset: int | None = None,
+    first_index: int = 0,
+    max_rows: int | None = None,
+    header: list[str] | None = None,
+) -> Iterator[CsvRow]:
+    """Read CSV records with the byte offset after each one, from the start or from a known record.
+
+    Reads the file in binary and decodes line by line, so each record's end offset is known and a
+    batch shard can be read again later from its offset alone (:mod:`batch.corpus`).
+
+    Args:
+        path: the CSV file (UTF-8, header row).
+        text_column: column holding the text.
+        id_column: column holding the id (``None`` or absent from the header: generated ids).
+        id_prefix: prefix for generated ids (default: the file's stem).
+        offset: byte offset of the first record to read (``None``: the first data record).
+        first_index: the row index of the record at ``offset``.
+        max_rows: stop after this many records (``None``: to the end).
+        header: the header when it is already known (with ``offset``).
+
+    Yields:
+        :class:`CsvRow` per record, blank lines skipped.
+
+    Raises:
+        InputError: as :func:`iter_csv`.
+    """
+    csv.field_size_limit(sys.maxsize)
+    from_start = header is None or offset is None
+    if from_start:
+        refuse_wide_file(path)
+        offset = 0
+    end = [offset]
+    try:
+        fh = path.open("rb")
+        fh.seek(offset)
+        reader = csv.reader(_decoded_lines(fh, end, first=offset == 0), strict=True)
+        if from_start:
+            header = next(reader, [])
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise InputError(f"{path}: cannot read CSV: {err}{_NOT_UTF8_HINT if isinstance(err, UnicodeDecodeError) else ''}") from None
+    assert header is not None
     with fh:
         if text_column not in header:
             raise InputError(f"{path}: text column {text_column!r} not in header {header}")
         use_ids = id_column is not None and id_column in header
         prefix = escape_surrogates(id_prefix or path.stem)
+        name = escape_surrogates(path.name)
+        width = len(header)
+        index = first_index
+        good_line = reader.line_num  # lines of the records read whole so far (relative to ``offset``)
         try:  # only the reader raises these: the loop body does no CSV or decoding of its own
-            for index, row in enumerate(reader):
-                doc_id = str(row[id_column]) if use_ids else f"{prefix}-{index:04d}"
-                where = f"{escape_surrogates(path.name)}#row{index}"
-                if use_ids and not doc_id:
-                    doc_id = where
-                    yield Document(doc_id, None, "", 0, f"row {index} has an empty `{id_column}`", where), row
-                    continue
-                yield document_from_text(doc_id, row[text_column] or "", max_doc_bytes, where), row
+            for fields in reader:
+                good_line = reader.line_num
+                if max_rows is not None and index - first_index >= max_rows:
+                    return
+                if not fields:
+                    continue  # a blank line, as csv.DictReader skips it
+                values = dict(zip(header, fields, strict=False))
+                if len(fields) < width:
+                    values.update((key, None) for key in header[len(fields):])
+                elif len(fields) > width:
+                    values[None] = fields[width:]  # type: ignore[index]  # DictReader's restkey
+                where = f"{name}#row{index}"
+                error = None
+                if use_ids:
+                    doc_id = str(values[id_column])
+                    if not doc_id or values[id_column] is None:
+                        doc_id, error = where, f"row {index} has an empty `{id_column}`"
+                else:
+                    doc_id = f"{prefix}-{index:04d}"
+                yield CsvRow(index, escape_surrogates(doc_id), values, end[0], where, error, text_column)
+                index += 1
         except csv.Error as err:
-            raise InputError(f"{path}: malformed CSV in the record starting at line {reader.line_num + 1}: {err} "
+            raise InputError(f"{path}: malformed CSV in the record starting at line {good_line + 1}: {err} "
                              "(an unclosed quote would merge every following row into one document); fix the file") from None
         except UnicodeDecodeError as err:
             raise InputError(f"{path}: cannot read CSV: {err}{_NOT_UTF8_HINT}") from None
+
+
+def parquet_columns(path: Path, text_column: str, id_column: str | None) -> tuple[Any, bool]:
+    """Open a Parquet corpus and check its columns.
+
+    Args:
+        path: the Parquet file.
+        text_column: the column holding the text.
+        id_column: the column holding the id (``None`` or absent: generated ids, as for CSV).
+
+    Returns:
+        ``(pyarrow.parquet.ParquetFile, whether the id column is used)``.
+
+    Raises:
+        InputError: not a Parquet file, or no ``text_column``.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as err:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError...
+        raise InputError(f"{path}: cannot read Parquet: {err}") from None
+    names = pf.schema_arrow.names
+    if text_column not in names:
+        raise InputError(f"{path}: text column {text_column!r} not in the Parquet columns {names}")
+    return pf, id_column is not None and id_column in names
+
+
+def parquet_row_id(value: object, index: int, use_ids: bool, prefix: str, where: str) -> tuple[str, str | None]:
+    """The id of Parquet row ``index`` and the reject reason of a row without one (``None`` when it has one)."""
+    if not use_ids:
+        return f"{prefix}-{index:04d}", None
+    if value is None or value == "":
+        return where, f"row {index} has an empty id"
+    return escape_surrogates(str(value)), None
 
 
 def find_duplicate_ids(docs: list[Document]) -> dict[str, list[str]]:

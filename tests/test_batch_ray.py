@@ -144,7 +144,7 @@ def test_batch_end_to_end_real_ray_and_engine(tmp_path, bbc_dir, pilot_config):
     assert len(accepted) >= 23 and all(r["category"] in pilot_config.classify.categories for r in accepted)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["pilot_gate"]["passed"] and not manifest["pilot_gate"]["override"]
-    assert len(list((run / "shards").glob("*.jsonl"))) == len(manifest["shards"]) == 4
+    assert len(list((run / "shards").rglob("*.jsonl"))) == len(manifest["shards"]) == 4
     export = exports_dir() / "e2e"
     assert (export / "SHA256SUMS").is_file() and verify_export(export, check_export) == []
     assert "export (SHA256SUMS verified)" in proc.stdout

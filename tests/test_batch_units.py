@@ -31,7 +31,7 @@ def test_batch_config_model_and_classify_equal_pilot_config():
     [
         ({"batch": {"shard_docs": 0}}, r"`batch.shard_docs` must be greater than or equal to 1, got 0"),
         ({"batch": {"cpu_actor": 2}}, r"`batch.cpu_actor` is not a known field"),
-        ({"corpus": {"format": "xml"}}, r"`corpus.format` must be 'auto', 'jsonl', 'csv' or 'dir', got \"xml\""),
+        ({"corpus": {"format": "xml"}}, r"`corpus.format` must be 'auto', 'jsonl', 'csv', 'parquet' or 'dir', got \"xml\""),
     ],
 )
 def test_batch_config_errors_name_field_and_value(tmp_path, patch, message):

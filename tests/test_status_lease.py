@@ -86,3 +86,35 @@ def test_lease_end_parsing():
         parse_lease_end("2026-12-03 18:00")
     assert lease_end("config/lots.json") is None  # shipped config: no lease end set
     assert lease_end(None, "2026-12-03T18:00:00Z") == dt.datetime(2026, 12, 3, 18, 0, tzinfo=dt.UTC)
+
+
+class _FakeProgress:
+    def __init__(self, total, done, rate):
+        self.total, self.done, self._rate, self.lease = total, done, rate, None
+
+    def rate(self):
+        return self._rate
+
+
+def test_the_batch_progress_line_says_whether_the_lease_fits(tmp_path):
+    import io
+
+    from tqdm import tqdm
+
+    from batch.status import LeaseWatch
+
+    run = _run(tmp_path)
+    out = io.StringIO()
+    bar = tqdm(total=10_000, file=out, ascii=True)
+    now = dt.datetime.now(dt.UTC)
+    tight = LeaseWatch(now + dt.timedelta(minutes=45), run, "b-lease", every_s=3600)
+    progress = _FakeProgress(10_000, 4_000, 2.0)  # 6000 ids at 2 docs/s = 50 min
+    verdict = tight.tick(progress, bar)
+    assert verdict["fits"] is False and progress.lease["short"].startswith("lease: WILL NOT FINISH")
+    bar.refresh()
+    assert "lease: WILL NOT FINISH" in out.getvalue()
+    progress._rate = 100.0
+    assert tight.tick(progress, bar) is verdict  # checked again only after every_s (it walks the run folder)
+    assert tight.tick(progress, bar, force=True)["fits"] is True
+    assert progress.lease["short"].startswith("lease: fits, ")
+    assert LeaseWatch(None, run, "b-lease").tick(progress, bar) is None  # no lease end: nothing checked

@@ -1,0 +1,63 @@
+"""BENCH ONLY: an engine actor that answers every document at once, to measure the batch machinery alone.
+
+:class:`InstantEngineActor` has the interface of :class:`batch._pool.EngineActor` (``info``,
+``classify``, ``shutdown``) but loads no model: every readable document is accepted with the
+first configured category and score 1.0; a document the reader rejected stays rejected with its
+reason. Its answers are NOT classifications.
+
+It cannot be selected by configuration or on the command line: only Python code passes it to
+:func:`batch.driver.run_batch` through the private keyword ``_engine_actor`` (``bench/scale.py``
+and the tests do). The run's ``manifest.json`` still records the configured model.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from classify.config import ClassifyConfig, EngineConfig, ModelConfig
+from classify.records import Document
+
+
+class InstantEngineActor:
+    """A stand-in engine actor for benchmarks and tests: instant, fixed valid answers, no model.
+
+    Args:
+        model_cfg: ignored (kept for the same constructor as the real actor).
+        engine_cfg: ignored.
+        classify_cfg: its first category is every accepted document's answer.
+        adapter: ignored.
+        model_fingerprint: ignored.
+    """
+
+    BENCH_ONLY = True
+
+    def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, classify_cfg: ClassifyConfig,
+                 adapter: Any, model_fingerprint: str):
+        self.category = classify_cfg.categories[0]
+
+    def info(self) -> dict[str, Any]:
+        """Process id, no engine processes."""
+        return {"pid": os.getpid(), "node": None, "cpu_bind": "none (instant bench engine)", "procs": []}
+
+    def classify(self, docs: list[Document]) -> list[dict[str, Any]]:
+        """One result per document, in order: accepted with the first category, or rejected with the reader's reason."""
+        out = []
+        for d in docs:
+            if d.reject_reason:
+                out.append({"id": d.id, "status": "rejected", "category": None, "score": None, "reason": d.reject_reason,
+                            "input_sha256": d.input_sha256, "n_chars": d.n_chars, "n_tokens": 0})
+            else:
+                out.append({"id": d.id, "status": "accepted", "category": self.category, "score": 1.0, "reason": None,
+                            "input_sha256": d.input_sha256, "n_chars": d.n_chars, "n_tokens": 0})
+        return out
+
+    def shutdown(self) -> None:
+        """Nothing to stop."""
+
+
+def remote_class() -> Any:
+    """The ``ray.remote`` class to pass as ``run_batch(..., _engine_actor=...)``."""
+    import ray
+
+    return ray.remote(max_restarts=0, max_task_retries=0)(InstantEngineActor)

@@ -1,0 +1,173 @@
+"""Batch machinery at scale: synthetic corpora through the real Ray pool and real run folders, instant engine.
+
+Each size runs in a fresh subprocess (so the driver's peak RSS is its own): a synthetic JSONL
+corpus is written to a temporary folder (not the repository), ``run_batch`` runs it end to end
+with :class:`bench.instant_engine.InstantEngineActor` in place of vLLM (plan, Ray pool, shard
+files, streaming merge to ``results.jsonl`` + ``results.parquet``, summary, export with
+SHA256SUMS and its re-check), then half of the shard files (every other one) and the results
+are removed and the same batch id is run again: "resume start" is the time from the call until
+the pool is handed the remaining shards (corpus check, plan reuse, scan of the done shards).
+
+Figures: end-to-end docs/s (read to verified export, Ray start included), driver peak RSS
+(``ru_maxrss`` of the subprocess), files written (run folder + export), resume start seconds.
+
+Run alone: ``python -m bench.scale [--quick] [--sizes 100k 1m 1m-5kb 10m]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = {"100k": (100_000, 430), "1m": (1_000_000, 430), "1m-5kb": (1_000_000, 5000), "10m": (10_000_000, 430)}
+"""name -> (documents, approximate text bytes per document)."""
+WORDS = ("market shares rose bank profits league goal match minister vote election film album chart phone "
+         "chip software growth economy striker coach season court policy budget tax studio actor award").split()
+
+
+def write_corpus(path: Path, n: int, text_bytes: int, seed: int = 0) -> int:
+    """Write ``n`` JSONL documents of about ``text_bytes`` bytes each; returns the file size in bytes."""
+    rng = random.Random(seed)
+    pool = [" ".join(rng.choices(WORDS, k=text_bytes // 6 + 1))[:text_bytes] for _ in range(256)]
+    with path.open("w", encoding="utf-8") as fh:
+        for start in range(0, n, 10_000):
+            fh.write("".join(f'{{"id": "doc-{i:09d}", "text": "{pool[i % 256]} {i}"}}\n'
+                             for i in range(start, min(n, start + 10_000))))
+    return path.stat().st_size
+
+
+def _count_files(folder: Path) -> tuple[int, int]:
+    """(files, the most files in one folder)."""
+    total, most = 0, 0
+    for _, _, files in os.walk(folder):
+        total += len(files)
+        most = max(most, len(files))
+    return total, most
+
+
+def _child(corpus: str, work: str, batch_id: str) -> None:
+    """One size, in this (fresh) process: full run, then a resume with half the shards removed."""
+    import logging
+    import resource
+
+    logging.basicConfig(level=logging.WARNING)
+    os.environ["DOCPILOT_RUNS"] = f"{work}/runs"
+    os.environ["DOCPILOT_EXPORTS"] = f"{work}/exports"
+    from batch import driver
+    from batch import manifest as mf
+    from bench.instant_engine import remote_class
+
+    config = Path(work) / "batch.json"
+    data = json.loads((ROOT / "config" / "batch.json").read_text())
+    data["batch"]["cpu_actors"] = 1
+    config.write_text(json.dumps(data))
+    args = driver.parse_args(["--config", str(config), "--corpus", corpus, "--batch-id", batch_id,
+                              "--skip-pilot-gate", "--no-progress"])
+    t0 = time.monotonic()
+    summary = driver.run_batch(args, _engine_actor=remote_class())
+    wall = time.monotonic() - t0
+    run = Path(summary["run_dir"])
+    files, most = _count_files(run)
+    efiles, emost = _count_files(Path(summary["export_dir"]))
+    manifest = mf.read_manifest(run)
+    n_shards = len(manifest["shards"])
+    # a resume with half the shards done: every other shard file, the results and the export removed
+    for s in manifest["shards"][::2]:
+        mf.shard_path(run, s["index"], mf.manifest_version(manifest)).unlink()
+    for name in (mf.RESULTS, mf.RESULTS_PARQUET, mf.SUMMARY):
+        (run / name).unlink(missing_ok=True)
+    shutil.rmtree(summary["export_dir"])
+    started: dict[str, float] = {}
+    real = driver._run_shards  # noqa: SLF001 - the bench times the moment the pool gets the remaining shards
+
+    def timed(*a, **k):
+        started.setdefault("t", time.monotonic())
+        return real(*a, **k)
+
+    driver._run_shards = timed  # noqa: SLF001
+    t1 = time.monotonic()
+    again = driver.run_batch(args, _engine_actor=remote_class())
+    resume_wall = time.monotonic() - t1
+    assert again["total"] == summary["total"] and again["this_attempt"]["processed_docs"] < summary["total"]
+    print(json.dumps({
+        "docs": summary["total"], "corpus_bytes": Path(corpus).stat().st_size, "shards": n_shards,
+        "wall_s": round(wall, 1), "docs_per_s": round(summary["total"] / wall),
+        "pool_wall_s": summary["this_attempt"]["pool_wall_s"], "merge_s": summary["this_attempt"].get("merge_s"),
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
+        "run_files": files, "export_files": efiles, "most_files_in_a_folder": max(most, emost),
+        "resume_start_s": round(started["t"] - t1, 2), "resume_wall_s": round(resume_wall, 1),
+        "resume_processed_docs": again["this_attempt"]["processed_docs"],
+    }))
+
+
+def measure(name: str, tmp: Path) -> dict:
+    """Write the corpus of size ``name`` and run :func:`_child` on it in a fresh interpreter."""
+    n, text_bytes = SIZES[name]
+    corpus = tmp / f"{name}.jsonl"
+    t0 = time.monotonic()
+    write_corpus(corpus, n, text_bytes)
+    gen_s = time.monotonic() - t0
+    work = tmp / f"work-{name}"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "bench.scale", "--child", str(corpus), str(work), f"scale-{name}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=7200,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    corpus.unlink()
+    shutil.rmtree(work, ignore_errors=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name}: exit {proc.returncode}: {proc.stderr[-2000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out.update(size=name, corpus_write_s=round(gen_s, 1))
+    return out
+
+
+def run(quick: bool = False, sizes: list[str] | None = None) -> dict:
+    """Measure each size (``quick``: 20k documents only).
+
+    Returns:
+        ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
+    """
+    names = sizes or (["100k"] if quick else ["100k", "1m", "1m-5kb"])
+    if quick:
+        SIZES["100k"] = (20_000, 430)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=os.environ.get("DOCPILOT_BENCH_TMP")) as tmp:
+        for name in names:
+            rows.append(measure(name, Path(tmp)))
+            print(f"[scale] {json.dumps(rows[-1])}", file=sys.stderr)
+    table = "\n".join(
+        f"| {r['size']} | {r['docs']:,} | {r['corpus_bytes'] / 1e6:,.0f} MB | {r['shards']:,} | {r['docs_per_s']:,} | "
+        f"{r['wall_s']} | {r['peak_rss_gib']} | {r['run_files']:,} + {r['export_files']:,} ({r['most_files_in_a_folder']:,}) | "
+        f"{r['resume_start_s']} |" for r in rows)
+    markdown = (
+        "Instant bench engine (no model) through the real Ray pool (1 actor) and real run folders; each size in a fresh "
+        "process. End to end = plan + Ray start + shards + merge (results.jsonl + results.parquet) + summary + export "
+        "with SHA256SUMS + its re-check.\n\n"
+        "| size | documents | corpus | shards | docs/s end to end | wall s | driver peak RSS GiB | files run + export "
+        "(most in one folder) | resume start s (half the shards done) |\n|---|---|---|---|---|---|---|---|---|\n"
+        f"{table}\n"
+    )
+    return {"title": "Batch at scale (instant engine)", "figures": {"rows": rows}, "markdown": markdown}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--sizes", nargs="*", choices=sorted(SIZES))
+    parser.add_argument("--child", nargs=3, metavar=("CORPUS", "WORK", "BATCH_ID"), help=argparse.SUPPRESS)
+    ns = parser.parse_args(sys.argv[1:])
+    if ns.child:
+        _child(*ns.child)
+    else:
+        result = run(quick=ns.quick, sizes=ns.sizes)
+        print(json.dumps(result["figures"], indent=2))
+        print(result["markdown"])
