@@ -420,8 +420,10 @@ def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, pat
         cfg: the ``corpus`` section of the batch config.
         shard_docs: at most this many rows per shard (``batch.shard_docs``).
         shard_target_bytes: a shard closes once its rows hold this many bytes (``batch.shard_target_bytes``);
-            for a corpus file smaller than ``MIN_SHARDS x shard_target_bytes`` the target shrinks to
-            ``file size / MIN_SHARDS``, so a small corpus still spreads over the actors.
+            for a corpus file smaller than ``2 x MIN_SHARDS x shard_target_bytes`` the target shrinks to
+            ``file size / (2 x MIN_SHARDS)`` (a shard closes only once it passes the target, and a row's
+            size counts its text, not its whole line), so a small corpus still makes at least
+            ``MIN_SHARDS`` shards to spread over the actors.
         path: replaces ``cfg.path`` (the ``--corpus`` option).
         max_doc_bytes: size limit per document (``classify.max_doc_bytes``), for the duplicate check's
             re-read of candidate shards.
@@ -439,7 +441,7 @@ def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, pat
     """
     where, fmt = locate_corpus(cfg, path)
     if fmt != "dir":  # a small corpus still makes enough shards to keep every actor busy
-        shard_target_bytes = max(1, min(shard_target_bytes, where.stat().st_size // MIN_SHARDS))
+        shard_target_bytes = max(1, min(shard_target_bytes, where.stat().st_size // (2 * MIN_SHARDS)))
     digest = hashlib.sha256()
     reading: dict[str, Any] = {}
     if fmt == "jsonl":

@@ -144,7 +144,8 @@ def test_batch_end_to_end_real_ray_and_engine(tmp_path, bbc_dir, pilot_config):
     assert len(accepted) >= 23 and all(r["category"] in pilot_config.classify.categories for r in accepted)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["pilot_gate"]["passed"] and not manifest["pilot_gate"]["override"]
-    assert len(list((run / "shards").rglob("*.jsonl"))) == len(manifest["shards"]) == 4
+    assert len(list((run / "shards").rglob("*.jsonl"))) == len(manifest["shards"]) >= 4
+    assert all(s["n_docs"] <= 8 for s in manifest["shards"])  # shard_docs caps every shard
     export = exports_dir() / "e2e"
     assert (export / "SHA256SUMS").is_file() and verify_export(export, check_export) == []
     assert "export (SHA256SUMS verified)" in proc.stdout
@@ -155,7 +156,7 @@ def test_batch_end_to_end_real_ray_and_engine(tmp_path, bbc_dir, pilot_config):
 
     again = _docpilot("batch", "--config", str(config), "--corpus", str(spec["path"]), "--batch-id", "e2e", "--no-progress")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "batch e2e is already complete: 4 shards; re-checking it, writing nothing" in again.stderr
+    assert f"batch e2e is already complete: {len(manifest['shards'])} shards; re-checking it, writing nothing" in again.stderr
     assert json.loads((run / "summary.json").read_text()) == summary
     assert len(read_jsonl(run / "results.jsonl")) == len(spec["ids"])
 

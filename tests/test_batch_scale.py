@@ -27,16 +27,25 @@ def _docs(n, text="news about markets " * 10):
 
 
 def test_shards_are_cut_by_bytes_with_a_document_cap(tmp_path):
-    path = _jsonl(tmp_path / "c.jsonl", _docs(100))
+    path = _jsonl(tmp_path / "c.jsonl", _docs(1000))  # ids d-00000..d-00999: every line has the same length
     line = len(json.dumps(_docs(1)[0])) + 1
     by_bytes = plan_corpus(CorpusConfig(path=str(path)), 1000, 10 * line)
-    assert [s["n_docs"] for s in by_bytes.shards] == [10] * 10
+    assert [s["n_docs"] for s in by_bytes.shards] == [10] * 100
     by_docs = plan_corpus(CorpusConfig(path=str(path)), 7, 1 << 30)
-    assert [s["n_docs"] for s in by_docs.shards] == [7] * 14 + [2]
+    assert [s["n_docs"] for s in by_docs.shards] == [7] * 142 + [6]
     # every shard re-reads exactly its rows, and together they are the corpus
     docs = [d for s in by_bytes.shards for d in by_bytes.read_shard(s, 200_000)]
-    assert [d.id for d in docs] == [r["id"] for r in _docs(100)]
+    assert [d.id for d in docs] == [r["id"] for r in _docs(1000)]
     assert by_bytes.fingerprint == by_docs.fingerprint  # content, not the plan
+
+
+def test_a_small_corpus_still_makes_enough_shards_for_every_actor(tmp_path):
+    from batch.corpus import MIN_SHARDS
+
+    path = _jsonl(tmp_path / "c.jsonl", _docs(100))
+    plan = plan_corpus(CorpusConfig(path=str(path)), 1000, 4 << 20)  # the default 4 MiB target: one shard before
+    assert MIN_SHARDS <= len(plan.shards) <= 2 * MIN_SHARDS
+    assert sum(s["n_docs"] for s in plan.shards) == 100
 
 
 def test_duplicates_across_shards_one_rejected_row_at_the_first_occurrence(tmp_path):

@@ -95,7 +95,8 @@ def test_sigkill_driver_and_actor_then_resume_gives_each_id_once(tmp_path, bbc_d
     time.sleep(20)  # let Ray's fate sharing stop the killed driver's node processes
     ray_leftovers = [p for p in tree if p.is_running() and p.pid not in {r["pid"] for r in seen}]
     done_before = [int(p.stem) for p in (run / "shards").rglob("*.jsonl")]
-    assert 0 < len(done_before) < 12 and not (run / "summary.json").exists()
+    planned_shards = len(json.loads((run / "manifest.json").read_text())["shards"])
+    assert 0 < len(done_before) < planned_shards and not (run / "summary.json").exists()
     # 3. the rerun with the same batch id finishes; every id exactly once
     killed_attempt = list(seen)
     try:

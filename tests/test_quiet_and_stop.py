@@ -47,8 +47,8 @@ def _watch(proc: subprocess.Popen, until: str, timeout_s: float, seen: dict[int,
         except psutil.Error:
             break
         for child in children:
-            try:
-                seen.setdefault(child.pid, (_title(child), child.create_time()))
+            try:  # the latest title: Ray workers and vLLM's engine core start as "python", then retitle themselves
+                seen[child.pid] = (_title(child), child.create_time())
             except psutil.Error:
                 pass
         if any(name == until for name, _ in seen.values()):
