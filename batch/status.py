@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import sys
@@ -51,6 +52,8 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
     Raises:
         InputError: no such batch, or a folder that is not a batch run.
     """
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", batch_id):  # the batch-id rule of `docpilot batch`
+        raise InputError(f"batch id must be a run folder name (letters, digits, '.', '_', '-'), got {batch_id!r}")
     run_dir = (root or runs_dir()) / batch_id
     manifest = mf.read_manifest(run_dir) if run_dir.is_dir() else None
     if manifest is None:
@@ -124,6 +127,22 @@ def lease_check(st: dict[str, Any], lease_ends_at: dt.datetime, now: dt.datetime
     out: dict[str, Any] = {"lease_ends_at": lease_ends_at.isoformat(), "export_bytes": int(export_bytes),
                            "export_s": round(export_s, 1), "upload_mib_per_s": upload_mib_per_s}
     lease_left_s = (lease_ends_at - now).total_seconds()
+    if not left:  # finished: only its copy off the pod is left to do
+        ended = lease_left_s < 0
+        out.update(fits=not ended, eta_s=0.0, finish_at=now.isoformat(), margin_s=round(lease_left_s, 1),
+                   message=("batch finished, nothing left to classify; the lease "
+                            + (f"ENDED {_eta(-lease_left_s)} ago ({lease_ends_at:%Y-%m-%d %H:%M %Z})" if ended else
+                               f"ends {lease_ends_at:%Y-%m-%d %H:%M %Z} (in {_eta(lease_left_s)})")
+                            + "; keep its export copy somewhere you control (`batch.export_dir` / --export-dir, "
+                            "a folder or s3://...)"))
+        return out
+    if lease_left_s < 0:
+        out.update(fits=False, eta_s=round(left / rate, 1) if rate else None, finish_at=None,
+                   margin_s=round(lease_left_s, 1),
+                   message=(f"the lease ENDED {_eta(-lease_left_s)} ago ({lease_ends_at:%Y-%m-%d %H:%M %Z}) with "
+                            f"{left} ids left: export partial results now with `docpilot status {st['batch_id']} "
+                            "--export-partial DEST` and resume with the same --batch-id on a new lot"))
+        return out
     if left and not rate:
         out.update(fits=None, eta_s=None, finish_at=None, margin_s=None,
                    message=f"lease ends {lease_ends_at:%Y-%m-%d %H:%M %Z} (in {_eta(max(lease_left_s, 0))}): no rate yet, "
@@ -151,7 +170,7 @@ class LeaseWatch:
 
     Every ``every_s`` seconds (it walks the run folder for the export estimate) the driver's
     counts go through :func:`lease_check`; the verdict is shown at the end of the progress bar
-    (``lease: fits, 2h10m to spare`` or ``lease: WILL NOT FINISH, 35m short``), stored in
+    (``lease: fits, 2h10m to spare``, ``lease: WILL NOT FINISH, 35m short`` or ``lease: ENDED``), stored in
     ``progress.json`` (``lease``), and the first time it says the batch will not finish, its
     full message (what to do) is logged as a warning.
 
@@ -195,7 +214,10 @@ class LeaseWatch:
               "run_dir": str(self.run_dir), "batch_id": self.batch_id}
         self.verdict = lease_check(st, self.lease_ends_at, upload_mib_per_s=self.upload_mib_per_s)
         fits = self.verdict["fits"]
-        if fits is None:
+        ended = self.lease_ends_at <= dt.datetime.now(dt.UTC)
+        if ended:
+            short = "lease: ENDED"
+        elif fits is None:
             short = "lease: no rate yet"
         elif fits:
             short = f"lease: fits, {_eta(self.verdict['margin_s'])} to spare"

@@ -105,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-pilot-gate", action="store_true", help="passed on to docpilot batch (logged and recorded)")
     p.add_argument("--no-wait", action="store_true", help="return after submitting (follow with `ray job logs -f`)")
     p.add_argument("--python", default="python", help="interpreter on the head node (default: %(default)s)")
-    p.add_argument("--ray", default=shutil.which("ray") or "ray", help="the ray CLI (default: %(default)s)")
+    beside = Path(sys.executable).parent / "ray"  # the venv's own CLI, also when the venv is not activated
+    p.add_argument("--ray", default=str(beside) if beside.is_file() else shutil.which("ray") or "ray",
+                   help="the ray CLI (default: %(default)s)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     cfg = load_batch_config(args.config)
     corpus = Path(args.corpus or cfg.corpus.path).expanduser().resolve()

@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("batch.status:main", "show a batch run's progress from another shell"),
     "plan": ("batch.plan:main", "lot order summary and per-card memory fit"),
     "train": ("adapters.train:main", "LoRA fine-tuning with checkpoints and resume"),
-    "adapters": ("adapters.cli:main", "adapter registry: list, show, verify, merge"),
+    "adapters": ("adapters.cli:main", "adapter registry: list, show, verify, merge, export, import"),
     "serve": ("serve.cli:main", "HTTP endpoint over vLLM (FastAPI)"),
 }
 

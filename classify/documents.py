@@ -277,7 +277,8 @@ def document_from_text(doc_id: str, text: object, max_doc_bytes: int, source: st
         The document, rejected (``text=None``, ``reject_reason`` set) when it cannot be classified.
     """
     if not isinstance(text, str):
-        return checked_id(Document(doc_id, None, "", 0, f"`text` must be a string, got {type(text).__name__}", source))
+        kind = _JSON_TYPES.get(type(text), type(text).__name__)
+        return checked_id(Document(doc_id, None, "", 0, f"`text` must be a string, got {kind}", source))
     raw = text.encode("utf-8", errors="surrogatepass")
     reason = _surrogate_reason("text", text)
     if reason is not None:
@@ -321,7 +322,7 @@ def _id_type_error(value: object) -> str | None:
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         return None
     kind = _JSON_TYPES.get(type(value), type(value).__name__)
-    shown = "" if isinstance(value, (list, dict)) else f" {json.dumps(value)}"
+    shown = "" if isinstance(value, (list, dict)) or value is None else f" {json.dumps(value)}"
     return f"`id` must be a string or an integer, got {kind}{shown}"
 
 

@@ -118,3 +118,16 @@ def test_the_batch_progress_line_says_whether_the_lease_fits(tmp_path):
     assert tight.tick(progress, bar, force=True)["fits"] is True
     assert progress.lease["short"].startswith("lease: fits, ")
     assert LeaseWatch(None, run, "b-lease").tick(progress, bar) is None  # no lease end: nothing checked
+
+
+def test_a_finished_batch_or_an_ended_lease_gets_the_right_advice(tmp_path):
+    _run(tmp_path, done=10_000)
+    st = batch_status("b-lease", tmp_path)
+    later = lease_check(st, NOW + dt.timedelta(hours=1), now=NOW)
+    assert later["fits"] is True and later["message"].startswith("batch finished, nothing left to classify; the lease ends")
+    ended = lease_check(st, NOW - dt.timedelta(hours=1), now=NOW)
+    assert ended["fits"] is False and "the lease ENDED 1h00m00s ago" in ended["message"] and "Add a lot" not in ended["message"]
+    _run(tmp_path, batch_id="b-run", done=4_000)
+    running = lease_check(batch_status("b-run", tmp_path), NOW - dt.timedelta(minutes=5), now=NOW)
+    assert running["fits"] is False and running["message"].startswith("the lease ENDED 5m00s ago")
+    assert "--export-partial" in running["message"]
