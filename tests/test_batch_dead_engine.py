@@ -20,7 +20,7 @@ import pytest
 
 from classify.errors import EngineError
 from classify.records import Document
-from tests.test_batch_helpers import ROOT, kill_recorded, make_corpus, write_config
+from tests.test_batch_helpers import ROOT, kill_recorded, local_ray_session, make_corpus, write_config
 
 pytestmark = pytest.mark.ray
 
@@ -53,13 +53,7 @@ class StuckOrFailingActor:
 
 @pytest.fixture(scope="module")
 def local_ray():
-    import ray
-    from ray import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+    yield from local_ray_session(sys.modules[__name__])
 
 
 def _shards():

@@ -77,3 +77,19 @@ def kill_recorded(procs: list[dict]) -> None:
                 os.kill(proc.pid, signal.SIGKILL)
         except (psutil.Error, ProcessLookupError):
             pass
+
+
+def local_ray_session(*modules):
+    """A small local Ray for the scheduler tests (a fixture body: ``yield from``); ``modules`` are pickled by value.
+
+    Test modules define their stand-in actors at module level; registering them by value lets Ray's
+    workers unpickle them without importing ``tests``.
+    """
+    import ray
+    from ray import cloudpickle
+
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -13,28 +13,15 @@ requests concurrently in every combination.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 from classify.documents import document_from_text, iter_csv
+from tests.test_serve_http import make_tiny_lora
 
 pytestmark = pytest.mark.engine
 
 N_DOCS = 6
-
-
-def _lora(model_path: str, out: Path, seed: int) -> Path:
-    """A random-init peft LoRA on q/v (B not zero, so it changes answers)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(seed)
-    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    cfg = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
-    get_peft_model(base, cfg).save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +32,7 @@ def mixed(pilot_config, tmp_path_factory, bbc_dir):
     from serve.engine import build_async_engine
 
     model = resolve_model(pilot_config.model)
-    handles = [AdapterHandle(f"mix-{i}@1", str(_lora(model.path, tmp_path_factory.mktemp(f"mix{i}"), 10 + i)), 100 + i)
+    handles = [AdapterHandle(f"mix-{i}@1", str(make_tiny_lora(model.path, tmp_path_factory.mktemp(f"mix{i}"), 10 + i)), 100 + i)
                for i in range(3)]
     engine_cfg = pilot_config.engine.model_copy(update={"max_loras": 2})
     clf = build_async_engine(model, pilot_config.model, engine_cfg, pilot_config.classify, enable_lora=True)
