@@ -28,14 +28,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-
-from classify.errors import Interrupted
 
 log = logging.getLogger("docpilot.batch")
 
@@ -124,41 +119,18 @@ def stop(session: LocalRay | None, reason: str = "shutdown") -> list[int]:
     return _end(procs, reason)
 
 
-@contextmanager
-def interrupts() -> Iterator[None]:
-    """While inside, the first SIGTERM or SIGINT stops the work; it leaves as :class:`Interrupted`.
+def interrupts() -> Any:
+    """While inside, the first SIGTERM or SIGINT stops the work; it leaves as :class:`Interrupted` (exit 130).
 
-    The handler raises ``KeyboardInterrupt``, the one exception Ray's blocking calls (``ray.wait``,
-    ``ray.get``) pass on from a signal handler: any other exception raised there comes out as
-    ``SystemError: ... returned a result with an exception set`` (``_raylet.check_signals``). On the
-    way out it becomes ``Interrupted("stopped by SIGTERM")`` (exit status 130). Later signals are
-    ignored with a message on stderr so they cannot cut the clean-up short. Outside the main thread
-    this does nothing. The previous handlers are restored on exit.
+    :func:`classify.runrecords.signals_raise_interrupted` with ``via_keyboard_interrupt``: inside
+    Ray's blocking calls only ``KeyboardInterrupt`` gets through from a signal handler.
 
     Raises:
         Interrupted: a handled signal arrived.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    fired: list[str] = []
+    from classify.runrecords import signals_raise_interrupted
 
-    def handler(signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if fired:
-            print(f"{name}: already stopping, ending the local Ray (SIGKILL stops at once)", file=sys.stderr)
-            return
-        fired.append(name)
-        raise KeyboardInterrupt(name)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    except KeyboardInterrupt as err:
-        raise Interrupted(f"stopped by {fired[0] if fired else 'SIGINT'}") from err
-    finally:
-        for s, old in previous.items():
-            signal.signal(s, old)
+    return signals_raise_interrupted(via_keyboard_interrupt=True, doing="ending the local Ray")
 
 
 def _restore_sigterm(previous: Any) -> None:

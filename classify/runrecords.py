@@ -284,7 +284,9 @@ def text_sha256(text: str) -> str:
 
 
 @contextmanager
-def signals_raise_interrupted(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[None]:
+def signals_raise_interrupted(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT), *,
+                              via_keyboard_interrupt: bool = False,
+                              doing: str = "writing the run record") -> Iterator[None]:
     """While inside, the first SIGTERM or SIGINT raises :class:`classify.errors.Interrupted` in the main thread.
 
     A run that is stopped can then write down where it stopped (its summary and decision)
@@ -293,6 +295,15 @@ def signals_raise_interrupted(signums: tuple[int, ...] = (signal.SIGTERM, signal
     the process at once). Outside the main thread (signal handlers cannot be set there) this
     does nothing. The previous handlers are restored on exit.
 
+    Args:
+        signums: the signals handled.
+        via_keyboard_interrupt: the handler raises ``KeyboardInterrupt``, turned into
+            :class:`Interrupted` on the way out. Needed around Ray's blocking calls (``ray.wait``,
+            ``ray.get``): they pass on only ``KeyboardInterrupt`` from a signal handler, any other
+            exception comes out as ``SystemError: ... returned a result with an exception set``
+            (``_raylet.check_signals``).
+        doing: what the process does after the first signal, for the message about later ones.
+
     Raises:
         Interrupted: a handled signal arrived (message names it, e.g. ``"stopped by SIGTERM"``).
     """
@@ -300,19 +311,25 @@ def signals_raise_interrupted(signums: tuple[int, ...] = (signal.SIGTERM, signal
         yield
         return
 
-    fired: list[int] = []
+    fired: list[str] = []
 
     def handler(signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if fired:
-            print(f"{name}: already stopping, writing the run record (SIGKILL stops at once)", file=sys.stderr)
+            print(f"{name}: already stopping, {doing} (SIGKILL stops at once)", file=sys.stderr)
             return
-        fired.append(signum)
+        fired.append(name)
+        if via_keyboard_interrupt:
+            raise KeyboardInterrupt(name)
         raise Interrupted(f"stopped by {name}")
 
     previous = {s: signal.signal(s, handler) for s in signums}
     try:
         yield
+    except KeyboardInterrupt as err:
+        if not via_keyboard_interrupt:
+            raise
+        raise Interrupted(f"stopped by {fired[0] if fired else 'SIGINT'}") from err
     finally:
         for s, old in previous.items():
             signal.signal(s, old)

@@ -20,7 +20,14 @@ import pytest
 
 from classify.errors import EngineError
 from classify.records import Document
-from tests.test_batch_helpers import ROOT, kill_recorded, local_ray_session, make_corpus, write_config
+from tests.test_batch_helpers import (
+    ROOT,
+    fake_shards,
+    kill_recorded,
+    local_ray_session,
+    make_corpus,
+    write_config,
+)
 
 pytestmark = pytest.mark.ray
 
@@ -56,11 +63,6 @@ def local_ray():
     yield from local_ray_session(sys.modules[__name__])
 
 
-def _shards():
-    docs = [Document(f"d-{i:04d}", "text", "", 4) for i in range(12)]
-    return [(i, docs[4 * i:4 * i + 4]) for i in range(3)]
-
-
 @pytest.mark.parametrize("mode, message", [
     ("hang", "engine stuck: no answer for 4 documents within"),
     ("hang-at-start", "engine actor did not start within 20 s"),
@@ -72,7 +74,7 @@ def test_a_stuck_or_failing_engine_is_replaced_and_its_shard_retried_whole(local
     remote = local_ray.remote(max_restarts=0)(StuckOrFailingActor).options(num_cpus=0.5)
     done: dict[int, list] = {}
     t0 = time.monotonic()
-    stats = run_pool(lambda slot: remote.remote(str(tmp_path), mode), 1, _shards(), done.__setitem__, 2,
+    stats = run_pool(lambda slot: remote.remote(str(tmp_path), mode), 1, fake_shards(), done.__setitem__, 2,
                      deadlines=Deadlines(shard_base_s=1.0, shard_per_doc_s=0.5, actor_start_s=20.0))
     assert time.monotonic() - t0 < 120
     ids = [r["id"] for i in sorted(done) for r in done[i]]
@@ -91,7 +93,7 @@ def test_a_shard_that_always_hangs_stops_the_batch_resumable(local_ray, tmp_path
 
     remote = local_ray.remote(max_restarts=0)(AlwaysHangs).options(num_cpus=0.5)
     with pytest.raises(EngineError, match=r"engine stuck.*failed 2 times \(batch.max_shard_retries 1\); rerun"):
-        run_pool(lambda slot: remote.remote(str(tmp_path), "none"), 1, _shards()[:1], lambda i, r: None, 1,
+        run_pool(lambda slot: remote.remote(str(tmp_path), "none"), 1, fake_shards()[:1], lambda i, r: None, 1,
                  deadlines=Deadlines(shard_base_s=1.0, shard_per_doc_s=0.0, actor_start_s=60.0))
 
 

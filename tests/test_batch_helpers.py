@@ -93,3 +93,11 @@ def local_ray_session(*modules):
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def fake_shards() -> list:
+    """Three shards of four one-word documents ``d-0000`` .. ``d-0011``, for the scheduler tests."""
+    from classify.records import Document
+
+    docs = [Document(f"d-{i:04d}", "text", "", 4) for i in range(12)]
+    return [(i, docs[4 * i:4 * i + 4]) for i in range(3)]

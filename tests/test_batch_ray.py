@@ -18,7 +18,7 @@ import pytest
 
 from classify.errors import EngineError
 from classify.records import Document
-from tests.test_batch_helpers import PLANTED, ROOT, local_ray_session, make_corpus, write_config
+from tests.test_batch_helpers import PLANTED, ROOT, fake_shards, local_ray_session, make_corpus, write_config
 
 pytestmark = pytest.mark.ray
 
@@ -50,17 +50,12 @@ def local_ray():
     yield from local_ray_session(sys.modules[__name__])
 
 
-def _fake_shards():
-    docs = [Document(f"d-{i:04d}", "text", "", 4) for i in range(12)]
-    return [(i, docs[4 * i:4 * i + 4]) for i in range(3)]
-
-
 def test_pool_retries_a_killed_actors_shard_on_a_fresh_actor(local_ray, tmp_path):
     from batch._pool import run_pool
 
     remote = local_ray.remote(max_restarts=0)(FakeEngineActor).options(num_cpus=0.5)
     done: dict[int, list] = {}
-    stats = run_pool(lambda slot: remote.remote(str(tmp_path)), 2, _fake_shards(), done.__setitem__, 2)
+    stats = run_pool(lambda slot: remote.remote(str(tmp_path)), 2, fake_shards(), done.__setitem__, 2)
     assert sorted(done) == [0, 1, 2]
     ids = [r["id"] for i in sorted(done) for r in done[i]]
     assert ids == [f"d-{i:04d}" for i in range(12)]  # each id exactly once
@@ -73,7 +68,7 @@ def test_pool_gives_up_after_max_shard_retries(local_ray, tmp_path):
 
     remote = local_ray.remote(max_restarts=0)(FakeEngineActor).options(num_cpus=0.5)
     with pytest.raises(EngineError, match=r"shard 1 failed 2 times \(batch.max_shard_retries 1\); rerun the same batch id"):
-        run_pool(lambda slot: remote.remote(str(tmp_path), True), 1, _fake_shards(), lambda i, r: None, 1)
+        run_pool(lambda slot: remote.remote(str(tmp_path), True), 1, fake_shards(), lambda i, r: None, 1)
 
 
 class EnvProbe:
