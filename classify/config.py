@@ -210,6 +210,7 @@ class ClassifyConfig(_Frozen):
     max_doc_tokens: int = Field(256, ge=8, le=100_000)
     max_doc_bytes: int = Field(200_000, ge=1, le=100_000_000)
     scoring: Literal["auto", "first-token", "choice"] = "auto"
+    review_below_score: float | None = Field(None, gt=0, le=1)
 
     @field_validator("categories")
     @classmethod
@@ -347,8 +348,9 @@ def classification_sha256(model: ModelConfig, classify: ClassifyConfig) -> str:
     sizing, thresholds and paths do not change answers and are left out. ``model.adapter_mode``
     is left out too: :func:`classify.pilotgate.combo_key` takes it separately (it matters only
     with an adapter), so the keys of base-model and LoRA-mode pilots stay what they were.
+    ``classify.review_below_score`` is left out: it flags answers for review, it does not change them.
     """
     model_json = model.model_dump(mode="json", exclude={"adapter_mode"})
     return hashlib.sha256(
-        canonical_json({"model": model_json, "classify": classify.model_dump(mode="json")}).encode()
+        canonical_json({"model": model_json, "classify": classify.model_dump(mode="json", exclude={"review_below_score"})}).encode()
     ).hexdigest()
