@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from adapters.registry import Registry
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns:
         0 on success. Errors (:class:`classify.errors.AdapterError` and subclasses) are mapped to
-        exit codes by ``classify.cli``.
+        exit codes by ``docpilot.cli``.
     """
     args = _parser().parse_args(argv)
     reg = Registry(args.registry)
@@ -118,9 +117,3 @@ def main(argv: list[str] | None = None) -> int:
         merged = merge_adapter(reg.resolve(args.ref), args.out, args.dtype)
         print(f"merged {merged['adapter']} into {merged['path']} (fingerprint {merged['fingerprint']})")
     return 0
-
-
-if __name__ == "__main__":
-    from classify.cli import main as docpilot
-
-    sys.exit(docpilot(["adapters", *sys.argv[1:]]))

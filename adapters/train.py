@@ -287,9 +287,3 @@ def main(argv: list[str] | None = None) -> int:
           f"{s['tokens_per_s_cpu']:.0f} tokens/s (cpu), engine check {s['checks'].get('engine', {}).get('accuracy', 'skipped')}")
     print(f"adapter: {outcome.adapter.ref} ({outcome.adapter.path})" if outcome.adapter else "adapter: not published")
     return 0
-
-
-if __name__ == "__main__":
-    from classify.cli import main as docpilot
-
-    sys.exit(docpilot(["train", *sys.argv[1:]]))

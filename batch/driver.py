@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         0 when the batch completed, was exported and re-checked.
 
     Raises:
-        DocpilotError: any known failure (mapped to an exit code by :mod:`classify.cli`).
+        DocpilotError: any known failure (mapped to an exit code by :mod:`docpilot.cli`).
     """
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -499,9 +499,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"results: {summary['run_dir']}/results.jsonl  summary: {summary['run_dir']}/summary.json")
     print(f"export (SHA256SUMS verified): {summary['export_dir']}")
     return 0
-
-
-if __name__ == "__main__":
-    from classify.cli import main as cli_main
-
-    sys.exit(cli_main(["batch", *sys.argv[1:]]))

@@ -32,7 +32,7 @@ from classify.paths import exports_dir, model_cache_dir, registry_dir, runs_dir,
 from classify.runrecords import new_run_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("classify", "batch", "adapters")
+PACKAGES = ("docpilot", "classify", "batch", "adapters")
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 
 
@@ -67,7 +67,7 @@ def job_env() -> dict[str, str]:
 
 def build_command(args: argparse.Namespace, staging: Path, batch_id: str, corpus: Path) -> list[str]:
     """The ``ray job submit`` command line (see the module docstring)."""
-    entry = [args.python, "-m", "classify.cli", "batch", "--config", "config/batch.json",
+    entry = [args.python, "-m", "docpilot", "batch", "--config", "config/batch.json",
              "--corpus", str(corpus), "--batch-id", batch_id, "--no-progress"]
     if args.adapter:
         entry += ["--adapter", args.adapter]
@@ -130,13 +130,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"results: {run_dir}/results.jsonl  summary: {run_dir}/summary.json  progress: docpilot status {batch_id}")
     return rc
 
-
-if __name__ == "__main__":
-    from classify.cli import main as cli_main  # noqa: F401 - same error mapping as the console command
-    from classify.errors import DocpilotError
-
-    try:
-        sys.exit(main())
-    except DocpilotError as err:
-        print(f"error [{err.kind}]: {err}", file=sys.stderr)
-        sys.exit(err.exit_code)

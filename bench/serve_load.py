@@ -43,7 +43,7 @@ def _start_server(config: Path, log_path: Path) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "classify.cli", "serve", "--config", str(config), "--host", "127.0.0.1",
+    cmd = [sys.executable, "-m", "docpilot", "serve", "--config", str(config), "--host", "127.0.0.1",
            "--port", str(port), "--skip-pilot-gate"]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "DOCPILOT_API_TOKEN": TOKEN},

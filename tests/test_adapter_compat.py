@@ -205,7 +205,7 @@ def _publish_unchecked(registry_root: Path, tmp_path: Path, base: Path, **lora) 
 
 
 def test_cli_verify_exits_4_naming_the_setting(tmp_path, base, capsys):
-    from classify.cli import main
+    from docpilot.cli import main
 
     ref = _publish_unchecked(tmp_path / "registry", tmp_path, base, rank_pattern={"q_proj": 16},
                              tensors=_lora(Q, 16, SHAPES["q_proj"]))
@@ -217,7 +217,7 @@ def test_cli_verify_exits_4_naming_the_setting(tmp_path, base, capsys):
 
 def test_pilot_stops_at_load_adapter_without_starting_the_engine(tmp_path, base, monkeypatch, capsys):
     import batch.pilot
-    from classify.cli import main
+    from docpilot.cli import main
 
     started = []
     monkeypatch.setattr(batch.pilot, "build_engine", lambda *a, **k: started.append(a) or pytest.fail("engine built"))

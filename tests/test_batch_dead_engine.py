@@ -141,7 +141,7 @@ def test_real_batch_survives_a_dead_or_frozen_engine_core(tmp_path, bbc_dir, eng
     config = write_config(tmp_path / "batch.json", shard_docs=4, shard_timeout_base_s=30, shard_timeout_per_doc_s=5)
     batch_id = f"dead-engine-{sig.name.lower()}"
     run = runs_dir() / batch_id
-    cmd = [sys.executable, "-m", "classify.cli", "batch", "--config", str(config), "--corpus", str(spec["path"]),
+    cmd = [sys.executable, "-m", "docpilot", "batch", "--config", str(config), "--corpus", str(spec["path"]),
            "--batch-id", batch_id, "--skip-pilot-gate", "--no-progress"]
     log = open(tmp_path / "batch.log", "w")
     driver = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)

@@ -273,7 +273,7 @@ def test_batch_finishes_on_the_survivor_when_a_node_is_lost(tmp_path, bbc_dir):
 
         # 2. the batch joins the cluster through RAY_ADDRESS: one actor per node
         driver = subprocess.Popen(
-            [sys.executable, "-m", "classify.cli", "batch", "--config", str(config), "--corpus", str(spec["path"]),
+            [sys.executable, "-m", "docpilot", "batch", "--config", str(config), "--corpus", str(spec["path"]),
              "--batch-id", "lostnode", "--skip-pilot-gate", "--no-progress"],
             cwd=ROOT, env={**base_env, "RAY_ADDRESS": gcs}, stdout=logs[2], stderr=subprocess.STDOUT,
             start_new_session=True)

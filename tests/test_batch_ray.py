@@ -96,7 +96,7 @@ def test_cpu_actors_get_their_own_cores_through_runtime_env(local_ray, monkeypat
 
 
 def _docpilot(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "classify.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "docpilot", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=os.environ.copy())
 
 

@@ -66,7 +66,7 @@ def test_sigkill_driver_and_actor_then_resume_gives_each_id_once(tmp_path, bbc_d
     spec = make_corpus(tmp_path / "corpus", bbc_dir, 40)
     config = write_config(tmp_path / "batch.json", shard_docs=4)
     run = runs_dir() / "crash"
-    cmd = [sys.executable, "-m", "classify.cli", "batch", "--config", str(config), "--corpus", str(spec["path"]),
+    cmd = [sys.executable, "-m", "docpilot", "batch", "--config", str(config), "--corpus", str(spec["path"]),
            "--batch-id", "crash", "--skip-pilot-gate", "--no-progress"]
     log1 = open(tmp_path / "attempt1.log", "w")
     driver = subprocess.Popen(cmd, cwd=ROOT, stdout=log1, stderr=subprocess.STDOUT, start_new_session=True)
@@ -202,7 +202,7 @@ def test_full_bbc_test_set_334_articles(tmp_path, bbc_dir):
 
     spec = make_corpus(tmp_path / "corpus", bbc_dir, None)
     proc = subprocess.run(
-        [sys.executable, "-m", "classify.cli", "batch", "--config", str(ROOT / "config" / "batch.json"),
+        [sys.executable, "-m", "docpilot", "batch", "--config", str(ROOT / "config" / "batch.json"),
          "--corpus", str(spec["path"]), "--batch-id", "full", "--skip-pilot-gate", "--no-progress"],
         cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -191,7 +191,7 @@ def test_sigterm_during_engine_start_still_records_where_the_pilot_stopped(tmp_p
 
     env = {**os.environ, "DOCPILOT_HOME": str(tmp_path / "home"), "DOCPILOT_RUNS": str(tmp_path / "runs"),
            "DOCPILOT_EXPORTS": str(tmp_path / "exports")}
-    proc = subprocess.Popen([sys.executable, "-m", "classify.cli", "pilot"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "docpilot", "pilot"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     children: list[psutil.Process] = []
     try:

@@ -113,7 +113,7 @@ def test_missing_price_and_bad_price():
 
 
 def test_cli_range_error_exit_code(capsys):
-    from classify.cli import main as cli
+    from docpilot.cli import main as cli
 
     assert cli(["plan", "--config", str(LOTS), "--lots", "11"]) == 2
     assert "`lots` must be less than or equal to 10, got 11" in capsys.readouterr().err

@@ -23,7 +23,7 @@ RAY_DAEMONS = ("raylet", "gcs_server")
 
 
 def _docpilot_popen(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "classify.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "docpilot", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env or os.environ.copy())
 
 
@@ -168,7 +168,7 @@ def test_progress_bar_shows_docs_per_second_below_one_doc_per_second():
 
 QUIET_PROBE = """
 import logging, sys
-from classify import cli
+from docpilot import cli
 verbose, rest = cli._verbose(sys.argv[1:])
 cli.configure_logging(verbose)
 from vllm.logger import init_logger  # vLLM configures its logging from VLLM_LOGGING_LEVEL at this import
@@ -202,7 +202,7 @@ def test_third_party_logs_are_quiet_unless_verbose(args):
     ],
 )
 def test_verbose_flag_before_or_after_the_command_or_env(monkeypatch, argv, env, expected):
-    from classify.cli import _verbose
+    from docpilot.cli import _verbose
 
     monkeypatch.setenv("DOCPILOT_VERBOSE", env)
     assert _verbose(argv) == expected

@@ -197,7 +197,7 @@ def test_cli_list_show_verify(reg: Registry, tmp_path: Path, capsys):
 
 
 def test_cli_errors_map_to_exit_codes(reg: Registry, capsys):
-    from classify.cli import main
+    from docpilot.cli import main
 
     assert main(["adapters", "--registry", str(reg.root), "show", "nope@1"]) == AdapterNotFound.exit_code
     assert capsys.readouterr().err.startswith("error [adapter_not_found]: adapter 'nope' not found in registry")

@@ -119,7 +119,7 @@ def test_insecure_no_auth_needs_no_token(monkeypatch, registry):
 
 
 def test_cli_refuses_to_start_without_token(monkeypatch, capsys):
-    from classify.cli import main
+    from docpilot.cli import main
 
     monkeypatch.delenv("DOCPILOT_API_TOKEN", raising=False)
     assert main(["serve", "--port", "0"]) == ConfigError.exit_code

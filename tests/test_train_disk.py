@@ -230,7 +230,7 @@ def fill_then_save(root, step, *args):
                 pass
     return real(root, step, *args)
 loop.save_checkpoint = fill_then_save
-from classify.cli import main
+from docpilot.cli import main
 sys.exit(main(["train", "--config", sys.argv[1], "--smoke", "--no-publish"]))
 """
 

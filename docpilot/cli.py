@@ -1,7 +1,8 @@
 """The ``docpilot`` console command: one entry point, one subcommand per job.
 
-Each subcommand lives in the package that owns it and is imported only when
-called, so ``docpilot plan`` never imports vLLM. Every :class:`DocpilotError`
+This module sits above the packages it dispatches to (``classify``, ``batch``, ``adapters``,
+``serve``); none of them imports it. Each subcommand lives in the package that owns it and is
+imported only when called, so ``docpilot plan`` never imports vLLM. Every :class:`DocpilotError`
 is mapped here, once, to its exit code and a one-line ``error:`` message.
 """
 
@@ -24,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("adapters.train:main", "LoRA fine-tuning with checkpoints and resume"),
     "adapters": ("adapters.cli:main", "adapter registry: list, show, verify, merge, export, import"),
     "serve": ("serve.cli:main", "HTTP endpoint over vLLM (FastAPI)"),
+    "submit": ("batch.submit:main", "submit the batch to a Ray cluster's job server and follow it"),
 }
 
 
@@ -101,7 +103,3 @@ def main(argv: list[str] | None = None) -> int:
     except DocpilotError as err:
         print(f"error [{err.kind}]: {err}", file=sys.stderr)
         return err.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())
