@@ -236,7 +236,10 @@ def run_pilot(
 
         stage = "classify"
         classify_started = time.perf_counter()
-        results = engine.classify(docs, adapter=None if merged is not None else handle)
+        if merged is not None and handle is not None:  # the weights hold the adapter; its card's temperature still applies
+            results = engine.classify(docs, temperature=handle.temperature)
+        else:
+            results = engine.classify(docs, adapter=handle)
         if len(results) != len(docs):
             raise EngineError(f"engine returned {len(results)} results for {len(docs)} documents")
         classify_s = time.perf_counter() - classify_started

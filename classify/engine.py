@@ -15,6 +15,14 @@ Scoring (design card, "Backends and models"):
   probability among the categories.
 * ``choice``: structured output (``StructuredOutputsParams(choice=categories)``) when
   first tokens collide; ``score`` is ``exp(cumulative_logprob)`` of the constrained answer.
+
+Calibration: an adapter card may hold ``calibration.temperature`` T (fitted on the validation
+split by ``make train``). In ``first-token`` mode the score is then ``softmax(logprobs / T)``
+over the categories, taken at the chosen category; T = 1 (no card value, or the base model)
+gives the raw probability, bit for bit. The temperature rides on :class:`AdapterHandle`
+(LoRA mode, pilot, batch and serve alike) or is passed explicitly when the adapter is merged
+into the weights (:meth:`Classifier.classify`'s ``temperature``). ``choice`` scores are
+left as they are: only the chosen answer's log-prob is known there, not the other categories'.
 """
 
 from __future__ import annotations
@@ -22,12 +30,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig
-from classify.errors import EngineError, Interrupted
+from classify.errors import AdapterError, EngineError, Interrupted
 from classify.model import ModelRef, resolve_model
 from classify.prompt import Prompt, build_prompt, category_first_tokens
 from classify.records import Document, Result
@@ -44,18 +52,59 @@ class AdapterHandle:
         path: local folder with ``adapter_config.json`` and the adapter weights.
         int_id: positive integer vLLM uses to tell adapters apart (stable per name@version).
         sha256: the adapter's content hash from its card.
+        temperature: score temperature from the card's ``calibration.temperature`` (1.0: none).
     """
 
     name: str
     path: str
     int_id: int
     sha256: str = ""
+    temperature: float = 1.0
 
     def lora_request(self) -> Any:
         """Return the ``vllm.lora.request.LoRARequest`` for this adapter."""
         from vllm.lora.request import LoRARequest
 
         return LoRARequest(self.name, self.int_id, self.path)
+
+
+def card_temperature(card: Mapping[str, Any] | None) -> float:
+    """The score temperature an adapter card holds (``card["calibration"]["temperature"]``).
+
+    Args:
+        card: the parsed ``card.json`` (``None``: no adapter).
+
+    Returns:
+        T > 0; 1.0 when there is no card, no ``calibration`` or no ``temperature`` in it.
+
+    Raises:
+        AdapterError: the card's temperature is not a finite number in (0, 100].
+    """
+    value = ((card or {}).get("calibration") or {}).get("temperature")
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not 0 < value <= 100:
+        raise AdapterError(f"adapter card `calibration.temperature` must be a number in (0, 100], got {value!r}")
+    return float(value)
+
+
+def softmax_at(logprobs: Mapping[Any, float], key: Any, temperature: float = 1.0) -> float:
+    """``softmax(logprobs / temperature)[key]``: the tempered probability of ``key`` among ``logprobs``' keys.
+
+    Args:
+        logprobs: natural-log probabilities (any scale; they are renormalised), one per category.
+        key: the entry whose probability is returned (must be in ``logprobs``).
+        temperature: T > 0; 1.0 renormalises without scaling (``v / 1.0 == v`` exactly).
+
+    Returns:
+        A probability in [0, 1].
+    """
+    if temperature == 1.0:  # the raw path, unchanged (the records of an uncalibrated adapter stay byte-identical)
+        norm = math.log(sum(math.exp(v) for v in logprobs.values()))
+        return math.exp(logprobs[key] - norm)
+    scaled = {k: v / temperature for k, v in logprobs.items()}
+    top = max(scaled.values())  # shift: with T < 1 every exp(v / T) may underflow to 0
+    return math.exp(scaled[key] - top - math.log(sum(math.exp(v - top) for v in scaled.values())))
 
 
 def on_accelerator() -> bool:
@@ -220,8 +269,14 @@ class Scorer:
             logprobs=1,
         )
 
-    def result(self, doc: Document, prompt: Prompt, completion: Any) -> Result:
+    def result(self, doc: Document, prompt: Prompt, completion: Any, temperature: float = 1.0) -> Result:
         """Turn one vLLM ``CompletionOutput`` into the result record.
+
+        Args:
+            doc: the document.
+            prompt: its rendered prompt.
+            completion: vLLM's ``CompletionOutput``.
+            temperature: score temperature T (first-token mode: ``softmax(logprobs / T)``; 1.0 = raw).
 
         Returns:
             ``accepted`` with an allowed category and its probability, or ``rejected`` with the
@@ -234,8 +289,7 @@ class Scorer:
             logprobs = completion.logprobs[0] if completion.logprobs else {}
             cat_lp = {tid: lp.logprob for tid, lp in logprobs.items() if tid in self._token_to_category}
             if category is not None and token in cat_lp:
-                norm = math.log(sum(math.exp(v) for v in cat_lp.values()))
-                score = math.exp(cat_lp[token] - norm)
+                score = softmax_at(cat_lp, token, temperature)
             else:
                 score = None
         else:
@@ -254,6 +308,13 @@ class Scorer:
         )
 
 
+def resolve_temperature(adapter: AdapterHandle | None, temperature: float | None = None) -> float:
+    """The temperature to score with: ``temperature`` if given, else the adapter's, else 1.0."""
+    if temperature is not None:
+        return temperature
+    return adapter.temperature if adapter is not None else 1.0
+
+
 class Classifier:
     """An offline vLLM engine plus its :class:`Scorer`. Build it with :func:`build_engine`.
 
@@ -270,13 +331,16 @@ class Classifier:
         self.model = model
         self.lora_enabled = lora_enabled
 
-    def classify(self, docs: Sequence[Document], adapter: AdapterHandle | None = None, progress: bool = False) -> list[Result]:
+    def classify(self, docs: Sequence[Document], adapter: AdapterHandle | None = None, progress: bool = False,
+                 temperature: float | None = None) -> list[Result]:
         """Classify documents; one result per input document, in input order.
 
         Args:
             docs: documents (already-rejected ones pass straight through as rejected).
             adapter: LoRA adapter to apply, or ``None`` for the base model.
             progress: show vLLM's progress bar.
+            temperature: score temperature; ``None`` takes ``adapter.temperature`` (1.0 without an
+                adapter). Pass the card's value when the adapter is merged into the weights.
 
         Returns:
             ``len(docs)`` results, ``results[i].id == docs[i].id``.
@@ -306,8 +370,9 @@ class Classifier:
                 raise
             except Exception as err:  # vLLM raises many types; keep the first error whole
                 raise EngineError(f"vLLM generate failed: {type(err).__name__}: {err}") from err
+            t = resolve_temperature(adapter, temperature)
             for (i, prompt), output in zip(pending, outputs, strict=True):
-                results[i] = self.scorer.result(docs[i], prompt, output.outputs[0])
+                results[i] = self.scorer.result(docs[i], prompt, output.outputs[0], t)
         return [r for r in results if r is not None]
 
     def shutdown(self) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig
-from classify.engine import AdapterHandle, Scorer, engine_kwargs
+from classify.engine import AdapterHandle, Scorer, engine_kwargs, resolve_temperature
 from classify.errors import EngineError
 from classify.model import ModelRef
 from classify.prompt import Prompt
@@ -129,7 +129,7 @@ class AsyncClassifier:
 
         Args:
             docs: documents (already-rejected ones pass through as rejected results).
-            adapter: LoRA adapter to apply, or ``None`` for the base model.
+            adapter: LoRA adapter to apply (its ``temperature`` scales the scores), or ``None`` for the base model.
 
         Returns:
             ``len(docs)`` results, ``results[i].id == docs[i].id``.
@@ -145,8 +145,9 @@ class AsyncClassifier:
         pending = [(i, p) for i, p in enumerate(rendered) if isinstance(p, Prompt)]
         outputs = await asyncio.shield(asyncio.ensure_future(self._gated(pending, params, lora)))
         results: list[Result | Prompt] = list(rendered)
+        temperature = resolve_temperature(adapter)  # the card's calibration.temperature, as pilot and batch
         for (i, prompt), completion in zip(pending, outputs, strict=True):
-            results[i] = self.scorer.result(docs[i], prompt, completion)
+            results[i] = self.scorer.result(docs[i], prompt, completion, temperature)
         return [r for r in results if isinstance(r, Result)]
 
     async def _gated(self, pending: list[tuple[int, Prompt]], params: Any, lora: Any) -> list[Any]:
