@@ -1,0 +1,138 @@
+"""File helpers shared by every package: sha256 of files and folders, and folders that appear whole.
+
+One home for what model provisioning, run exports, the adapter registry, adapter
+transfer, merging and training checkpoints all need:
+
+- :func:`file_sha256`, :func:`stream_sha256`, :func:`tree_sha256`: content hashes (lowercase hex);
+- :func:`atomic_dir`: build a folder under a hidden temporary name beside its target, then rename
+  it into place, so a reader sees the whole folder or nothing (a crash leaves only a hidden
+  ``.<name>-*`` folder, never a half-written target).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+CHUNK_BYTES = 1 << 20
+"""Files are hashed in 1 MiB reads."""
+
+
+def stream_sha256(fh: Any, chunk_bytes: int = CHUNK_BYTES) -> str:
+    """sha256 hex digest (64 lowercase hex) of everything readable from a binary file object.
+
+    Args:
+        fh: an object with ``read(n) -> bytes`` (an open file, an fsspec file).
+        chunk_bytes: bytes per read.
+    """
+    digest = hashlib.sha256()
+    while block := fh.read(chunk_bytes):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+def file_sha256(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> str:
+    """sha256 hex digest (64 lowercase hex) of a file's bytes, read in ``chunk_bytes`` pieces.
+
+    Raises:
+        OSError: the file cannot be opened or read.
+    """
+    with open(path, "rb") as fh:
+        return stream_sha256(fh, chunk_bytes)
+
+
+def tree_sha256(folder: Path, *, skip: Collection[str] = (), hidden: bool = False) -> dict[str, str]:
+    """sha256 of every regular file under ``folder``, sorted by path.
+
+    Args:
+        folder: the folder walked (recursively).
+        skip: relative POSIX paths left out (e.g. ``{"SHA256SUMS"}``, ``{"card.json"}``).
+        hidden: when False, a file is left out if any part of its relative path starts with ``.``
+            (temporary files and staging folders); when True every file is listed.
+
+    Returns:
+        ``{relative POSIX path: sha256 hex}``.
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    out: dict[str, str] = {}
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if not p.is_file() or rel.as_posix() in skip:
+            continue
+        if not hidden and any(part.startswith(".") for part in rel.parts):
+            continue
+        out[rel.as_posix()] = file_sha256(p)
+    return out
+
+
+@dataclass
+class StagedDir:
+    """The hidden folder :func:`atomic_dir` yields; write into ``path``.
+
+    Attributes:
+        path: the temporary folder (``<target parent>/.<target name>-<random><suffix>``).
+        target: where it is renamed to on success.
+        discarded: set by :meth:`discard`; the folder is then removed instead of renamed.
+    """
+
+    path: Path
+    target: Path
+    discarded: bool = False
+
+    def discard(self) -> None:
+        """Give up the write: on leaving the ``with`` block the folder is removed, the target untouched."""
+        self.discarded = True
+
+
+@contextmanager
+def atomic_dir(target: Path, *, suffix: str = "", if_exists: Literal["error", "keep", "replace"] = "error",
+               mode: int | None = None) -> Iterator[StagedDir]:
+    """Build the folder ``target`` in a hidden sibling and rename it into place when the block ends.
+
+    On an exception inside the block the temporary folder is removed and the exception propagates;
+    ``target`` is never touched. The parent folder is created if missing.
+
+    Args:
+        target: the folder to create.
+        suffix: added to the temporary folder's name (e.g. ``".tmp"``), so stale ones can be found.
+        if_exists: what to do when ``target`` exists at the rename: ``"error"`` raises
+            :class:`FileExistsError` (a concurrent writer won; its copy is kept), ``"keep"`` silently
+            keeps the existing folder and drops the new one, ``"replace"`` removes the existing
+            folder first (not atomic between the removal and the rename).
+        mode: permission bits set on the folder before the rename (``mkdtemp`` creates it ``0o700``).
+
+    Yields:
+        A :class:`StagedDir`; write into its ``path``, or call ``discard()`` to leave without renaming.
+
+    Raises:
+        FileExistsError: ``if_exists="error"`` and ``target`` exists (checked by the rename itself).
+        OSError: the folder cannot be created or renamed.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = StagedDir(Path(tempfile.mkdtemp(prefix=f".{target.name}-", suffix=suffix, dir=target.parent)), target)
+    try:
+        yield staged
+        if staged.discarded or (if_exists == "keep" and target.exists()):
+            shutil.rmtree(staged.path, ignore_errors=True)
+            return
+        if mode is not None:
+            os.chmod(staged.path, mode)
+        if if_exists == "replace" and target.exists():
+            shutil.rmtree(target)
+        try:
+            os.rename(staged.path, target)  # fails when target is a non-empty folder: a concurrent writer won
+        except OSError:
+            if target.exists():
+                raise FileExistsError(f"{target} already exists") from None
+            raise
+    finally:
+        shutil.rmtree(staged.path, ignore_errors=True)
