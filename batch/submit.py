@@ -1,30 +1,35 @@
-"""``python -m batch.submit`` / ``make submit``: submit the batch to a Ray cluster's job server.
+"""``docpilot submit`` / ``make submit``: submit the batch to a Ray cluster's job server and follow it.
 
-Builds a small working directory (the ``classify``, ``batch`` and ``adapters`` packages and
-``config/``: no model weights, no ``runs/``, no ``.git``), then runs::
+Builds a small working directory (the ``docpilot``, ``classify``, ``batch`` and ``adapters``
+packages and ``config/``: no model weights, no ``runs/``, no ``.git``), then submits it with
+Ray's :class:`ray.job_submission.JobSubmissionClient` (no ``ray`` CLI subprocess)::
 
-    ray job submit --address $RAY_ADDRESS --working-dir <staging> --submission-id <batch-id> \\
-        --runtime-env-json '{"env_vars": {DOCPILOT_* as absolute paths}}' \\
-        -- python -m classify.cli batch --config config/batch.json --corpus <abs> --batch-id <id> ...
+    submission id  docpilot-<batch-id>
+    runtime_env    {"working_dir": <staging>, "env_vars": {DOCPILOT_* as absolute paths}}
+    entrypoint     python -m docpilot batch --config config/batch.json --corpus <abs> --batch-id <id> ...
 
-The job's driver runs on the head node in the uploaded copy, so every path it needs (corpus,
-model cache, runs, exports, registry, pilot records) is passed as an absolute path resolved
-here: on a multi-node cluster they must exist on the head node (a shared volume).
-With token authentication on (Ray >= 2.59 turns it on for ``ray start``), ``ray job submit``
-reads the token like every Ray client: ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
-``~/.ray/auth_token`` (``ray get-auth-token``).
+and follows the job's log until it ends (``--no-wait``: returns once submitted). The job's
+driver runs on the head node in the uploaded copy, so every path it needs (corpus, model cache,
+runs, exports, registry, pilot records) is passed as an absolute path resolved here: on a
+multi-node cluster they must exist on the head node (a shared volume).
+With token authentication on (``RAY_AUTH_MODE=token``; Ray >= 2.59 can start clusters with it),
+the client sends the token like every Ray client, read from ``RAY_AUTH_TOKEN``,
+``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token`` (``ray get-auth-token``); a refused token is
+reported with Ray's own explanation.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import asyncio
 import os
+import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 from batch._config import load_batch_config
 from classify.errors import ConfigError, InputError
@@ -34,6 +39,8 @@ from classify.runrecords import new_run_dir
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("docpilot", "classify", "batch", "adapters")
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+POLL_S = 2.0
+"""Seconds between status polls when the log stream ends before the job does."""
 
 
 def stage_working_dir(dest: Path, config: Path) -> Path:
@@ -65,8 +72,8 @@ def job_env() -> dict[str, str]:
     }
 
 
-def build_command(args: argparse.Namespace, staging: Path, batch_id: str, corpus: Path) -> list[str]:
-    """The ``ray job submit`` command line (see the module docstring)."""
+def build_entrypoint(args: argparse.Namespace, batch_id: str, corpus: Path) -> list[str]:
+    """The job's entrypoint, ``python -m docpilot batch ...``, as an argument list (see the module docstring)."""
     entry = [args.python, "-m", "docpilot", "batch", "--config", "config/batch.json",
              "--corpus", str(corpus), "--batch-id", batch_id, "--no-progress"]
     if args.adapter:
@@ -75,26 +82,74 @@ def build_command(args: argparse.Namespace, staging: Path, batch_id: str, corpus
         entry += ["--export-dir", str(Path(args.export_dir).resolve())]
     if args.skip_pilot_gate:
         entry.append("--skip-pilot-gate")
-    cmd = [args.ray, "job", "submit", "--address", args.address, "--working-dir", str(staging),
-           "--submission-id", f"docpilot-{batch_id}", "--runtime-env-json", json.dumps({"env_vars": job_env()})]
-    if args.no_wait:
-        cmd.append("--no-wait")
-    return [*cmd, "--", *entry]
+    return entry
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Submit ``docpilot batch`` to a Ray job server and report where the results are.
-
-    Args:
-        argv: command-line arguments (default ``sys.argv[1:]``).
+def job_request(args: argparse.Namespace, staging: Path, batch_id: str, corpus: Path) -> dict[str, Any]:
+    """Keyword arguments of :meth:`JobSubmissionClient.submit_job` for this batch.
 
     Returns:
-        ``ray job submit``'s exit status (0: the job succeeded, or was submitted with ``--no-wait``).
+        ``{"entrypoint": str (shell-quoted), "submission_id": "docpilot-<batch_id>",
+        "runtime_env": {"working_dir": str, "env_vars": dict[str, str]}}``.
+    """
+    return {
+        "entrypoint": shlex.join(build_entrypoint(args, batch_id, corpus)),
+        "submission_id": f"docpilot-{batch_id}",
+        "runtime_env": {"working_dir": str(staging), "env_vars": job_env()},
+    }
+
+
+def connect(address: str) -> Any:
+    """A :class:`ray.job_submission.JobSubmissionClient` for ``address`` (imported here: Ray loads slowly).
 
     Raises:
-        ConfigError: invalid config. InputError: the corpus does not exist.
+        ConnectionError: no job server answers at ``address``.
+        RuntimeError: the server refused the client (version, authentication).
     """
-    p = argparse.ArgumentParser(prog="python -m batch.submit", description="Submit the batch to a Ray cluster's job server.")
+    from ray.job_submission import JobSubmissionClient
+
+    return JobSubmissionClient(address)
+
+
+def follow(client: Any, job_id: str) -> str:
+    """Print the job's log as it is written until the job ends; return its final status.
+
+    Args:
+        client: a connected job client.
+        job_id: the submission id.
+
+    Returns:
+        The terminal :class:`ray.job_submission.JobStatus` value as a string
+        (``"SUCCEEDED"``, ``"FAILED"`` or ``"STOPPED"``).
+    """
+
+    async def tail() -> None:
+        async for lines in client.tail_job_logs(job_id):
+            print(lines, end="", flush=True)
+
+    try:
+        asyncio.run(tail())
+    except RuntimeError as err:  # the log stream closed early: fall back to polling the status
+        print(f"(log stream ended: {err}; polling the job status)", flush=True)
+    while not (status := client.get_job_status(job_id)).is_terminal():
+        time.sleep(POLL_S)
+    return str(status.value)
+
+
+def report(client: Any, job_id: str, status: str) -> int:
+    """Print the job's outcome the way ``ray job submit`` does; 0 only when it succeeded."""
+    if status == "SUCCEEDED":
+        print(f"Job '{job_id}' succeeded")
+        return 0
+    print(f"Job '{job_id}' {'was stopped' if status == 'STOPPED' else status.lower()}")
+    message = client.get_job_info(job_id).message
+    if message:
+        print(f"Status message: {message}")
+    return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="docpilot submit", description="Submit the batch to a Ray cluster's job server.")
     p.add_argument("--config", default="config/batch.json", help="batch config (default: %(default)s)")
     p.add_argument("--corpus", help="corpus file or folder on the head node (default: the config's `corpus.path`)")
     p.add_argument("--adapter", help="adapter name@version")
@@ -105,10 +160,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-pilot-gate", action="store_true", help="passed on to docpilot batch (logged and recorded)")
     p.add_argument("--no-wait", action="store_true", help="return after submitting (follow with `ray job logs -f`)")
     p.add_argument("--python", default="python", help="interpreter on the head node (default: %(default)s)")
-    beside = Path(sys.executable).parent / "ray"  # the venv's own CLI, also when the venv is not activated
-    p.add_argument("--ray", default=str(beside) if beside.is_file() else shutil.which("ray") or "ray",
-                   help="the ray CLI (default: %(default)s)")
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Submit ``docpilot batch`` to a Ray job server, follow it, and report where the results are.
+
+    Args:
+        argv: command-line arguments after ``docpilot submit`` (default ``sys.argv[1:]``).
+
+    Returns:
+        0 when the job succeeded (or was submitted, with ``--no-wait``); 1 when it failed or was
+        stopped, or the job server could not be reached or refused the submission.
+
+    Raises:
+        ConfigError: invalid config or address. InputError: the corpus does not exist.
+    """
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     cfg = load_batch_config(args.config)
     corpus = Path(args.corpus or cfg.corpus.path).expanduser().resolve()
     if not corpus.exists():
@@ -120,13 +188,23 @@ def main(argv: list[str] | None = None) -> int:
     else:
         batch_id, folder = new_run_dir("batch", runs_dir())
         folder.rmdir()  # only the name is reserved here; the job creates the folder
-    with tempfile.TemporaryDirectory(prefix="docpilot-job-") as tmp:
-        staging = stage_working_dir(Path(tmp), Path(args.config))
-        cmd = build_command(args, staging, batch_id, corpus)
-        print("submitting:", " ".join(cmd), flush=True)
-        rc = subprocess.run(cmd, check=False).returncode
+    job_id = f"docpilot-{batch_id}"
+    from ray.exceptions import RayError  # e.g. AuthenticationError: a missing or refused token
+
+    try:
+        client = connect(args.address)
+        with tempfile.TemporaryDirectory(prefix="docpilot-job-") as tmp:
+            request = job_request(args, stage_working_dir(Path(tmp), Path(args.config)), batch_id, corpus)
+            print(f"submitting: job {job_id} to {args.address}: working_dir {request['runtime_env']['working_dir']} "
+                  f"({', '.join(PACKAGES)}, config/batch.json), entrypoint: {request['entrypoint']}", flush=True)
+            client.submit_job(**request)  # uploads the working_dir before it returns
+        print(f"Job '{job_id}' submitted successfully", flush=True)
+        rc = 0 if args.no_wait else report(client, job_id, follow(client, job_id))
+    except (ConnectionError, RuntimeError, RayError) as err:  # unreachable, refused token, duplicate submission id, ...
+        print(f"error [ray]: job server {args.address}: {err}", file=sys.stderr)
+        return 1
     run_dir = runs_dir() / batch_id
-    print(f"batch {batch_id}: job docpilot-{batch_id} {'submitted' if args.no_wait else f'exited {rc}'}")
+    outcome = f"submitted (follow: ray job logs -f {job_id})" if args.no_wait else f"exited {rc}"
+    print(f"batch {batch_id}: job {job_id} {outcome}")
     print(f"results: {run_dir}/results.jsonl  summary: {run_dir}/summary.json  progress: docpilot status {batch_id}")
     return rc
-

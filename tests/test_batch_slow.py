@@ -1,4 +1,4 @@
-"""Slow batch tests on real Ray with the real engine: crash + resume, actor loss, ``ray job submit``, full corpus.
+"""Slow batch tests on real Ray with the real engine: crash + resume, actor loss, ``docpilot submit`` (Ray job client), full corpus.
 
 Run with ``make test-slow`` (``pytest -m slow tests/test_batch_slow.py``). Each starts one vLLM
 engine at a time (the crash test three in sequence) and cleans up every process it caused by pid.
@@ -176,24 +176,33 @@ def ray_head(tmp_path):
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def test_ray_job_submit_runs_the_batch_on_a_ray_head(tmp_path, bbc_dir, ray_head):
+def test_docpilot_submit_runs_the_batch_on_a_ray_head(tmp_path, bbc_dir, ray_head):
     from classify.paths import exports_dir, runs_dir
     from classify.runrecords import read_jsonl
 
     spec = make_corpus(tmp_path / "corpus", bbc_dir, 24)
     proc = subprocess.run(
-        [sys.executable, "-m", "batch.submit", "--address", ray_head["address"], "--corpus", str(spec["path"]),
+        [sys.executable, "-m", "docpilot", "submit", "--address", ray_head["address"], "--corpus", str(spec["path"]),
          "--batch-id", "job1", "--skip-pilot-gate", "--python", sys.executable],
         cwd=ROOT, env=ray_head["env"], capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-2000:])
-    assert "--working-dir" in proc.stdout and "results: " in proc.stdout
+    assert "working_dir" in proc.stdout and "results: " in proc.stdout
     assert "Job 'docpilot-job1' succeeded" in proc.stdout
+    assert "export (SHA256SUMS verified)" in proc.stdout  # the job's own log, followed until it ended
     run = runs_dir() / "job1"
     rows = read_jsonl(run / "results.jsonl")
     assert sorted(r["id"] for r in rows) == sorted(spec["ids"])
     summary = json.loads((run / "summary.json").read_text())
     assert summary["accepted"] + summary["rejected"] == len(spec["ids"])
     assert (exports_dir() / "job1" / "SHA256SUMS").is_file()
+
+    # a job that fails (unknown adapter: refused before any engine starts) makes `docpilot submit` fail too
+    failed = subprocess.run(
+        [sys.executable, "-m", "docpilot", "submit", "--address", ray_head["address"], "--corpus", str(spec["path"]),
+         "--batch-id", "job2", "--adapter", "no-such-adapter@1", "--python", sys.executable],
+        cwd=ROOT, env=ray_head["env"], capture_output=True, text=True, timeout=600)
+    assert failed.returncode == 1, (failed.stdout[-3000:], failed.stderr[-2000:])
+    assert "Job 'docpilot-job2' failed" in failed.stdout and "no-such-adapter" in failed.stdout
 
 
 def test_full_bbc_test_set_334_articles(tmp_path, bbc_dir):
