@@ -32,6 +32,9 @@ class CorpusConfig(_Frozen):
         id_column: CSV and Parquet: the column holding the id; ``null`` (or a header without it) gives
             generated ids ``<id_prefix>-<row index, 4 digits>``, stable across runs.
         id_prefix: CSV and Parquet: prefix of generated ids (default: the file's stem).
+        label_column: the expected category of each document, for the quality report (accuracy,
+            confusion matrix): a CSV/Parquet column or a JSONL key; a corpus without it is
+            unlabelled (no accuracy). ``null``: never read labels. Labels never change answers.
     """
 
     path: str = Field("../shared/data/bbc-news/test.csv", min_length=1)
@@ -39,6 +42,7 @@ class CorpusConfig(_Frozen):
     text_column: str = Field("text", min_length=1)
     id_column: str | None = None
     id_prefix: str | None = Field("bbc-test", min_length=1, max_length=100)
+    label_column: str | None = Field("category", min_length=1)
 
 
 class RunConfig(_Frozen):
@@ -117,7 +121,8 @@ def results_config(cfg: BatchConfig) -> dict[str, Any]:
 
     Resuming a batch requires this to be unchanged. Engine sizing, actor counts, retries and the
     export folder do not change any answer and may differ between attempts; the corpus path
-    does not either (the corpus fingerprint covers the content).
+    does not either (the corpus fingerprint covers the content), nor does ``corpus.label_column``
+    (labels add to the report only). ``classify.review_below_score`` counts only when set.
 
     Args:
         cfg: the batch config.
@@ -128,8 +133,11 @@ def results_config(cfg: BatchConfig) -> dict[str, Any]:
     """
     return {
         "model": cfg.model.model_dump(mode="json"),
-        "classify": cfg.classify.model_dump(mode="json"),
-        "corpus": cfg.corpus.model_dump(mode="json", exclude={"path"}),
+        # review_below_score only when set: rows then carry `review` (a changed threshold refuses the
+        # resume), while manifests written before the field existed keep their config_sha256
+        "classify": cfg.classify.model_dump(mode="json", exclude=set() if cfg.classify.review_below_score
+                                            else {"review_below_score"}),
+        "corpus": cfg.corpus.model_dump(mode="json", exclude={"path", "label_column"}),
         "shard_docs": cfg.batch.shard_docs,
         "shard_target_bytes": cfg.batch.shard_target_bytes,
     }

@@ -1,6 +1,6 @@
 """Score calibration, review flags and the quality reports (accuracy, confusion matrix, pictures).
 
-Fast tests: a fake tokenizer and fake vLLM outputs drive the real :class:`classify.engine.Scorer`
+Fast tests: a fake tokenizer and fake vLLM outputs drive the real :class:`classify.scoring.Scorer`
 through the offline (pilot, batch) and async (serve) classifiers, and the reports run on
 hand-made result rows.
 """
@@ -16,8 +16,9 @@ import pytest
 
 from classify.config import ClassifyConfig
 from classify.documents import document_from_text
-from classify.engine import AdapterHandle, Classifier, Scorer, card_temperature, softmax_at
+from classify.engine import Classifier
 from classify.errors import AdapterError
+from classify.scoring import AdapterHandle, Scorer, card_temperature, softmax_at
 
 CATS = ClassifyConfig().categories
 # first-token log-probs the fake engine answers with (already normalised over the categories)
@@ -133,3 +134,162 @@ def test_pilot_batch_and_serve_apply_the_card_temperature_identically(tmp_path, 
 
 def test_handle_default_temperature_is_one():
     assert AdapterHandle("x@1", "/nowhere", 1).temperature == 1.0
+
+
+# --- review flags and the report --------------------------------------------------------------------------------
+
+def _row(i, category, score, status="accepted"):
+    if status == "rejected":
+        return {"id": str(i), "status": "rejected", "category": None, "score": None, "reason": "empty document"}
+    return {"id": str(i), "status": "accepted", "category": category, "score": score}
+
+
+def test_needs_review_only_with_a_threshold():
+    from batch.quality import needs_review
+
+    assert needs_review(0.1, None) is None  # off: rows carry no flag
+    assert needs_review(0.59, 0.6) is True and needs_review(0.6, 0.6) is False and needs_review(None, 0.6) is True
+
+
+def test_review_counts_per_category_and_accuracy_above_and_below_the_threshold():
+    from batch.quality import QualityTally
+
+    t = QualityTally(["sport", "tech"], review_below_score=0.6)
+    rows = [(_row(0, "sport", 0.95), "sport"), (_row(1, "sport", 0.9), "tech"), (_row(2, "tech", 0.5), "tech"),
+            (_row(3, "tech", 0.4), "sport"), (_row(4, "tech", 0.55), "tech"), (_row(5, None, None, "rejected"), "tech"),
+            (_row(6, "sport", 0.3), None)]
+    for row, label in rows:
+        t.add(row, label)
+    rep = t.report()
+    assert rep["review"] == {"below_score": 0.6, "flagged": 4, "by_category": {"sport": 1, "tech": 3}}
+    lab = rep["labelled"]
+    assert (lab["documents"], lab["correct"], lab["accuracy"], lab["rejected"], lab["unlabelled"]) == (6, 3, 0.5, 1, 1)
+    assert lab["by_review"]["above"] == {"documents": 2, "correct": 1, "accuracy": 0.5}
+    assert lab["by_review"]["below"] == {"documents": 3, "correct": 2, "accuracy": 0.6667}
+    assert lab["confusion"]["predicted"] == ["sport", "tech", "rejected"]
+    assert lab["confusion"]["counts"] == [[1, 1, 0], [1, 2, 1]]
+    assert lab["per_category"]["tech"] == {"documents": 4, "correct": 2, "accuracy": 0.5, "precision": 0.6667, "rejected": 1}
+    assert rep["distribution"] == {"sport": 3, "tech": 3, "rejected": 1}
+    assert rep["score_histogram"]["counts"][19] == 1 and sum(rep["score_histogram"]["counts"]) == 6
+
+
+def test_a_rows_own_review_flag_is_counted_as_given():
+    from batch.quality import QualityTally
+
+    t = QualityTally(["sport", "tech"], review_below_score=0.6)
+    t.add({**_row(0, "tech", 0.9), "review": True})
+    t.add({**_row(1, "tech", 0.1), "review": False})
+    assert t.report()["review"]["by_category"] == {"sport": 0, "tech": 1}
+
+
+def test_an_unlabelled_run_has_no_accuracy_and_no_review_section_without_a_threshold(tmp_path):
+    from batch.quality import QualityTally, quality_table, write_report
+
+    t = QualityTally(["sport", "tech"])
+    t.add(_row(0, "sport", 0.7))
+    t.add(_row(1, "tech", 0.8), label="not-a-category")
+    rep = write_report(tmp_path, t, "run-x")
+    assert "labelled" not in rep and "review" not in rep
+    assert rep["files"] == ["category_distribution.png", "score_histogram.png", "quality.md"]
+    assert not (tmp_path / "confusion_matrix.png").exists()
+    assert (tmp_path / "score_histogram.png").read_bytes()[:4] == b"\x89PNG"
+    assert "accuracy" not in quality_table(rep)
+
+
+def test_labelled_pilot_rows_write_the_confusion_matrix_with_planned_rejects(tmp_path):
+    from batch.quality import tally_rows, write_report
+
+    rows = [_row("a", "sport", 0.9), _row("b", "tech", 0.8), _row("c", None, None, "rejected")]
+    rep = write_report(tmp_path, tally_rows(rows, {"a": "sport", "b": "sport", "c": "reject"}, ["sport", "tech"]), "pilot")
+    assert rep["labelled"]["accuracy"] == 0.5 and rep["labelled"]["planned_rejects"] == 1
+    assert rep["labelled"]["confusion"]["labels"] == ["sport", "tech", "reject"]
+    assert (tmp_path / "confusion_matrix.png").stat().st_size > 10_000
+    text = (tmp_path / "quality.md").read_text()
+    assert "accuracy 50.0% (1/2 labelled documents" in text and "| sport | 1 | 2 | 1 | 50.0% | 100.0% |" in text
+
+
+# --- corpus labels, streamed in results order -------------------------------------------------------------------
+
+def _labelled_corpora(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"id": f"d{i}", "text": f"document number {i} " * 5, "category": ["sport", "tech", ""][i % 3]} for i in range(40)]
+    rows.insert(7, {"id": "d3", "text": "a later row with an id used before", "category": "tech"})
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
+    csv_path = tmp_path / "c.csv"
+    import csv
+
+    with csv_path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, ["id", "text", "category"])
+        w.writeheader()
+        w.writerows(rows)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "c.parquet", row_group_size=9)
+    return [jsonl, csv_path, tmp_path / "c.parquet"]
+
+
+def test_corpus_labels_come_in_the_order_of_the_documents_for_every_format(tmp_path):
+    from batch._config import CorpusConfig
+    from batch._labels import has_labels, iter_labels
+    from batch.corpus import plan_corpus
+
+    for path in _labelled_corpora(tmp_path):
+        plan = plan_corpus(CorpusConfig(path=str(path), id_column="id"), 5, 1 << 30)
+        docs = [d for s in plan.shards for d in plan.read_shard(s, 200_000)]
+        assert has_labels(plan, "category") and not has_labels(plan, "topic"), path
+        pairs = list(iter_labels(plan, "category"))
+        assert [i for i, _ in pairs] == [d.id for d in docs], path
+        labels = dict(pairs)
+        assert (labels["d0"], labels["d1"], labels["d2"], labels["d3"]) == ("sport", "tech", None, "sport"), path
+
+
+def test_a_folder_corpus_has_no_labels(tmp_path):
+    from batch._config import CorpusConfig
+    from batch._labels import has_labels
+    from batch.corpus import plan_corpus
+
+    (tmp_path / "a.txt").write_text("some text")
+    assert not has_labels(plan_corpus(CorpusConfig(path=str(tmp_path)), 5, 1 << 30), "category")
+
+
+def _results_for(plan, folder, answer):
+    from batch.corpus import CorpusPlan  # noqa: F401 - the plan's type
+
+    docs = [d for s in plan.shards for d in plan.read_shard(s, 200_000)]
+    rows = [{"id": d.id, "status": "rejected", "category": None, "score": None, "reason": d.reject_reason}
+            if d.reject_reason else {"id": d.id, "status": "accepted", "category": answer, "score": 0.75} for d in docs]
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def test_batch_report_labelled_and_unlabelled(tmp_path):
+    from batch._config import CorpusConfig
+    from batch.corpus import plan_corpus
+    from batch.quality import batch_report
+
+    jsonl = _labelled_corpora(tmp_path)[0]
+    plan = plan_corpus(CorpusConfig(path=str(jsonl), id_column="id"), 5, 1 << 30)
+    run = tmp_path / "run"
+    run.mkdir()
+    _results_for(plan, run, "sport")
+    rep = batch_report(run, plan, "category", ["sport", "tech"], 0.8, "b-1")
+    lab = rep["labelled"]
+    # 40 distinct ids: labels sport 14, tech 13, none 13; the duplicated d3 is one rejected row; the broken line unlabelled
+    assert (lab["documents"], lab["correct"], lab["rejected"]) == (27, 13, 1)
+    assert rep["label_column"] == "category" and rep["label_problem"] is None
+    assert rep["review"]["flagged"] == 39 and (run / "confusion_matrix.png").exists()
+    off = tmp_path / "off"
+    off.mkdir()
+    _results_for(plan, off, "sport")
+    rep = batch_report(off, plan, None, ["sport", "tech"], None, "b-2")
+    assert "labelled" not in rep and rep["label_column"] is None and not (off / "confusion_matrix.png").exists()
+    assert (off / "category_distribution.png").exists() and (off / "score_histogram.png").exists()
+
+
+def test_labels_out_of_step_are_dropped_with_the_reason(tmp_path):
+    from batch.quality import tally_results_file
+
+    (tmp_path / "results.jsonl").write_text(json.dumps(_row("a", "sport", 0.9)) + "\n")
+    tally, problem = tally_results_file(tmp_path / "results.jsonl", iter([("b", "sport")]), ["sport"])
+    assert "out of step" in problem and "labelled" not in tally.report()

@@ -1,0 +1,110 @@
+"""Labels of a batch corpus, read again after the merge in the order of ``results.jsonl``.
+
+A corpus is labelled when ``corpus.label_column`` (default ``"category"``) is a column of its CSV
+header or Parquet schema, or a key of at least one JSONL record; ``null`` turns labels off. A
+folder corpus has no labels. Rows without a value are unlabelled rows.
+
+The merge writes one row per distinct id in plan order (shard by shard, corpus order inside a
+shard, later duplicates skipped), so the labels are streamed in that same order and zipped with
+the results: memory does not grow with the corpus.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from batch.corpus import CorpusPlan
+from classify.documents import (
+    csv_header,
+    escape_surrogates,
+    iter_csv_rows,
+    jsonl_line_id,
+    parquet_columns,
+    parquet_row_id,
+)
+
+
+def _label(value: Any) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def has_labels(plan: CorpusPlan, column: str | None) -> bool:
+    """Whether the planned corpus carries labels in ``column`` (see the module docstring).
+
+    JSONL is scanned until the first record with the key (a whole pass when none has it).
+    """
+    if column is None or plan.format == "dir":
+        return False
+    path = Path(plan.path)
+    if plan.format == "csv":
+        return column in (plan.reading.get("header") or csv_header(path)[0])
+    if plan.format == "parquet":
+        import pyarrow.parquet as pq
+
+        return column in pq.ParquetFile(path).schema_arrow.names
+    with path.open("rb") as fh:
+        for raw in fh:
+            if column.encode() in raw:
+                try:
+                    record = json.loads(raw)
+                except (ValueError, UnicodeDecodeError):
+                    continue
+                if isinstance(record, dict) and column in record:
+                    return True
+    return False
+
+
+def iter_labels(plan: CorpusPlan, column: str) -> Iterator[tuple[str, str | None]]:
+    """``(id, label or None)`` for every result row of the batch, in ``results.jsonl`` order.
+
+    Args:
+        plan: the batch's corpus plan (the manifest's shards: duplicates folded, later ones skipped).
+        column: the label column or JSONL key.
+
+    Yields:
+        One pair per distinct id; the label is the stripped string value, ``None`` when missing or empty.
+    """
+    path = Path(plan.path)
+    if plan.format == "jsonl":
+        name = escape_surrogates(path.name)
+        for shard in plan.shards:
+            skip = set(shard.get("skip") or ())
+            with path.open("rb") as fh:
+                fh.seek(shard["offset"])
+                data = fh.read(shard["end"] - shard["offset"])
+            for lineno, raw in enumerate(data.splitlines(keepends=True), start=shard["row"]):
+                if not raw.strip() or lineno in skip:
+                    continue
+                doc_id, record, _ = jsonl_line_id(name, lineno, raw)
+                yield doc_id, _label((record or {}).get(column))
+    elif plan.format == "csv":
+        r = plan.reading
+        for shard in plan.shards:
+            skip = set(shard.get("skip") or ())
+            for row in iter_csv_rows(path, r["text_column"], r["id_column"], r["id_prefix"], offset=shard["offset"],
+                                     first_index=shard["row"], max_rows=shard["n_rows"], header=r["header"]):
+                if row.index not in skip:
+                    yield row.doc_id, _label(row.values.get(column))
+    elif plan.format == "parquet":
+        yield from _parquet_labels(plan, path, column)
+
+
+def _parquet_labels(plan: CorpusPlan, path: Path, column: str) -> Iterator[tuple[str, str | None]]:
+    r = plan.reading
+    pf, use_ids = parquet_columns(path, r["text_column"], r["id_column"])
+    skip = {k for s in plan.shards for k in (s.get("skip") or ())}
+    name = escape_surrogates(path.name)
+    index = 0
+    for g in range(pf.num_row_groups):
+        columns = [column] + ([r["id_column"]] if use_ids else [])
+        table = pf.read_row_group(g, columns=columns)
+        labels = table.column(column).to_pylist()
+        ids = table.column(r["id_column"]).to_pylist() if use_ids else [None] * len(labels)
+        for label, raw_id in zip(labels, ids, strict=True):
+            if index not in skip:
+                doc_id, _ = parquet_row_id(raw_id, index, use_ids, r["id_prefix"], f"{name}#row{index}")
+                yield doc_id, _label(label)
+            index += 1
