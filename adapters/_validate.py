@@ -115,7 +115,8 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
     """
     from adapters.registry import lora_int_id
     from classify.documents import document_from_text
-    from classify.engine import AdapterHandle, Classifier, Scorer, build_engine
+    from classify.engine import Classifier, build_engine
+    from classify.scoring import AdapterHandle, Scorer
 
     own = classifier is None
     t0 = time.time()

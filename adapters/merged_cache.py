@@ -101,7 +101,7 @@ def merged_model(adapter: Any, base: ModelRef, dtype: str, cache: Path | None = 
         adapter: a verified :class:`adapters.registry.ResolvedAdapter` for ``base``.
         base: the resolved base model (:func:`classify.model.resolve_model`).
         dtype: dtype of the merged weights; pass the engine's compute dtype
-            (:func:`classify.engine.compute_dtype`) so the engine reads them without a cast.
+            (:func:`classify.device.compute_dtype`) so the engine reads them without a cast.
         cache: model cache root (default :func:`classify.paths.model_cache_dir`).
 
     Returns:

@@ -130,9 +130,9 @@ class ResolvedAdapter:
         return (self.card.get("pilot") or {}).get("status") == "passed"
 
     def handle(self) -> Any:
-        """The :class:`classify.engine.AdapterHandle` the engine applies (stable ``int_id`` per ref; the card's
+        """The :class:`classify.scoring.AdapterHandle` the engine applies (stable ``int_id`` per ref; the card's
         ``calibration.temperature`` as its score temperature, 1.0 without one)."""
-        from classify.engine import AdapterHandle, card_temperature
+        from classify.scoring import AdapterHandle, card_temperature
 
         return AdapterHandle(name=self.ref, path=str(self.path), int_id=lora_int_id(self.ref), sha256=self.sha256,
                              temperature=card_temperature(self.card))

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig
-from classify.engine import AdapterHandle
 from classify.errors import ConfigError, EngineError
 from classify.records import Document
+from classify.scoring import AdapterHandle
 
 log = logging.getLogger(__name__)
 

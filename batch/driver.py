@@ -145,7 +145,7 @@ def _resolve_adapter(ref: str | None, model: ModelRef, engine: Any = None,
     if model_cfg.adapter_mode == "lora":
         return BatchAdapter(resolved, "lora")
     from adapters.merged_cache import merged_model
-    from classify.engine import compute_dtype
+    from classify.device import compute_dtype
 
     return BatchAdapter(resolved, "merged", merged_model(resolved, model, compute_dtype(model_cfg)))
 

@@ -23,7 +23,7 @@ from batch._pilot_report import STAGES, build_summary, decide, decision_markdown
 from classify import storage
 from classify.config import ClassifyConfig, PilotConfig, classification_sha256, config_sha256, load_config
 from classify.doctor import blockers, findings_json, run_checks
-from classify.engine import AdapterHandle, Classifier, build_engine
+from classify.engine import Classifier, build_engine
 from classify.errors import EngineError, EnvironmentCheckError, Interrupted, VerificationError
 from classify.model import ModelRef, resolve_model
 from classify.paths import exports_dir, runs_dir
@@ -42,6 +42,7 @@ from classify.runrecords import (
     write_json_atomic,
     write_jsonl_atomic,
 )
+from classify.scoring import AdapterHandle
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ def _merged(resolved: Any, model: ModelRef, cfg: PilotConfig, engine: Classifier
         EngineError: the classifier handed in runs another model than this merge.
     """
     from adapters.merged_cache import merged_model
-    from classify.engine import compute_dtype
+    from classify.device import compute_dtype
 
     merged = merged_model(resolved, model, compute_dtype(cfg.model))
     if engine is not None and engine.model.fingerprint != merged.fingerprint:
@@ -311,7 +312,7 @@ def _measure(engine: Classifier, cfg: PilotConfig, results: list[Any], seconds: 
     See :mod:`batch._pilot_measure` for what is measured where; a failed measurement is recorded, never raised.
     """
     from batch._pilot_measure import measure_engine
-    from classify.engine import detect_device
+    from classify.device import detect_device
 
     try:
         return measure_engine(engine, cfg.model, cfg.engine, detect_device(), len(results),

@@ -31,7 +31,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         AdapterNotFound: no such adapter in the registry (train one with ``make train``).
     """
     from adapters.registry import Registry
-    from classify.engine import build_engine, compute_dtype
+    from classify.device import compute_dtype
+    from classify.engine import build_engine
     from classify.model import resolve_model
 
     cfg = load_config(PilotConfig, "config/pilot.json")

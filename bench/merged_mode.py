@@ -133,7 +133,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from adapters.merged_cache import merged_model
     from adapters.registry import Registry
     from classify.config import ModelConfig
-    from classify.engine import compute_dtype
+    from classify.device import compute_dtype
     from classify.model import resolve_model
 
     n, shard_docs = (24, 4) if quick else (None, 16)

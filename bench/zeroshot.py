@@ -44,7 +44,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     Returns:
         ``{"title", "figures", "markdown"}``.
     """
-    from classify.engine import build_engine, compute_dtype
+    from classify.device import compute_dtype
+    from classify.engine import build_engine
     from classify.model import resolve_model
 
     cfg = load_config(PilotConfig, "config/pilot.json")

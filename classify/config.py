@@ -37,7 +37,7 @@ class ModelConfig(_Frozen):
         base_model: ``smollm2-135m-instruct`` (provisioned by ``make model``), a local
             Hugging Face model folder, or a Hugging Face model id (needs network or a warm HF cache).
         dtype: compute dtype for vLLM and training; ``auto`` = bfloat16 on accelerators and on CPUs
-            with native bf16 (AVX512-BF16/AMX), float32 elsewhere (see ``classify.engine.compute_dtype``).
+            with native bf16 (AVX512-BF16/AMX), float32 elsewhere (see ``classify.device.compute_dtype``).
         max_model_len: longest prompt + answer in tokens the engine accepts.
         adapter_mode: how pilot and batch run ONE adapter: ``merged`` (default: the adapter merged
             into the base weights once, cached, and run as a plain model without per-token LoRA
@@ -160,7 +160,7 @@ class EngineConfig(_Frozen):
         """Replace every ``"auto"`` by :data:`ENGINE_AUTO`'s value for ``device``; values the user set stay.
 
         Args:
-            device: ``cpu``, ``cuda`` or ``rocm`` (``classify.engine.detect_device`` finds this machine's).
+            device: ``cpu``, ``cuda`` or ``rocm`` (``classify.device.detect_device`` finds this machine's).
 
         Returns:
             The concrete :class:`EngineSettings`.

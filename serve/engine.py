@@ -1,7 +1,7 @@
-"""The server's classifier: vLLM's async engine plus the shared :class:`classify.engine.Scorer`.
+"""The server's classifier: vLLM's async engine plus the shared :class:`classify.scoring.Scorer`.
 
-Built from the same :func:`classify.engine.engine_kwargs` as the offline ``vllm.LLM`` that pilot
-and batch use, and scored by the same :class:`~classify.engine.Scorer`, so a document gets the
+Built from the same :func:`classify.device.engine_kwargs` as the offline ``vllm.LLM`` that pilot
+and batch use, and scored by the same :class:`~classify.scoring.Scorer`, so a document gets the
 same result over HTTP as in a pilot or batch run. Nothing here runs at import time.
 
 Base-model and adapter requests never share an engine step (:class:`PhaseGate`). vLLM's
@@ -24,11 +24,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig
-from classify.engine import AdapterHandle, Scorer, engine_kwargs, resolve_temperature
+from classify.device import engine_kwargs
 from classify.errors import EngineError
 from classify.model import ModelRef
 from classify.prompt import Prompt
 from classify.records import Document, Result
+from classify.scoring import AdapterHandle, Scorer, resolve_temperature
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,9 @@ import pytest
 
 from classify.config import ClassifyConfig
 from classify.documents import document_from_text
-from classify.engine import Classifier, Scorer
+from classify.engine import Classifier
 from classify.errors import EngineError
+from classify.scoring import Scorer
 
 pytestmark = pytest.mark.engine
 
@@ -59,7 +60,7 @@ def test_prompt_over_context_is_rejected_with_reason(engine):
 
 
 def test_adapter_needs_a_lora_engine(engine):
-    from classify.engine import AdapterHandle
+    from classify.scoring import AdapterHandle
 
     clf = Classifier(engine.llm, engine.scorer, engine.model, lora_enabled=False)
     with pytest.raises(EngineError, match="engine was built without LoRA"):

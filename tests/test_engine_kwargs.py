@@ -1,4 +1,4 @@
-"""What :func:`classify.engine.engine_kwargs` hands vLLM on each device (no engine, no accelerator needed).
+"""What :func:`classify.device.engine_kwargs` hands vLLM on each device (no engine, no accelerator needed).
 
 The shipped config files leave the device-dependent fields on ``"auto"``; the same file must give
 vLLM's CPU settings here and its throughput settings (CUDA graphs, ``gpu_memory_utilization``,
@@ -20,7 +20,7 @@ from classify.config import (
     load_config,
     parse_config,
 )
-from classify.engine import engine_kwargs
+from classify.device import engine_kwargs
 from classify.errors import ConfigError
 from classify.model import ModelRef
 
@@ -88,7 +88,7 @@ def test_auto_dtype_follows_the_device_asked_for():
 
 
 def test_default_device_is_this_machine():
-    from classify.engine import detect_device
+    from classify.device import detect_device
 
     assert detect_device() == "cpu"  # the test machine has no accelerator
     assert engine_kwargs(MODEL, ModelConfig(dtype="float32"), EngineConfig(), False) == engine_kwargs(

@@ -257,7 +257,7 @@ def test_kv_estimate_matches_vllm_allocation(engine, pilot_config):
     assert mc.get_num_layers(vc.parallel_config) == shape.num_layers
     assert mc.get_total_num_kv_heads() == shape.num_kv_heads
     assert mc.get_head_size() == shape.head_dim
-    from classify.engine import compute_dtype
+    from classify.device import compute_dtype
 
     assert mc.dtype == getattr(torch, compute_dtype(pilot_config.model)) and cc.cache_dtype == "auto"
     nbytes = mc.dtype.itemsize  # KV cache stored in the compute dtype: 4 bytes in float32, 2 in bf16

@@ -27,8 +27,8 @@ N_DOCS = 6
 @pytest.fixture(scope="module")
 def mixed(pilot_config, tmp_path_factory, bbc_dir):
     """An async engine with ``max_loras=2``, three adapters and six BBC test articles."""
-    from classify.engine import AdapterHandle
     from classify.model import resolve_model
+    from classify.scoring import AdapterHandle
     from serve.engine import build_async_engine
 
     model = resolve_model(pilot_config.model)

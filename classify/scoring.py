@@ -1,0 +1,207 @@
+"""Label scoring: documents to prompts and sampling parameters, vLLM outputs to result records.
+
+:class:`Scorer` is shared by the offline engine (:class:`classify.engine.Classifier`: pilot,
+Ray batch actors, benchmarks) and the server's async engine (``serve/engine.py``), so a
+document gets the same record on every path.
+
+Scoring (design card, "Backends and models"):
+
+* ``first-token``: one forward pass, ``max_tokens=1`` with ``allowed_token_ids``
+  restricted to the categories' distinct first tokens; the engine runs with
+  ``logprobs_mode="processed_logprobs"``, so the returned log-probs are already
+  normalised over the allowed tokens and ``score`` is the chosen category's
+  probability among the categories.
+* ``choice``: structured output (``StructuredOutputsParams(choice=categories)``) when
+  first tokens collide; ``score`` is ``exp(cumulative_logprob)`` of the constrained answer.
+
+Calibration: an adapter card may hold ``calibration.temperature`` T (fitted on the validation
+split by ``make train``). In ``first-token`` mode the score is then ``softmax(logprobs / T)``
+over the categories, taken at the chosen category; T = 1 (no card value, or the base model)
+gives the raw probability, bit for bit. The temperature rides on :class:`AdapterHandle`
+(LoRA mode, pilot, batch and serve alike) or is passed explicitly when the adapter is merged
+into the weights (:meth:`classify.engine.Classifier.classify`'s ``temperature``). ``choice`` scores are
+left as they are: only the chosen answer's log-prob is known there, not the other categories'.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from classify.config import ClassifyConfig
+from classify.errors import AdapterError, EngineError
+from classify.prompt import Prompt, build_prompt, category_first_tokens
+from classify.records import Document, Result
+
+
+@dataclass(frozen=True)
+class AdapterHandle:
+    """A LoRA adapter the engine can apply, already verified by the registry.
+
+    Attributes:
+        name: ``name@version`` handle (what results and logs show).
+        path: local folder with ``adapter_config.json`` and the adapter weights.
+        int_id: positive integer vLLM uses to tell adapters apart (stable per name@version).
+        sha256: the adapter's content hash from its card.
+        temperature: score temperature from the card's ``calibration.temperature`` (1.0: none).
+    """
+
+    name: str
+    path: str
+    int_id: int
+    sha256: str = ""
+    temperature: float = 1.0
+
+    def lora_request(self) -> Any:
+        """Return the ``vllm.lora.request.LoRARequest`` for this adapter."""
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(self.name, self.int_id, self.path)
+
+
+def card_temperature(card: Mapping[str, Any] | None) -> float:
+    """The score temperature an adapter card holds (``card["calibration"]["temperature"]``).
+
+    Args:
+        card: the parsed ``card.json`` (``None``: no adapter).
+
+    Returns:
+        T > 0; 1.0 when there is no card, no ``calibration`` or no ``temperature`` in it.
+
+    Raises:
+        AdapterError: the card's temperature is not a finite number in (0, 100].
+    """
+    value = ((card or {}).get("calibration") or {}).get("temperature")
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not 0 < value <= 100:
+        raise AdapterError(f"adapter card `calibration.temperature` must be a number in (0, 100], got {value!r}")
+    return float(value)
+
+
+def softmax_at(logprobs: Mapping[Any, float], key: Any, temperature: float = 1.0) -> float:
+    """``softmax(logprobs / temperature)[key]``: the tempered probability of ``key`` among ``logprobs``' keys.
+
+    Args:
+        logprobs: natural-log probabilities (any scale; they are renormalised), one per category.
+        key: the entry whose probability is returned (must be in ``logprobs``).
+        temperature: T > 0; 1.0 renormalises without scaling (``v / 1.0 == v`` exactly).
+
+    Returns:
+        A probability in [0, 1].
+    """
+    if temperature == 1.0:  # the raw path, unchanged (the records of an uncalibrated adapter stay byte-identical)
+        norm = math.log(sum(math.exp(v) for v in logprobs.values()))
+        return math.exp(logprobs[key] - norm)
+    scaled = {k: v / temperature for k, v in logprobs.items()}
+    top = max(scaled.values())  # shift: with T < 1 every exp(v / T) may underflow to 0
+    return math.exp(scaled[key] - top - math.log(sum(math.exp(v - top) for v in scaled.values())))
+
+
+class Scorer:
+    """Prompts in, results out: the engine-independent half of classification.
+
+    Args:
+        tokenizer: the base model's tokenizer.
+        classify_cfg: categories, instruction, budgets and scoring mode.
+        max_model_len: the engine's context length in tokens.
+
+    Raises:
+        ConfigError-like ``EngineError``: ``scoring="first-token"`` asked for but first tokens collide.
+    """
+
+    def __init__(self, tokenizer: Any, classify_cfg: ClassifyConfig, max_model_len: int):
+        self.tokenizer = tokenizer
+        self.cfg = classify_cfg
+        self.max_model_len = max_model_len
+        firsts = category_first_tokens(tokenizer, classify_cfg.categories)
+        if classify_cfg.scoring == "first-token" and firsts is None:
+            raise EngineError(
+                "`classify.scoring` is 'first-token' but two categories share a first token; "
+                "use 'auto' or 'choice'"
+            )
+        self.mode = "choice" if classify_cfg.scoring == "choice" or firsts is None else "first-token"
+        self.first_tokens = firsts or []
+        self._token_to_category = dict(zip(self.first_tokens, classify_cfg.categories, strict=False))
+
+    def prompt(self, doc: Document) -> Prompt | Result:
+        """Render ``doc``'s prompt, or return its rejected result (unreadable or too long)."""
+        if doc.reject_reason is not None or doc.text is None:
+            return Result.rejected(doc, doc.reject_reason or "no text")
+        prompt = build_prompt(self.tokenizer, self.cfg, doc.text)
+        if prompt.n_tokens >= self.max_model_len:
+            return Result.rejected(
+                doc,
+                f"prompt is {prompt.n_tokens} tokens, over max_model_len {self.max_model_len} "
+                "(lower classify.max_doc_tokens or raise model.max_model_len)",
+                prompt.n_tokens,
+            )
+        return prompt
+
+    def sampling_params(self) -> Any:
+        """The ``vllm.SamplingParams`` for the current scoring mode (greedy, seeded)."""
+        from vllm import SamplingParams
+
+        if self.mode == "first-token":
+            return SamplingParams(
+                max_tokens=1,
+                temperature=0.0,
+                allowed_token_ids=list(self.first_tokens),
+                logprobs=len(self.first_tokens),
+            )
+        from vllm.sampling_params import StructuredOutputsParams
+
+        longest = max(len(self.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in self.cfg.categories)
+        return SamplingParams(
+            max_tokens=longest + 1,
+            temperature=0.0,
+            structured_outputs=StructuredOutputsParams(choice=list(self.cfg.categories)),
+            logprobs=1,
+        )
+
+    def result(self, doc: Document, prompt: Prompt, completion: Any, temperature: float = 1.0) -> Result:
+        """Turn one vLLM ``CompletionOutput`` into the result record.
+
+        Args:
+            doc: the document.
+            prompt: its rendered prompt.
+            completion: vLLM's ``CompletionOutput``.
+            temperature: score temperature T (first-token mode: ``softmax(logprobs / T)``; 1.0 = raw).
+
+        Returns:
+            ``accepted`` with an allowed category and its probability, or ``rejected`` with the
+            reason when the engine answered outside the allowed set (never silently dropped).
+        """
+        category: str | None
+        if self.mode == "first-token":
+            token = completion.token_ids[0] if completion.token_ids else None
+            category = self._token_to_category.get(token)
+            logprobs = completion.logprobs[0] if completion.logprobs else {}
+            cat_lp = {tid: lp.logprob for tid, lp in logprobs.items() if tid in self._token_to_category}
+            if category is not None and token in cat_lp:
+                score = softmax_at(cat_lp, token, temperature)
+            else:
+                score = None
+        else:
+            category = completion.text.strip()
+            score = math.exp(completion.cumulative_logprob) if completion.cumulative_logprob is not None else None
+        if category not in self.cfg.categories:
+            return Result.rejected(doc, f"engine answer {completion.text!r} is not an allowed category", prompt.n_tokens)
+        return Result(
+            id=doc.id,
+            status="accepted",
+            category=category,
+            score=None if score is None else min(1.0, max(0.0, round(score, 6))),
+            input_sha256=doc.input_sha256,
+            n_chars=doc.n_chars,
+            n_tokens=prompt.n_tokens,
+        )
+
+
+def resolve_temperature(adapter: AdapterHandle | None, temperature: float | None = None) -> float:
+    """The temperature to score with: ``temperature`` if given, else the adapter's, else 1.0."""
+    if temperature is not None:
+        return temperature
+    return adapter.temperature if adapter is not None else 1.0
