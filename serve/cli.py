@@ -15,36 +15,61 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+from typing import Any
+
+from pydantic_settings import CliSettingsSource
 
 from classify.errors import EngineError
-from serve.settings import ServeSettings
+from serve.settings import ServeSettings, load_settings
 
 log = logging.getLogger(__name__)
 
+METAVARS = {"adapters": "NAME@VERSION"}
+"""Flag placeholders other than the field's type name."""
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``docpilot serve`` argument parser (defaults come from ``DOCPILOT_*`` variables, then the fields)."""
-    fields = ServeSettings.model_fields
-    p = argparse.ArgumentParser(prog="docpilot serve", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", dest="config_path", help="pilot config JSON (model, engine, classify); default config/pilot.json")
-    p.add_argument("--host", help=f"interface to bind (default {fields['host'].default})")
-    p.add_argument("--port", type=int, help=f"TCP port (default {fields['port'].default})")
-    p.add_argument("--model", dest="base_model", help="override model.base_model (alias, local folder or HF id)")
-    p.add_argument("--adapter", dest="adapters", action="append", metavar="NAME@VERSION",
-                   help="verify and load this registry adapter at start-up (repeatable); others load on first use")
-    p.add_argument("--max-documents", type=int, help=f"documents per request (default {fields['max_documents'].default})")
-    p.add_argument("--max-doc-bytes", type=int, help="bytes per document (default: the config's classify.max_doc_bytes)")
-    p.add_argument("--max-request-bytes", type=int, help=f"bytes per request body (default {fields['max_request_bytes'].default})")
-    p.add_argument("--skip-pilot-gate", action="store_true", default=None,
-                   help="serve adapters / a base model without a passed pilot (every use is logged as a warning)")
-    p.add_argument("--insecure-no-auth", action="store_true", default=None,
-                   help="serve WITHOUT the bearer token (logged; loopback experiments only)")
-    p.add_argument("--graceful-timeout-s", type=float, help="seconds in-flight requests get after SIGTERM (default 30)")
-    p.add_argument("--engine-failure-exit-delay-s", type=float,
-                   help="seconds the server answers 503 after its engine failed or died, before it exits with "
-                        f"status 5 (default {fields['engine_failure_exit_delay_s'].default})")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    return p
+
+def _add_argument(parser: Any, *names: str, **kwargs: Any) -> Any:
+    """``parser.add_argument`` with the documented short flag first (``--config`` before ``--config-path``).
+
+    A field hidden from the command line (``CliSuppress``: the token) gets no flag at all, so
+    ``--api-token`` is refused as an unknown argument instead of being read from ``ps``-visible argv.
+    """
+    if kwargs.get("help") == argparse.SUPPRESS:
+        return None
+    short = {f"--{alias}" for alias in (ServeSettings.model_config.get("cli_shortcuts") or {}).values()}
+    if kwargs.get("dest") in METAVARS and "metavar" in kwargs:
+        kwargs["metavar"] = METAVARS[kwargs["dest"]]
+    return parser.add_argument(*sorted(names, key=lambda name: name not in short), **kwargs)
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, CliSettingsSource[argparse.ArgumentParser]]:
+    """The ``docpilot serve`` parser, built from :class:`ServeSettings` (its fields, help and env names).
+
+    Returns:
+        ``(parser, source)``: the argparse parser (for ``--help``) and the pydantic-settings source
+        that turns ``argv`` into the values given on the command line.
+    """
+    parser = argparse.ArgumentParser(prog="docpilot serve", description=__doc__.split("\n\n")[0])
+    source = CliSettingsSource(ServeSettings, root_parser=parser, add_argument_method=_add_argument)
+    return parser, source
+
+
+def parse_settings(argv: list[str]) -> ServeSettings:
+    """Settings from ``argv`` over the ``DOCPILOT_*`` environment over the defaults.
+
+    Args:
+        argv: arguments after ``docpilot serve``.
+
+    Returns:
+        The frozen settings.
+
+    Raises:
+        ConfigError: a missing or unsafe token, or a value out of bounds or of the wrong type (names the
+            flag's field and the value).
+        SystemExit: ``--help`` (status 0) or an unknown flag, ``--api-token`` included (status 2), from argparse.
+    """
+    _, source = build_parser()
+    return load_settings(**source(args=argv)())
 
 
 def main(argv: list[str]) -> int:
@@ -62,16 +87,11 @@ def main(argv: list[str]) -> int:
             failed to load or its core process died, so ``docpilot serve`` exits with status 5.
         AdapterError: a start-up adapter is unknown, altered, for another base model, or unpiloted.
     """
-    args = vars(build_parser().parse_args(argv))
-    log_level = args.pop("log_level")
-    if args.get("adapters"):
-        args["adapters"] = tuple(args["adapters"])
+    settings = parse_settings(argv)
     import uvicorn
 
     from serve.app import create_app
-    from serve.settings import load_settings
 
-    settings = load_settings(**args)
     if settings.insecure_no_auth:
         log.warning("!!! AUTHENTICATION DISABLED (--insecure-no-auth): anyone who reaches %s:%d can use the server",
                     settings.host, settings.port)
@@ -85,7 +105,7 @@ def main(argv: list[str]) -> int:
                  (adapter.card.get("pilot") or {}).get("status"))
     log.info("serving %s (%s) on http://%s:%d; engine loading, see GET /readyz", state.model.name,
              state.model.fingerprint[:19], settings.host, settings.port)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                             timeout_graceful_shutdown=int(settings.graceful_timeout_s), access_log=False)
     # uvicorn re-raises the signal that stopped it once it has shut down; these handlers take that
     # re-raise, so a SIGTERM / Ctrl-C after a graceful shutdown ends with exit status 0, not -15.
@@ -100,9 +120,3 @@ def main(argv: list[str]) -> int:
         raise EngineError(f"server stopped because its engine failed: {state.failure}")
     return 0
 
-
-if __name__ == "__main__":
-    import sys
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sys.exit(main(sys.argv[1:]))

@@ -1,5 +1,8 @@
 """Server settings: command-line options over ``DOCPILOT_*`` environment variables (pydantic-settings).
 
+:class:`ServeSettings` is the single source of ``docpilot serve``'s command line: each field is a
+flag (``--max-documents``), its description is the flag's help, and its ``DOCPILOT_*`` variable is
+shown there too (:mod:`serve.cli` builds the parser from the class with pydantic-settings).
 The bearer token comes only from the environment (``DOCPILOT_API_TOKEN``), never from a
 config file or the command line, so it stays out of shell history and ``ps``. The server
 refuses to start without one, or with a known placeholder, unless ``--insecure-no-auth``.
@@ -8,9 +11,10 @@ refuses to start without one, or with a known placeholder, unless ``--insecure-n
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, CliSuppress, SettingsConfigDict
 
 from classify.config import format_validation_error
 from classify.errors import ConfigError
@@ -42,23 +46,39 @@ class ServeSettings(BaseSettings):
         engine_failure_exit_delay_s: seconds the server keeps answering 503 (``/healthz``, ``/readyz``,
             every request) after the engine failed to load or died, before it exits with status 5 so
             its supervisor restarts it; long enough for a probe or load balancer to see the failure.
+        log_level: uvicorn's log level (``debug``, ``info``, ``warning``, ``error``).
+
+    Each field but ``api_token`` is also a ``docpilot serve`` flag (``--max-doc-bytes``; ``config_path``,
+    ``base_model`` and ``adapters`` are ``--config``, ``--model`` and the repeatable ``--adapter``).
     """
 
-    model_config = SettingsConfigDict(env_prefix="DOCPILOT_", extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="DOCPILOT_", extra="forbid", frozen=True,
+        # the command line (serve.cli): --kebab-case flags, bools as plain switches, the documented short names
+        cli_kebab_case=True, cli_implicit_flags="toggle", cli_show_env_vars=True, cli_hide_none_type=True,
+        cli_shortcuts={"config-path": "config", "base-model": "model", "adapters": "adapter"},
+    )
 
-    api_token: SecretStr | None = None
-    insecure_no_auth: bool = False
-    host: str = Field("127.0.0.1", min_length=1)
-    port: int = Field(8000, ge=0, le=65535)
-    config_path: Path = Path("config/pilot.json")
-    base_model: str | None = None
-    adapters: tuple[str, ...] = ()
-    max_documents: int = Field(64, ge=1, le=10_000)
-    max_doc_bytes: int | None = Field(None, ge=1, le=100_000_000)
-    max_request_bytes: int = Field(16 * 2**20, ge=1024, le=2**31)
-    skip_pilot_gate: bool = False
-    graceful_timeout_s: float = Field(30.0, gt=0, le=3600)
-    engine_failure_exit_delay_s: float = Field(5.0, ge=0, le=600)
+    api_token: CliSuppress[SecretStr | None] = None
+    insecure_no_auth: bool = Field(False, description="serve WITHOUT the bearer token (logged; loopback experiments only)")
+    host: str = Field("127.0.0.1", min_length=1, description="interface to bind")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port")
+    config_path: Path = Field(Path("config/pilot.json"), description="pilot config JSON (model, engine, classify)")
+    base_model: str | None = Field(
+        None, description="override model.base_model (alias, local folder or HF id); null: the config's")
+    adapters: tuple[str, ...] = Field(
+        (), description="verify and load this registry adapter at start-up (repeatable); others load on first use")
+    max_documents: int = Field(64, ge=1, le=10_000, description="documents per request")
+    max_doc_bytes: int | None = Field(
+        None, ge=1, le=100_000_000, description="bytes per document; null: the config's classify.max_doc_bytes")
+    max_request_bytes: int = Field(16 * 2**20, ge=1024, le=2**31, description="bytes per request body")
+    skip_pilot_gate: bool = Field(
+        False, description="serve adapters / a base model without a passed pilot (every use is logged as a warning)")
+    graceful_timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds in-flight requests get after SIGTERM")
+    engine_failure_exit_delay_s: float = Field(
+        5.0, ge=0, le=600,
+        description="seconds the server answers 503 after its engine failed or died, before it exits with status 5")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="uvicorn's log level")
 
     @model_validator(mode="after")
     def _check_token(self) -> ServeSettings:
