@@ -25,6 +25,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from classify.scoring import needs_review
+
 REJECT_LABEL = "reject"
 """A pilot label meaning "this document must be rejected"."""
 REJECTED = "rejected"
@@ -32,22 +34,6 @@ REJECTED = "rejected"
 SCORE_BINS = 20
 """Equal-width score bins of the histogram over [0, 1] (0.05 wide)."""
 MAX_ODD_LABELS = 20
-
-
-def needs_review(score: float | None, review_below_score: float | None) -> bool | None:
-    """The ``review`` flag of an accepted row.
-
-    Args:
-        score: the row's score (0-1) or ``None`` (no log-prob came back).
-        review_below_score: ``classify.review_below_score``, ``None`` when off.
-
-    Returns:
-        ``None`` when the threshold is off (the row carries no ``review`` field); else ``True`` when
-        ``score < review_below_score`` or the score is unknown, ``False`` otherwise.
-    """
-    if review_below_score is None:
-        return None
-    return score is None or score < review_below_score
 
 
 class QualityTally:

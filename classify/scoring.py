@@ -200,6 +200,22 @@ class Scorer:
         )
 
 
+def needs_review(score: float | None, review_below_score: float | None) -> bool | None:
+    """The ``review`` flag of an accepted result (``classify.review_below_score``).
+
+    Args:
+        score: the result's score (0-1), or ``None`` when no log-prob came back.
+        review_below_score: the threshold, ``None`` when off.
+
+    Returns:
+        ``None`` when the threshold is off (the record carries no ``review`` field); else ``True``
+        when ``score < review_below_score`` or the score is unknown, ``False`` otherwise.
+    """
+    if review_below_score is None:
+        return None
+    return score is None or score < review_below_score
+
+
 def resolve_temperature(adapter: AdapterHandle | None, temperature: float | None = None) -> float:
     """The temperature to score with: ``temperature`` if given, else the adapter's, else 1.0."""
     if temperature is not None:

@@ -145,7 +145,7 @@ def _row(i, category, score, status="accepted"):
 
 
 def test_needs_review_only_with_a_threshold():
-    from batch.quality import needs_review
+    from classify.scoring import needs_review
 
     assert needs_review(0.1, None) is None  # off: rows carry no flag
     assert needs_review(0.59, 0.6) is True and needs_review(0.6, 0.6) is False and needs_review(None, 0.6) is True
