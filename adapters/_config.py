@@ -1,29 +1,25 @@
-"""``config/train.json``: the LoRA training config, one frozen section per concern.
+"""Training's view of the config file: the shared sections plus ``train`` (one frozen section per concern).
 
-The ``classify`` section must equal the one the adapter will be served with
-(``config/pilot.json``), because the training prompt is built by the same
-:func:`classify.prompt.build_training_example` the engine's prompt comes from.
+Read from the one ``config/docpilot.json`` (:mod:`classify.configfile`): the training prompt is
+built from the same shared ``classify`` section the adapter is piloted and served with, by the
+same :func:`classify.prompt.build_training_example` the engine's prompt comes from.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from classify.config import ClassifyConfig, EngineConfig, ModelConfig
+from classify.config import ClassifyConfig, CommandConfig, EngineConfig, Frozen, ModelConfig
 from classify.paths import bbc_dir
 
 LLAMA_LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """Linear layers of a Llama-architecture block that vLLM can apply LoRA to."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class DataSection(_Frozen):
+class DataSection(Frozen):
     """Training data: a CSV or JSONL file with a text and a category per row.
 
     Attributes:
@@ -48,7 +44,7 @@ class DataSection(_Frozen):
         return Path(self.path.replace("{bbc_dir}", str(bbc_dir()))).expanduser()
 
 
-class LoraSection(_Frozen):
+class LoraSection(Frozen):
     """peft ``LoraConfig`` fields.
 
     Attributes:
@@ -75,7 +71,7 @@ class LoraSection(_Frozen):
         return value
 
 
-class TrainingSection(_Frozen):
+class TrainingSection(Frozen):
     """The optimisation loop.
 
     Attributes:
@@ -123,7 +119,7 @@ class TrainingSection(_Frozen):
         return self
 
 
-class SmokeSection(_Frozen):
+class SmokeSection(Frozen):
     """Overrides applied by ``--smoke`` (``make train SMOKE=1``): short sequences, a few steps.
 
     Attributes:
@@ -151,7 +147,7 @@ class SmokeSection(_Frozen):
     loss_window_steps: int = Field(2, ge=1)
 
 
-class ChecksSection(_Frozen):
+class ChecksSection(Frozen):
     """End-of-run checks before publishing.
 
     Attributes:
@@ -167,7 +163,7 @@ class ChecksSection(_Frozen):
     min_validation_accuracy: float = Field(0.0, ge=0, le=1)
 
 
-class OutputSection(_Frozen):
+class OutputSection(Frozen):
     """Where the adapter goes.
 
     Attributes:
@@ -181,8 +177,11 @@ class OutputSection(_Frozen):
     merge: bool = False
 
 
-class TrainConfig(_Frozen):
-    """``config/train.json``."""
+class TrainConfig(CommandConfig):
+    """Training's view of the config file: the shared sections plus ``train`` (``data``, ``lora``, ``training``,
+    ``smoke``, ``checks``, ``output``); see :mod:`classify.configfile`."""
+
+    file_section: ClassVar[str | None] = "train"
 
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = EngineConfig()

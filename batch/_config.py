@@ -1,6 +1,7 @@
-"""``config/batch.json``: the batch's frozen config (model/engine/classify as the pilot's, plus corpus and Ray sizing).
+"""The batch's view of the config file: the shared model/engine/classify sections plus ``corpus`` and ``batch``.
 
-The ``model`` and ``classify`` sections must equal ``config/pilot.json``'s so the pilot gate key
+Read from the one ``config/docpilot.json`` (:mod:`classify.configfile`), so the ``model`` and
+``classify`` sections are the pilot's and the pilot gate key
 (:func:`classify.config.classification_sha256`) matches the pilot that cleared the combination.
 """
 
@@ -10,16 +11,20 @@ import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from classify.config import ClassifyConfig, EngineConfig, ModelConfig, canonical_json, load_config
+from classify.config import (
+    ClassifyConfig,
+    CommandConfig,
+    EngineConfig,
+    Frozen,
+    ModelConfig,
+    canonical_json,
+    load_config,
+)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class CorpusConfig(_Frozen):
+class CorpusConfig(Frozen):
     """Where the corpus is and how to read it.
 
     Attributes:
@@ -45,7 +50,7 @@ class CorpusConfig(_Frozen):
     label_column: str | None = Field("category", min_length=1)
 
 
-class RunConfig(_Frozen):
+class RunConfig(Frozen):
     """Sharding, actor pool and output settings.
 
     Attributes:
@@ -90,8 +95,13 @@ class RunConfig(_Frozen):
     export_dir: str | None = None
 
 
-class BatchConfig(_Frozen):
-    """``config/batch.json``: everything ``make batch`` needs."""
+class BatchConfig(CommandConfig):
+    """The batch's view of the config file: everything ``make batch`` needs.
+
+    Its own fields are the file's top-level ``corpus`` and ``batch`` sections (``file_section`` is
+    ``None``), so a file with only the shared sections, ``corpus`` and ``batch`` (the old
+    ``config/batch.json``) is a valid config file as it is.
+    """
 
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = EngineConfig()
@@ -101,7 +111,7 @@ class BatchConfig(_Frozen):
 
 
 def load_batch_config(path: str | Path, overrides: dict[str, Any] | None = None) -> BatchConfig:
-    """Read and validate ``config/batch.json``.
+    """Read and validate the batch's view of a config file (``config/docpilot.json``).
 
     Args:
         path: the JSON file.

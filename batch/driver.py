@@ -31,17 +31,15 @@ from batch.corpus import CorpusPlan, locate_corpus, plan_corpus, quick_fingerpri
 from classify import storage
 from classify.config import ModelConfig, classification_sha256
 from classify.errors import InputError, VerificationError
+from classify.export import export_complete, export_run, verify_export
 from classify.model import ModelRef, resolve_model
 from classify.paths import exports_dir, runs_dir
 from classify.pilotgate import combo_key, require_pilot
 from classify.runrecords import (
     code_revision,
-    export_complete,
-    export_run,
     package_versions,
     signals_raise_interrupted,
     utc_now,
-    verify_export,
     write_json_atomic,
 )
 

@@ -25,19 +25,17 @@ from classify.config import ClassifyConfig, PilotConfig, classification_sha256, 
 from classify.doctor import blockers, findings_json, run_checks
 from classify.engine import Classifier, build_engine
 from classify.errors import EngineError, EnvironmentCheckError, Interrupted, VerificationError
+from classify.export import export_complete, export_run, verify_export
 from classify.model import ModelRef, resolve_model
 from classify.paths import exports_dir, runs_dir
 from classify.pilotgate import combo_key, record_pilot
 from classify.records import Document
 from classify.runrecords import (
     code_revision,
-    export_complete,
-    export_run,
     new_run_dir,
     package_versions,
     signals_raise_interrupted,
     utc_now,
-    verify_export,
     write_bytes_atomic,
     write_json_atomic,
     write_jsonl_atomic,

@@ -15,7 +15,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AwareDatetime, Field, ValidationError, field_validator
 
 from batch._plan_memory import (
     BUILTIN_SHAPES,
@@ -27,7 +27,7 @@ from batch._plan_memory import (
     shape_from_folder,
     training_estimate,
 )
-from classify.config import EngineConfig, ModelConfig, config_sha256, load_config
+from classify.config import EngineConfig, Frozen, ModelConfig, config_sha256, load_config
 from classify.errors import ConfigError
 
 Period = Literal["3", "7", "30"]
@@ -35,11 +35,7 @@ _NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
 LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class GpuSpec(_Frozen):
+class GpuSpec(Frozen):
     """One rentable GPU model: what a lot holds and what the user pays for it.
 
     Attributes:
@@ -65,7 +61,7 @@ class GpuSpec(_Frozen):
         return value
 
 
-class TrainingShape(_Frozen):
+class TrainingShape(Frozen):
     """The LoRA training job whose memory the plan estimates (mirror of ``config/train.json``).
 
     Attributes:
@@ -83,7 +79,7 @@ class TrainingShape(_Frozen):
     gradient_checkpointing: bool = True
 
 
-class LotsConfig(_Frozen):
+class LotsConfig(Frozen):
     """``config/lots.json``: the order, the price table and the workload to fit on one card.
 
     Attributes:
@@ -116,7 +112,7 @@ class LotsConfig(_Frozen):
     lease_ends_at: AwareDatetime | None = None
 
 
-class _Lease(_Frozen):
+class _Lease(Frozen):
     lease_ends_at: AwareDatetime
 
 

@@ -11,8 +11,9 @@ import pytest
 from batch._pilot_report import recheck_copy
 from batch.pilot import main, run_pilot
 from classify.config import PilotConfig, parse_config
+from classify.export import verify_export
 from classify.pilotgate import combo_key, pilot_status
-from classify.runrecords import read_jsonl, verify_export
+from classify.runrecords import read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 PILOT = ROOT / "data" / "pilot"

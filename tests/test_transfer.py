@@ -26,7 +26,7 @@ from batch import manifest as mf
 from batch._config import BatchConfig, CorpusConfig, results_config, results_config_sha256
 from batch.corpus import read_corpus
 from classify.errors import AdapterError, AdapterIntegrityError
-from classify.runrecords import SHA256SUMS, export_complete, export_run, verify_export
+from classify.export import SHA256SUMS, export_complete, export_run, verify_export
 from tests.test_batch_helpers import ROOT, make_corpus
 
 FP = "sha256:" + "0" * 64
