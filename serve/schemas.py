@@ -1,6 +1,7 @@
 """Request and response bodies of the HTTP API (separate models, with length limits).
 
-The result subset (``id, status, category, score, reason``) is the one result record
+The result subset (``id, status, category, score, reason``, and ``review`` when the server's
+``classify.review_below_score`` is set) is the one result record
 :class:`classify.records.Result` that pilot and batch write, minus the bookkeeping fields.
 """
 
@@ -8,7 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictStr,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_serializer,
+)
 
 from adapters.registry import NAME_RE
 from classify.documents import escape_surrogates
@@ -79,11 +89,21 @@ class ResultOut(_Body):
     category: str | None = None
     score: float | None = None
     reason: str | None = None
+    review: bool | None = Field(None, description="present only when the server's `classify.review_below_score` is "
+                                "set: true when an accepted result's score is under it")
+
+    @model_serializer(mode="wrap")
+    def _review_only_when_set(self, handler: SerializerFunctionWrapHandler):  # noqa: ANN202 - keeps the field schema
+        data = handler(self)
+        if self.review is None:
+            data.pop("review", None)  # no threshold: the response is what it was before review flags existed
+        return data
 
     @classmethod
     def of(cls, result: Result) -> ResultOut:
         """The public view of a :class:`classify.records.Result`."""
-        return cls(id=result.id, status=result.status, category=result.category, score=result.score, reason=result.reason)
+        return cls(id=result.id, status=result.status, category=result.category, score=result.score, reason=result.reason,
+                   review=getattr(result, "review", None))
 
 
 class ClassifyResponse(_Body):
