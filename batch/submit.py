@@ -6,7 +6,7 @@ Ray's :class:`ray.job_submission.JobSubmissionClient` (no ``ray`` CLI subprocess
 
     submission id  docpilot-<batch-id>
     runtime_env    {"working_dir": <staging>, "env_vars": {DOCPILOT_* as absolute paths}}
-    entrypoint     python -m docpilot batch --config config/batch.json --corpus <abs> --batch-id <id> ...
+    entrypoint     python -m docpilot batch --config config/<file> --corpus <abs> --batch-id <id> ...
 
 and follows the job's log until it ends (``--no-wait``: returns once submitted). The job's
 driver runs on the head node in the uploaded copy, so every path it needs (corpus, model cache,
@@ -48,7 +48,7 @@ def stage_working_dir(dest: Path, config: Path) -> Path:
 
     Args:
         dest: an empty folder.
-        config: the batch config file, copied to ``config/batch.json``.
+        config: the config file, copied to ``config/<its name>`` (the entrypoint's ``--config``).
 
     Returns:
         ``dest``.
@@ -57,7 +57,7 @@ def stage_working_dir(dest: Path, config: Path) -> Path:
         if (ROOT / pkg).is_dir():
             shutil.copytree(ROOT / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*"))
     (dest / "config").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(config, dest / "config" / "batch.json")
+    shutil.copy2(config, dest / "config" / config.name)
     return dest
 
 
@@ -74,7 +74,7 @@ def job_env() -> dict[str, str]:
 
 def build_entrypoint(args: argparse.Namespace, batch_id: str, corpus: Path) -> list[str]:
     """The job's entrypoint, ``python -m docpilot batch ...``, as an argument list (see the module docstring)."""
-    entry = [args.python, "-m", "docpilot", "batch", "--config", "config/batch.json",
+    entry = [args.python, "-m", "docpilot", "batch", "--config", f"config/{Path(args.config).name}",
              "--corpus", str(corpus), "--batch-id", batch_id, "--no-progress"]
     if args.adapter:
         entry += ["--adapter", args.adapter]
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="docpilot-job-") as tmp:
             request = job_request(args, stage_working_dir(Path(tmp), Path(args.config)), batch_id, corpus)
             print(f"submitting: job {job_id} to {args.address}: working_dir {request['runtime_env']['working_dir']} "
-                  f"({', '.join(PACKAGES)}, config/batch.json), entrypoint: {request['entrypoint']}", flush=True)
+                  f"({', '.join(PACKAGES)}, config/{Path(args.config).name}), entrypoint: {request['entrypoint']}", flush=True)
             client.submit_job(**request)  # uploads the working_dir before it returns
         print(f"Job '{job_id}' submitted successfully", flush=True)
         rc = 0 if args.no_wait else report(client, job_id, follow(client, job_id))

@@ -124,3 +124,12 @@ def test_refusals_before_anything_is_submitted(monkeypatch, capsys, corpus, args
     jobs = FakeJobs("SUCCEEDED")
     assert _run(monkeypatch, jobs, "--corpus", str(corpus), "--batch-id", "b6", *args) == code
     assert message in capsys.readouterr().err and jobs.request == {}
+
+
+def test_the_config_file_travels_under_its_own_name(monkeypatch, corpus):
+    jobs = FakeJobs("SUCCEEDED")
+    monkeypatch.setattr(submit, "connect", lambda address: jobs)
+    assert docpilot(["submit", "--config", str(ROOT / "config" / "docpilot.json"), "--corpus", str(corpus),
+                     "--batch-id", "b7"]) == 0
+    assert "config/docpilot.json" in jobs.staged and "config/batch.json" not in jobs.staged
+    assert "--config config/docpilot.json " in jobs.request["entrypoint"]
