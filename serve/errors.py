@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from classify.configbase import problem_message
 from classify.errors import DocpilotError, EngineError, InputError
 
 log = logging.getLogger(__name__)
@@ -73,13 +74,7 @@ def _validation_message(err: RequestValidationError) -> tuple[int, str, str]:
         if not loc and item.get("type") in ("model_attributes_type", "dict_type"):
             return 400, "bad_request", "request body must be a JSON object sent with `Content-Type: application/json`"
         field = ".".join(loc) or "(body)"
-        msg = str(item.get("msg", "is invalid")).removeprefix("Value error, ").replace("Input should be", "must be")
-        msg = msg.replace("String should have", "must have").replace("List should have", "must have")
-        msg = msg.replace("String should match", "must match")
-        if item.get("type") == "missing":
-            msg = "is required"
-        elif item.get("type") == "extra_forbidden":
-            msg = "is not a known field (allowed: adapter, documents[].id, documents[].text)"
+        msg = problem_message(item, unknown_field="is not a known field (allowed: adapter, documents[].id, documents[].text)")
         got = item.get("input")
         shown = repr(got)[:60] if isinstance(got, (str, int, float, bool)) or got is None else type(got).__name__
         lines.append(f"`{field}` {msg}, got {shown}")
