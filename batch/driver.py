@@ -51,7 +51,7 @@ BATCH_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """Parse ``docpilot batch`` options (see ``--help``)."""
     p = argparse.ArgumentParser(prog="docpilot batch", description="Classify a corpus over Ray engine actors, resumable by batch id.")
-    p.add_argument("--config", default="config/batch.json", help="batch config JSON (default: %(default)s)")
+    p.add_argument("--config", default="config/docpilot.json", help="batch config JSON (default: %(default)s)")
     p.add_argument("--corpus", help="corpus file or folder (replaces `corpus.path`)")
     p.add_argument("--batch-id", help="run folder name under runs/; an existing one is resumed")
     p.add_argument("--adapter", help="LoRA adapter from the registry, name@version or name@latest")

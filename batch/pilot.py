@@ -342,7 +342,7 @@ def main(argv: list[str]) -> int:
         ``--require-proceed`` only ``proceed``, else 10); the error's exit code when a stage failed.
     """
     parser = argparse.ArgumentParser(prog="docpilot pilot", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="config/pilot.json")
+    parser.add_argument("--config", default="config/docpilot.json")
     parser.add_argument("--input", default=str(DEFAULT_INPUT), help="pilot folder, .jsonl or .csv (default data/pilot)")
     parser.add_argument("--adapter", help="adapter from the registry: name@version or name@latest")
     parser.add_argument("--export-dir", help="parent of the export copy: a folder or a URL such as s3://bucket/pilots "

@@ -62,7 +62,7 @@ class GpuSpec(Frozen):
 
 
 class TrainingShape(Frozen):
-    """The LoRA training job whose memory the plan estimates (mirror of ``config/train.json``).
+    """The LoRA training job whose memory the plan estimates (mirror of ``config/docpilot.json``).
 
     Attributes:
         batch_size: sequences per optimizer micro-step (per card).
@@ -92,7 +92,7 @@ class LotsConfig(Frozen):
         model: base model and dtype; ``base_model`` may also name a built-in shape
             (``llama-2-7b``, ``mistral-7b``, ``llama-3-8b``, ``qwen2.5-7b``).
         engine: serving sizing (``max_num_seqs``, ``max_loras``, ``max_lora_rank``,
-            ``gpu_memory_utilization``), the same section as ``config/pilot.json``.
+            ``gpu_memory_utilization``), the same section as ``config/docpilot.json``.
         training: the LoRA training job.
         gpus: the catalogue and the user's price table, by GPU model name.
         lease_ends_at: when the rented lot(s) stop (ISO 8601 with a timezone, e.g.

@@ -150,7 +150,7 @@ def report(client: Any, job_id: str, status: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="docpilot submit", description="Submit the batch to a Ray cluster's job server.")
-    p.add_argument("--config", default="config/batch.json", help="batch config (default: %(default)s)")
+    p.add_argument("--config", default="config/docpilot.json", help="batch config (default: %(default)s)")
     p.add_argument("--corpus", help="corpus file or folder on the head node (default: the config's `corpus.path`)")
     p.add_argument("--adapter", help="adapter name@version")
     p.add_argument("--batch-id", help="batch id (default: a new one); an existing one is resumed")

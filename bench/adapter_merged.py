@@ -34,7 +34,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from classify.engine import build_engine
     from classify.model import resolve_model
 
-    cfg = load_config(PilotConfig, "config/pilot.json")
+    cfg = load_config(PilotConfig, "config/docpilot.json")
     ref = os.environ.get("DOCPILOT_BENCH_ADAPTER", "bbc-news@latest")
     base = resolve_model(cfg.model)
     adapter = Registry().resolve(ref, base_fingerprint=base.fingerprint)

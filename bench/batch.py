@@ -2,7 +2,7 @@
 
 1. Offline: :func:`classify.engine.build_engine` + one ``Classifier.classify`` call over all articles
    (vLLM batches them itself). Timed: engine start, and the classify call (first-call warm-up included).
-2. Ray batch, 1 actor: ``docpilot batch`` in this process (local Ray, ``config/batch.json``, 16 docs/shard).
+2. Ray batch, 1 actor: ``docpilot batch`` in this process (local Ray, ``config/docpilot.json``, 16 docs/shard).
 3. Ray batch, 2 actors (``--cpu-actors 2``, 1 Ray CPU each) on the same articles, each actor's
    vLLM compute threads on its own cores (``batch.cpu_bind: "split"``, the default).
 4. Ray batch, 2 actors with vLLM's own ``auto`` binding in both (``batch.cpu_bind: "auto"``), on the
@@ -47,7 +47,7 @@ def _offline(corpus: Path) -> dict:
     from batch.corpus import read_corpus
     from classify.engine import build_engine
 
-    cfg = load_batch_config(ROOT / "config" / "batch.json")
+    cfg = load_batch_config(ROOT / "config" / "docpilot.json")
     docs = list(read_corpus(cfg.corpus, cfg.classify.max_doc_bytes, corpus).docs)
     t0 = time.monotonic()
     clf = build_engine(cfg.model, cfg.engine, cfg.classify)
@@ -68,7 +68,7 @@ def _ray(corpus: Path, actors: int, out: Path, cpu_bind: str = "split") -> dict:
 
     os.environ["DOCPILOT_RUNS"] = str(out / "runs")
     os.environ["DOCPILOT_EXPORTS"] = str(out / "exports")
-    config = json.loads((ROOT / "config" / "batch.json").read_text())
+    config = json.loads((ROOT / "config" / "docpilot.json").read_text())
     config["batch"]["cpu_bind"] = cpu_bind
     config_path = out / f"batch-{cpu_bind}.json"
     config_path.write_text(json.dumps(config))

@@ -99,7 +99,7 @@ def _batch(corpus: Path, mode: str, adapter: str, out: Path, shard_docs: int) ->
 
     os.environ["DOCPILOT_RUNS"] = str(out / "runs")
     os.environ["DOCPILOT_EXPORTS"] = str(out / "exports")
-    config = json.loads((ROOT / "config" / "batch.json").read_text())
+    config = json.loads((ROOT / "config" / "docpilot.json").read_text())
     config["model"]["adapter_mode"] = mode
     config["batch"].update(shard_docs=shard_docs, cpu_bind="split", shard_timeout_per_doc_s=60)
     config_path = out / f"batch-{mode}.json"

@@ -67,7 +67,7 @@ def _child(corpus: str, work: str, batch_id: str) -> None:
     from bench.instant_engine import remote_class
 
     config = Path(work) / "batch.json"
-    data = json.loads((ROOT / "config" / "batch.json").read_text())
+    data = json.loads((ROOT / "config" / "docpilot.json").read_text())
     data["batch"]["cpu_actors"] = 1
     config.write_text(json.dumps(data))
     args = driver.parse_args(["--config", str(config), "--corpus", corpus, "--batch-id", batch_id,

@@ -113,7 +113,7 @@ def run(quick: bool = False) -> dict:
     from classify.paths import bbc_dir
 
     clients, per_request, duration_s, n_docs = (4, 2, 20.0, 24) if quick else (8, 4, 120.0, 334)
-    config = ROOT / "config" / "pilot.json"
+    config = ROOT / "config" / "docpilot.json"
     cfg = load_config(PilotConfig, config)
     rows = list(iter_csv(bbc_dir() / "test.csv", cfg.classify.max_doc_bytes, id_column=None, id_prefix="bbc-test"))
     docs = [{"id": d.id, "text": d.text} for d, _ in rows if d.text][:n_docs]

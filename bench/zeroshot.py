@@ -48,7 +48,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from classify.engine import build_engine
     from classify.model import resolve_model
 
-    cfg = load_config(PilotConfig, "config/pilot.json")
+    cfg = load_config(PilotConfig, "config/docpilot.json")
     docs, labels = bbc_test(40 if quick else None)
     n_cmp = 16 if quick else 64
     dtype = compute_dtype(cfg.model)

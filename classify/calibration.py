@@ -226,12 +226,15 @@ def reliability_diagram(scores: Any, correct: Any, path: str | Path, title: str,
             ax.bar(b["lo"], b["confidence"] - b["accuracy"], bottom=b["accuracy"], width=width, align="edge",
                    color="#DD8452", alpha=0.45, edgecolor="#DD8452", hatch="//")
     ax.plot([0, 1], [0, 1], "k--", label="perfect calibration")
-    ax.bar([], [], color="#DD8452", alpha=0.45, hatch="//", label="gap to mean score in bin")
+    from matplotlib.patches import Patch
+
+    handles = ax.get_legend_handles_labels()[0] + [
+        Patch(facecolor="#DD8452", alpha=0.45, hatch="//", edgecolor="#DD8452", label="gap to the bin's mean score")]
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy (fraction right)")
     ax.set_title(f"{title}\nECE {ece * 100:.2f}% ({n_bins} bins), n = {n}")
-    ax.legend(loc="upper left")
+    ax.legend(handles=handles, loc="upper left")
     counts = [b["count"] for b in bins]
     axc.bar(lefts, counts, width=width, align="edge", edgecolor="black", color="#8C8C8C")
     for b in bins:

@@ -209,7 +209,7 @@ def print_table(checks: list[Check]) -> None:
 def main(argv: list[str]) -> int:
     """``docpilot doctor [--config F] [--json OUT]``: exit 6 on a blocker."""
     parser = argparse.ArgumentParser(prog="docpilot doctor", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="config/pilot.json")
+    parser.add_argument("--config", default="config/docpilot.json")
     parser.add_argument("--json", dest="json_out", help="also write the findings to this file")
     args = parser.parse_args(argv)
     cfg = load_config(PilotConfig, args.config)

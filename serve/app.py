@@ -5,7 +5,7 @@ holds its fingerprint) but starts nothing heavy; the engine loads in the app's l
 in a worker thread, and stops there on shutdown (uvicorn drains requests first on SIGTERM).
 
 Example:
-    >>> app = create_app(load_settings(config_path="config/pilot.json"))  # doctest: +SKIP
+    >>> app = create_app(load_settings(config_path="config/docpilot.json"))  # doctest: +SKIP
     >>> uvicorn.run(app, host="127.0.0.1", port=8000)  # doctest: +SKIP
 """
 

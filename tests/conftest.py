@@ -36,10 +36,10 @@ def _isolated_state(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def pilot_config():
-    """The shipped ``config/pilot.json``."""
+    """The shipped ``config/docpilot.json``."""
     from classify.config import PilotConfig, load_config
 
-    return load_config(PilotConfig, ROOT / "config" / "pilot.json")
+    return load_config(PilotConfig, ROOT / "config" / "docpilot.json")
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,7 @@ PREFIX = "base_model.model.model.layers.0"
 
 @pytest.fixture(scope="module")
 def base() -> Path:
-    cfg = load_config(PilotConfig, ROOT / "config" / "pilot.json")
+    cfg = load_config(PilotConfig, ROOT / "config" / "docpilot.json")
     return Path(resolve_model(cfg.model).path)
 
 
@@ -178,7 +178,7 @@ def test_peft_made_adapters_over_rank_or_with_saved_lm_head_are_refused(peft_mad
 
 
 def _card(base_path: Path) -> dict:
-    cfg = load_config(PilotConfig, ROOT / "config" / "pilot.json")
+    cfg = load_config(PilotConfig, ROOT / "config" / "docpilot.json")
     model = resolve_model(cfg.model)
     return {"base_model": {"name": model.name, "fingerprint": model.fingerprint}}
 
@@ -210,7 +210,7 @@ def test_cli_verify_exits_4_naming_the_setting(tmp_path, base, capsys):
     ref = _publish_unchecked(tmp_path / "registry", tmp_path, base, rank_pattern={"q_proj": 16},
                              tensors=_lora(Q, 16, SHAPES["q_proj"]))
     code = main(["adapters", "--registry", str(tmp_path / "registry"), "verify", ref,
-                 "--config", str(ROOT / "config" / "pilot.json")])
+                 "--config", str(ROOT / "config" / "docpilot.json")])
     assert code == 4
     assert "`rank_pattern` raises `q_proj` to r=16, over engine.max_lora_rank 8" in capsys.readouterr().err
 
@@ -262,7 +262,7 @@ def test_server_answers_422_and_never_calls_the_engine(tmp_path, base):
     model = ModelRef(card["name"], str(base), card["fingerprint"], "test")
     _publish_unchecked(tmp_path / "registry", tmp_path, base, modules_to_save=["lm_head"],
                        extra={"base_model.model.lm_head.weight": np.zeros((VOCAB, HIDDEN), np.float16)})
-    cfg = load_config(PilotConfig, ROOT / "config" / "pilot.json")
+    cfg = load_config(PilotConfig, ROOT / "config" / "docpilot.json")
     token = "t" * 32
     app = create_app(load_settings(api_token=token, skip_pilot_gate=True), config=cfg, model=model,
                      registry=Registry(tmp_path / "registry"), engine_factory=Engine)

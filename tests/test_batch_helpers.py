@@ -59,8 +59,8 @@ def make_corpus(folder: Path, bbc_dir: Path, n: int | None, max_doc_bytes: int =
 
 
 def write_config(path: Path, **batch_fields) -> Path:
-    """config/batch.json with the ``batch`` section's fields replaced."""
-    data = json.loads((ROOT / "config" / "batch.json").read_text())
+    """config/docpilot.json with the ``batch`` section's fields replaced."""
+    data = json.loads((ROOT / "config" / "docpilot.json").read_text())
     data["batch"].update(batch_fields)
     path.write_text(json.dumps(data, indent=2))
     return path

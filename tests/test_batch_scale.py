@@ -200,7 +200,7 @@ def test_a_version_1_run_folder_is_refused_with_a_clear_message(tmp_path):
 def test_the_instant_engine_cannot_be_selected_by_config_or_cli():
     from batch.driver import parse_args
 
-    assert "instant" not in (ROOT / "config" / "batch.json").read_text().lower()
+    assert "instant" not in (ROOT / "config" / "docpilot.json").read_text().lower()
     with pytest.raises(SystemExit):
         parse_args(["--engine", "instant"])
     for folder in ("batch", "classify", "serve", "adapters"):  # no product code names it: only bench/ and tests pass it

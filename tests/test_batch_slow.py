@@ -211,7 +211,7 @@ def test_full_bbc_test_set_334_articles(tmp_path, bbc_dir):
 
     spec = make_corpus(tmp_path / "corpus", bbc_dir, None)
     proc = subprocess.run(
-        [sys.executable, "-m", "docpilot", "batch", "--config", str(ROOT / "config" / "batch.json"),
+        [sys.executable, "-m", "docpilot", "batch", "--config", str(ROOT / "config" / "docpilot.json"),
          "--corpus", str(spec["path"]), "--batch-id", "full", "--skip-pilot-gate", "--no-progress"],
         cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -20,8 +20,8 @@ from tests.test_batch_helpers import PLANTED, ROOT, make_corpus
 
 
 def test_batch_config_model_and_classify_equal_pilot_config():
-    batch = load_batch_config(ROOT / "config" / "batch.json")
-    pilot = load_config(PilotConfig, ROOT / "config" / "pilot.json")
+    batch = load_batch_config(ROOT / "config" / "docpilot.json")
+    pilot = load_config(PilotConfig, ROOT / "config" / "docpilot.json")
     assert batch.model == pilot.model
     assert batch.classify == pilot.classify  # else the pilot gate key never matches a pilot
 
@@ -35,7 +35,7 @@ def test_batch_config_model_and_classify_equal_pilot_config():
     ],
 )
 def test_batch_config_errors_name_field_and_value(tmp_path, patch, message):
-    data = json.loads((ROOT / "config" / "batch.json").read_text())
+    data = json.loads((ROOT / "config" / "docpilot.json").read_text())
     for section, fields in patch.items():
         data[section].update(fields)
     path = tmp_path / "b.json"
@@ -59,7 +59,7 @@ def test_jsonl_corpus_rejects_planted_documents_and_collapses_duplicates(tmp_pat
 
 
 def test_csv_corpus_generates_stable_ids_and_fingerprint(tmp_path, bbc_dir):
-    cfg = load_batch_config(ROOT / "config" / "batch.json").corpus
+    cfg = load_batch_config(ROOT / "config" / "docpilot.json").corpus
     small = tmp_path / "test.csv"
     small.write_text("".join((bbc_dir / "test.csv").read_text(encoding="utf-8").splitlines(keepends=True)[:4]), encoding="utf-8")
     first = read_corpus(cfg, 200_000, small)
@@ -193,7 +193,7 @@ def test_unknown_adapter_is_refused_before_any_engine_starts(tmp_path, bbc_dir):
     from classify.errors import AdapterNotFound
 
     spec = make_corpus(tmp_path / "c", bbc_dir, 4)
-    args = parse_args(["--config", str(ROOT / "config" / "batch.json"), "--corpus", str(spec["path"]),
+    args = parse_args(["--config", str(ROOT / "config" / "docpilot.json"), "--corpus", str(spec["path"]),
                        "--batch-id", "adapter-check", "--adapter", "nope@1", "--skip-pilot-gate"])
     with pytest.raises(AdapterNotFound, match=r"adapter 'nope' not found in registry .* \(known adapters: none\)"):
         run_batch(args)
@@ -203,7 +203,7 @@ def test_bad_batch_id_is_refused(tmp_path, bbc_dir):
     from batch.driver import parse_args, run_batch
 
     spec = make_corpus(tmp_path / "c", bbc_dir, 4)
-    args = parse_args(["--config", str(ROOT / "config" / "batch.json"), "--corpus", str(spec["path"]),
+    args = parse_args(["--config", str(ROOT / "config" / "docpilot.json"), "--corpus", str(spec["path"]),
                        "--batch-id", "../escape", "--skip-pilot-gate"])
     with pytest.raises(InputError, match=r"`--batch-id` must match .*, got '../escape'"):
         run_batch(args)

@@ -69,16 +69,15 @@ def test_engine_kwargs_per_device(device, engine, lora, expected, kv_env):
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "rocm"])
 def test_shipped_configs_resolve_without_editing(device):
-    """pilot.json, batch.json and train.json give each device its settings from the one file."""
-    for name in ("pilot", "batch", "train"):
-        import json
+    """config/docpilot.json's one engine section gives each device its settings without editing."""
+    import json
 
-        section = json.loads((ROOT / "config" / f"{name}.json").read_text())["engine"]
-        eng = parse_config(EngineConfig, section, f"{name}.json").resolve(device)
-        assert eng.enforce_eager is (device == "cpu")
-        assert eng.max_num_seqs == (64 if device == "cpu" else 256)
-        assert (eng.gpu_memory_utilization is None) is (device == "cpu")
-        assert (eng.kv_cache_space_gib is None) is (device != "cpu")
+    section = json.loads((ROOT / "config" / "docpilot.json").read_text())["engine"]
+    eng = parse_config(EngineConfig, section, "docpilot.json").resolve(device)
+    assert eng.enforce_eager is (device == "cpu")
+    assert eng.max_num_seqs == (64 if device == "cpu" else 256)
+    assert (eng.gpu_memory_utilization is None) is (device == "cpu")
+    assert (eng.kv_cache_space_gib is None) is (device != "cpu")
 
 
 def test_auto_dtype_follows_the_device_asked_for():

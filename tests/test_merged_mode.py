@@ -157,7 +157,7 @@ def test_batch_manifest_records_the_mode_and_resume_refuses_a_changed_one(tmp_pa
     merged = ModelRef("m", str(tmp_path / "merged"), "sha256:" + "ee" * 32, "test")
     manifests = {}
     for mode in ("merged", "lora"):
-        cfg = load_batch_config(ROOT / "config" / "batch.json", {"model.adapter_mode": mode})
+        cfg = load_batch_config(ROOT / "config" / "docpilot.json", {"model.adapter_mode": mode})
         adapter = BatchAdapter(resolved, mode, merged if mode == "merged" else None)
         manifests[mode] = build_manifest("b", cfg, corpus, BASE, adapter, {})
         actor_cfg, actor_fp = adapter.engine_model(cfg.model, BASE.fingerprint)

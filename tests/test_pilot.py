@@ -22,7 +22,7 @@ RUN_FILES = {"results.jsonl", "summary.json", "params.json", "environment.json",
 
 @pytest.fixture(scope="module")
 def default_trial(engine, pilot_config):
-    return run_pilot(pilot_config, PILOT, engine=engine, config_path="config/pilot.json")
+    return run_pilot(pilot_config, PILOT, engine=engine, config_path="config/docpilot.json")
 
 
 @pytest.mark.engine

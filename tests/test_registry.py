@@ -193,7 +193,7 @@ def test_cli_list_show_verify(reg: Registry, tmp_path: Path, capsys):
     assert main(["--registry", str(reg.root), "show", "bbc-news"]) == 0
     assert json.loads(capsys.readouterr().out)["sha256"] == pub.sha256
     with pytest.raises(AdapterIntegrityError, match=r"^adapter bbc-news@1 was trained on base model smollm2-135m-instruct"):
-        main(["--registry", str(reg.root), "verify", "bbc-news@1", "--config", "config/pilot.json"])
+        main(["--registry", str(reg.root), "verify", "bbc-news@1", "--config", "config/docpilot.json"])
 
 
 def test_cli_errors_map_to_exit_codes(reg: Registry, capsys):

@@ -59,7 +59,7 @@ def test_flags_give_the_settings():
 def test_defaults_then_environment_then_flags(monkeypatch):
     s = parse_settings([])
     assert (s.port, s.config_path, s.adapters, s.max_doc_bytes, s.skip_pilot_gate, s.log_level) == (
-        8000, Path("config/pilot.json"), (), None, False, "info")
+        8000, Path("config/docpilot.json"), (), None, False, "info")
     monkeypatch.setenv("DOCPILOT_PORT", "7000")
     monkeypatch.setenv("DOCPILOT_SKIP_PILOT_GATE", "1")
     monkeypatch.setenv("DOCPILOT_ADAPTERS", '["z@1"]')

@@ -83,7 +83,7 @@ def start_server(log_path: Path, *args: str, env: dict[str, str] | None = None) 
         ``(base_url, process)``; stop it with :func:`stop_server`.
     """
     port = _free_port()
-    cmd = [sys.executable, "-m", "docpilot", "serve", "--config", str(ROOT / "config" / "pilot.json"),
+    cmd = [sys.executable, "-m", "docpilot", "serve", "--config", str(ROOT / "config" / "docpilot.json"),
            "--host", "127.0.0.1", "--port", str(port), *args]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "DOCPILOT_API_TOKEN": TOKEN, **(env or {})},

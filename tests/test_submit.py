@@ -57,7 +57,7 @@ def corpus(tmp_path) -> Path:
 def _run(monkeypatch, jobs, *args: str) -> int:
     monkeypatch.setattr(submit, "connect", lambda address: jobs)
     monkeypatch.setattr(submit, "POLL_S", 0.01)
-    return docpilot(["submit", "--config", str(ROOT / "config" / "batch.json"), *args])
+    return docpilot(["submit", "--config", str(ROOT / "config" / "docpilot.json"), *args])
 
 
 def test_submits_the_batch_entrypoint_with_a_small_working_dir(monkeypatch, capsys, corpus, tmp_path):
@@ -68,7 +68,7 @@ def test_submits_the_batch_entrypoint_with_a_small_working_dir(monkeypatch, caps
     assert rc == 0
     assert jobs.request["submission_id"] == "docpilot-b1"
     assert shlex.split(jobs.request["entrypoint"]) == [
-        "/opt/py", "-m", "docpilot", "batch", "--config", "config/batch.json", "--corpus", str(corpus),
+        "/opt/py", "-m", "docpilot", "batch", "--config", "config/docpilot.json", "--corpus", str(corpus),
         "--batch-id", "b1", "--no-progress", "--adapter", "news@2", "--export-dir", str(tmp_path / "out"),
         "--skip-pilot-gate"]
     env = jobs.request["runtime_env"]["env_vars"]
@@ -76,7 +76,7 @@ def test_submits_the_batch_entrypoint_with_a_small_working_dir(monkeypatch, caps
     assert all(Path(v).is_absolute() for v in env.values())
     # the code the job runs (front door included) and the config; no caches, weights, runs or .git
     assert {"docpilot/__main__.py", "classify/errors.py", "batch/driver.py", "adapters/registry.py",
-            "config/batch.json"} <= jobs.staged
+            "config/docpilot.json"} <= jobs.staged
     assert not {p for p in jobs.staged if "__pycache__" in p or p.startswith(("serve", "runs", ".git", "tests"))}
     assert not Path(jobs.request["runtime_env"]["working_dir"]).exists()  # staging removed once uploaded
     assert "line 1\nline 2\n" in out and "Job 'docpilot-b1' succeeded" in out
@@ -110,7 +110,7 @@ def test_unreachable_job_server_exits_1(monkeypatch, capsys, corpus):
         raise ConnectionError(f"Failed to connect to Ray at address: {address}.")
 
     monkeypatch.setattr(submit, "connect", refuse)
-    rc = docpilot(["submit", "--config", str(ROOT / "config" / "batch.json"), "--corpus", str(corpus),
+    rc = docpilot(["submit", "--config", str(ROOT / "config" / "docpilot.json"), "--corpus", str(corpus),
                    "--batch-id", "b5", "--address", "http://127.0.0.1:9"])
     assert rc == 1
     assert "error [ray]: job server http://127.0.0.1:9: Failed to connect" in capsys.readouterr().err
@@ -131,5 +131,5 @@ def test_the_config_file_travels_under_its_own_name(monkeypatch, corpus):
     monkeypatch.setattr(submit, "connect", lambda address: jobs)
     assert docpilot(["submit", "--config", str(ROOT / "config" / "docpilot.json"), "--corpus", str(corpus),
                      "--batch-id", "b7"]) == 0
-    assert "config/docpilot.json" in jobs.staged and "config/batch.json" not in jobs.staged
+    assert "config/docpilot.json" in jobs.staged and "config/docpilot.json" not in jobs.staged
     assert "--config config/docpilot.json " in jobs.request["entrypoint"]

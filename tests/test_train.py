@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def train_config() -> TrainConfig:
-    return load_config(TrainConfig, ROOT / "config" / "train.json")
+    return load_config(TrainConfig, ROOT / "config" / "docpilot.json")
 
 
 def _quick(cfg: TrainConfig, **smoke) -> TrainConfig:
@@ -39,7 +39,7 @@ def _quick(cfg: TrainConfig, **smoke) -> TrainConfig:
 
 
 def test_train_config_classify_section_equals_the_pilot_config(train_config: TrainConfig):
-    pilot = load_config(PilotConfig, ROOT / "config" / "pilot.json")
+    pilot = load_config(PilotConfig, ROOT / "config" / "docpilot.json")
     assert train_config.classify == pilot.classify
     assert train_config.model.base_model == pilot.model.base_model and train_config.engine == pilot.engine
     assert train_config.lora.rank <= pilot.engine.max_lora_rank

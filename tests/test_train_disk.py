@@ -264,7 +264,7 @@ def train_config_quick():
     from adapters._config import TrainConfig
     from classify.config import load_config
 
-    cfg = load_config(TrainConfig, ROOT / "config" / "train.json")
+    cfg = load_config(TrainConfig, ROOT / "config" / "docpilot.json")
     return cfg.model_copy(update={
         "training": cfg.training.model_copy(update={"threads": 1}),
         "checks": cfg.checks.model_copy(update={"validation_engine": "none"}),
