@@ -63,7 +63,7 @@ class ServeSettings(BaseSettings):
     insecure_no_auth: bool = Field(False, description="serve WITHOUT the bearer token (logged; loopback experiments only)")
     host: str = Field("127.0.0.1", min_length=1, description="interface to bind")
     port: int = Field(8000, ge=0, le=65535, description="TCP port")
-    config_path: Path = Field(Path("config/docpilot.json"), description="pilot config JSON (model, engine, classify)")
+    config_path: Path = Field(Path("config/docpilot.json"), description="config JSON (its model, engine and classify sections)")
     base_model: str | None = Field(
         None, description="override model.base_model (alias, local folder or HF id); null: the config's")
     adapters: tuple[str, ...] = Field(

@@ -126,10 +126,11 @@ def test_refusals_before_anything_is_submitted(monkeypatch, capsys, corpus, args
     assert message in capsys.readouterr().err and jobs.request == {}
 
 
-def test_the_config_file_travels_under_its_own_name(monkeypatch, corpus):
+def test_the_config_file_travels_under_its_own_name(monkeypatch, corpus, tmp_path):
+    mine = tmp_path / "mine.json"
+    mine.write_text((ROOT / "config" / "docpilot.json").read_text())
     jobs = FakeJobs("SUCCEEDED")
     monkeypatch.setattr(submit, "connect", lambda address: jobs)
-    assert docpilot(["submit", "--config", str(ROOT / "config" / "docpilot.json"), "--corpus", str(corpus),
-                     "--batch-id", "b7"]) == 0
-    assert "config/docpilot.json" in jobs.staged and "config/docpilot.json" not in jobs.staged
-    assert "--config config/docpilot.json " in jobs.request["entrypoint"]
+    assert docpilot(["submit", "--config", str(mine), "--corpus", str(corpus), "--batch-id", "b7"]) == 0
+    assert "config/mine.json" in jobs.staged and "config/docpilot.json" not in jobs.staged
+    assert "--config config/mine.json " in jobs.request["entrypoint"]
