@@ -24,6 +24,7 @@ from typing import Any
 
 from adapters._support import free_mib, is_disk_full, is_write_failure
 from classify.errors import ConfigError, EnvironmentCheckError
+from classify.files import atomic_dir
 
 log = logging.getLogger("adapters.train")
 
@@ -95,32 +96,35 @@ def save_checkpoint(root: Path, step: int, model: Any, optimizer: Any, scheduler
     for stale in root.glob(f".{PREFIX}*.tmp"):
         shutil.rmtree(stale, ignore_errors=True)
     final = root / f"{PREFIX}{step:06d}"
-    tmp = root / f".{final.name}.tmp"
     writing = "the folder"
+    free: float | None = None
     try:
-        tmp.mkdir()
-        weights = {k: v.detach().contiguous().clone() for k, v in get_peft_model_state_dict(model).items()}
-        writing = WEIGHTS
-        save_file(weights, str(tmp / WEIGHTS))
-        writing = STATE
-        torch.save(
-            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
-             "state": state},
-            tmp / STATE,
-        )
-        writing = META
-        (tmp / META).write_text(json.dumps({"step": step, "config_sha256": config_sha256}, indent=2) + "\n")
-        for f in tmp.iterdir():
-            writing = f"{f.name} (fsync)"
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        writing = "the rename into place"
-        if final.exists():  # a re-run of the same step after a resume: replace the old copy
-            shutil.rmtree(final)
-        os.rename(tmp, final)
+        # written in a hidden .<name>-*.tmp folder, renamed into place (a re-run of the same step after a
+        # resume replaces the old copy)
+        with atomic_dir(final, suffix=".tmp", if_exists="replace") as staged:
+            tmp = staged.path
+            try:
+                weights = {k: v.detach().contiguous().clone() for k, v in get_peft_model_state_dict(model).items()}
+                writing = WEIGHTS
+                save_file(weights, str(tmp / WEIGHTS))
+                writing = STATE
+                torch.save(
+                    {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
+                     "state": state},
+                    tmp / STATE,
+                )
+                writing = META
+                (tmp / META).write_text(json.dumps({"step": step, "config_sha256": config_sha256}, indent=2) + "\n")
+                for f in tmp.iterdir():
+                    writing = f"{f.name} (fsync)"
+                    with open(f, "rb") as fh:
+                        os.fsync(fh.fileno())
+                writing = "the rename into place"
+            except Exception:
+                free = free_mib(root)  # before the partial files are removed: what the write ran into
+                raise
     except Exception as err:
-        free = free_mib(root)  # before the partial files are removed: what the write ran into
-        shutil.rmtree(tmp, ignore_errors=True)
+        free = free_mib(root) if free is None else free
         if not is_write_failure(err):
             raise
         raise _write_error(root, final.name, writing, err, free) from err

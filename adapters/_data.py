@@ -13,7 +13,7 @@ from typing import Any
 from adapters._config import DataSection
 from classify.documents import check_text
 from classify.errors import ConfigError, InputError
-from classify.model import file_sha256
+from classify.files import file_sha256
 from classify.prompt import build_training_example
 
 MAX_LISTED = 5

@@ -8,9 +8,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from adapters._support import check_disk
 from adapters.registry import ResolvedAdapter
 from classify.config import ModelConfig
 from classify.errors import AdapterError
+from classify.files import atomic_dir
 from classify.model import FINGERPRINT_FILE, ModelRef, resolve_model, weights_fingerprint
 from classify.runrecords import utc_now
 
@@ -62,9 +61,8 @@ def merge_adapter(adapter: ResolvedAdapter, out_dir: Path, dtype: str = "bfloat1
     weights = sum(p.stat().st_size for p in Path(base.path).glob("*.safetensors"))
     weights = weights * 2 if dtype == "float32" else weights  # the cache keeps bf16; float32 doubles it
     check_disk(out_dir.parent, {"merged_model": weights, "total": weights})
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as staged:
+        tmp = staged.path
         model = AutoModelForCausalLM.from_pretrained(base.path, dtype=torch.float32)
         merged = PeftModel.from_pretrained(model, str(adapter.path)).merge_and_unload()
         merged.to(getattr(torch, dtype)).save_pretrained(tmp, safe_serialization=True)
@@ -82,8 +80,4 @@ def merge_adapter(adapter: ResolvedAdapter, out_dir: Path, dtype: str = "bfloat1
             "created": utc_now(),
         }
         (tmp / FINGERPRINT_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {"path": str(out_dir), **{k: info[k] for k in ("fingerprint", "adapter", "base_fingerprint")}}

@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,9 +36,10 @@ from filelock import FileLock
 
 from adapters.compat import check_engine_compat
 from classify.errors import AdapterError, AdapterIntegrityError, AdapterNotFound
-from classify.model import file_sha256
+from classify.export import compare_sha256
+from classify.files import atomic_dir, tree_sha256
 from classify.paths import registry_dir
-from classify.runrecords import code_revision, compare_sha256, package_versions, utc_now, write_json_atomic
+from classify.runrecords import code_revision, package_versions, utc_now, write_json_atomic
 
 CARD_FILE = "card.json"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -152,12 +151,7 @@ class ResolvedAdapter:
 
 def _adapter_files(folder: Path) -> dict[str, str]:
     """sha256 of every regular file under ``folder`` except the card and hidden files."""
-    out = {}
-    for p in sorted(folder.rglob("*")):
-        rel = p.relative_to(folder)
-        if p.is_file() and rel.as_posix() != CARD_FILE and not any(part.startswith(".") for part in rel.parts):
-            out[rel.as_posix()] = file_sha256(p)
-    return out
+    return tree_sha256(folder, skip={CARD_FILE})
 
 
 class Registry:
@@ -339,39 +333,33 @@ class Registry:
         target = self.root / name / str(ver)
         if target.exists():
             raise AdapterError(f"adapter {ref} already exists in {self.root}; versions are immutable, publish a new version")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{ver}-", suffix=".tmp", dir=target.parent))
         try:
-            for path in sorted(src.rglob("*")):
-                rel = path.relative_to(src)
-                if path.is_file() and rel.as_posix() != CARD_FILE and not any(p.startswith(".") for p in rel.parts):
-                    (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(path, tmp / rel)
-            files = _adapter_files(tmp)
-            card = {
-                **card_fields,
-                "schema": CARD_SCHEMA,
-                "name": name,
-                "version": ver,
-                "ref": ref,
-                "files": files,
-                "sha256": content_sha256(files),
-                "created": utc_now(),
-                "code_revision": card_fields.get("code_revision") or code_revision(),
-                "packages": card_fields.get("packages") or package_versions(("docpilot", "torch", "transformers", "peft")),
-                "pilot": {"status": "not-run", "run_id": None, "at": None, "history": []},
-            }
-            write_json_atomic(tmp / CARD_FILE, card)
-            os.chmod(tmp, 0o755)
-            try:
-                os.rename(tmp, target)  # fails when target exists and is non-empty: the race is lost safely
-            except OSError:
-                raise AdapterError(
-                    f"adapter {ref} already exists in {self.root}; versions are immutable, publish a new version"
-                ) from None
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            with atomic_dir(target, suffix=".tmp", mode=0o755) as staged:  # renamed into place whole
+                tmp = staged.path
+                for path in sorted(src.rglob("*")):
+                    rel = path.relative_to(src)
+                    if path.is_file() and rel.as_posix() != CARD_FILE and not any(p.startswith(".") for p in rel.parts):
+                        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copy2(path, tmp / rel)
+                files = _adapter_files(tmp)
+                card = {
+                    **card_fields,
+                    "schema": CARD_SCHEMA,
+                    "name": name,
+                    "version": ver,
+                    "ref": ref,
+                    "files": files,
+                    "sha256": content_sha256(files),
+                    "created": utc_now(),
+                    "code_revision": card_fields.get("code_revision") or code_revision(),
+                    "packages": card_fields.get("packages") or package_versions(("docpilot", "torch", "transformers", "peft")),
+                    "pilot": {"status": "not-run", "run_id": None, "at": None, "history": []},
+                }
+                write_json_atomic(tmp / CARD_FILE, card)
+        except FileExistsError:  # the rename lost a race: another publish of this version won
+            raise AdapterError(
+                f"adapter {ref} already exists in {self.root}; versions are immutable, publish a new version"
+            ) from None
         return self.resolve(ref)
 
     def set_pilot_status(self, ref: str, status: Literal["passed", "failed"], run_id: str) -> ResolvedAdapter:

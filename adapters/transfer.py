@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import tarfile
-import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -43,8 +42,9 @@ from adapters.compat import check_engine_compat
 from adapters.registry import CARD_FILE, Registry, ResolvedAdapter, content_sha256, parse_ref
 from classify import storage
 from classify.errors import AdapterError, AdapterIntegrityError
-from classify.model import file_sha256
-from classify.runrecords import SHA256SUMS, compare_sha256, utc_now, write_bytes_atomic, write_json_atomic
+from classify.export import SHA256SUMS, compare_sha256, read_sums, sums_text
+from classify.files import atomic_dir, file_sha256, tree_sha256
+from classify.runrecords import utc_now, write_bytes_atomic, write_json_atomic
 from classify.storage import Dest
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
@@ -64,26 +64,13 @@ def _redact(dest: Dest) -> str:
     return urlunsplit(parts._replace(netloc=parts.hostname or "")) if parts.username or parts.password else text
 
 
-def _sums_text(sums: dict[str, str]) -> bytes:
-    return "".join(f"{sums[rel]}  {rel}\n" for rel in sorted(sums)).encode()
-
-
-def _read_sums(path: Path) -> dict[str, str]:
-    listed: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        digest, _, rel = line.partition("  ")
-        if rel:
-            listed[rel] = digest
-    return listed
-
-
 def _stage(adapter: ResolvedAdapter, into: Path) -> dict[str, str]:
     """Copy the version's files + card into ``into`` and write ``SHA256SUMS``; return the sums."""
     for rel in [*sorted(adapter.card["files"]), CARD_FILE]:
         (into / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(adapter.path / rel, into / rel)
     sums = {rel: file_sha256(into / rel) for rel in [*sorted(adapter.card["files"]), CARD_FILE]}
-    write_bytes_atomic(into / SHA256SUMS, _sums_text(sums))
+    write_bytes_atomic(into / SHA256SUMS, sums_text(dict(sorted(sums.items()))))
     # the card was copied after its files were verified: re-check that it still lists the same files
     if json.loads((into / CARD_FILE).read_text(encoding="utf-8")).get("sha256") != adapter.sha256:
         raise AdapterError(f"adapter {adapter.ref}: card.json changed during the export; export again")
@@ -148,9 +135,8 @@ def check_copy(folder: Path, label: str) -> dict[str, Any]:
         raise AdapterIntegrityError(
             f"{refused}: {SHA256SUMS} is missing, so the export is incomplete (an interrupted upload); "
             "rerun `docpilot adapters export` to the same destination to complete it")
-    listed = _read_sums(folder / SHA256SUMS)
-    actual = {p.relative_to(folder).as_posix(): file_sha256(p)
-              for p in sorted(folder.rglob("*")) if p.is_file() and p.name != SHA256SUMS}
+    listed = read_sums(folder / SHA256SUMS)
+    actual = tree_sha256(folder, skip={SHA256SUMS}, hidden=True)
     problems = compare_sha256(listed, actual, SHA256SUMS, missing="missing from the copy")
     if problems:
         raise AdapterIntegrityError(f"{refused}: {'; '.join(problems)}")
@@ -263,14 +249,8 @@ def export_adapter(registry: Registry, ref: str, dest: Dest) -> dict[str, Any]:
                 fs.rm(root, recursive=True)
             storage.upload_tree(stage, [*files, SHA256SUMS], dest, last=SHA256SUMS)
         else:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            part = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", suffix=".part", dir=dest.parent))
-            try:
-                shutil.copytree(stage, part, dirs_exist_ok=True)
-                os.replace(part, dest)
-            except BaseException:
-                shutil.rmtree(part, ignore_errors=True)
-                raise
+            with atomic_dir(dest, suffix=".part") as part:
+                shutil.copytree(stage, part.path, dirs_exist_ok=True)
     there = read_export(dest)  # read back from the destination and re-check every hash
     if there.get("sha256") != adapter.sha256:
         raise AdapterIntegrityError(f"the copy at {label} reads back as sha256 {there.get('sha256')}, not {adapter.sha256}")
@@ -300,44 +280,44 @@ def import_adapter(src: Dest, registry: Registry, *, base_fingerprint: str | Non
         AdapterIncompatible: ``engine`` is given and cannot apply the adapter.
     """
     label = _redact(src)
-    registry.root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".import-", suffix=".tmp", dir=registry.root))
+    renaming = False
     try:
-        fetch_copy(src, tmp)
-        card = check_copy(tmp, label)
-        name, version = parse_ref(str(card.get("ref") or f"{card.get('name')}@{card.get('version')}"))
-        if version is None:
-            raise AdapterIntegrityError(f"import of {label} refused: {CARD_FILE} has no version")
-        ref = f"{name}@{version}"
-        fingerprint = (card.get("base_model") or {}).get("fingerprint")
-        if base_fingerprint is not None and fingerprint != base_fingerprint:
-            raise AdapterIntegrityError(
-                f"import of {label} refused: adapter {ref} was trained on base model "
-                f"{(card.get('base_model') or {}).get('name', '?')} ({fingerprint}) but this side's base model has "
-                f"fingerprint {base_fingerprint}")
-        (tmp / SHA256SUMS).unlink()
-        if engine is not None:
-            check_engine_compat(tmp, engine, base_model_path, label=ref)
+        # staged as <registry>/.import-*.tmp; renamed to <registry>/<name>/<version> once the card is read
+        with atomic_dir(registry.root / "import", suffix=".tmp", mode=0o755) as staged:
+            tmp = staged.path
+            fetch_copy(src, tmp)
+            card = check_copy(tmp, label)
+            name, version = parse_ref(str(card.get("ref") or f"{card.get('name')}@{card.get('version')}"))
+            if version is None:
+                raise AdapterIntegrityError(f"import of {label} refused: {CARD_FILE} has no version")
+            ref = f"{name}@{version}"
+            fingerprint = (card.get("base_model") or {}).get("fingerprint")
+            if base_fingerprint is not None and fingerprint != base_fingerprint:
+                raise AdapterIntegrityError(
+                    f"import of {label} refused: adapter {ref} was trained on base model "
+                    f"{(card.get('base_model') or {}).get('name', '?')} ({fingerprint}) but this side's base model has "
+                    f"fingerprint {base_fingerprint}")
+            (tmp / SHA256SUMS).unlink()
+            if engine is not None:
+                check_engine_compat(tmp, engine, base_model_path, label=ref)
+            existing = _existing(registry, name, version, card, label)
+            if existing is not None:
+                staged.discard()
+                return existing, False
+            exported_pilot = card.get("pilot") or {}
+            card["pilot"] = {"status": "not-run", "run_id": None, "at": None, "history": [],
+                             "imported": {**exported_pilot, "note": "the exporting side's pilot; pilot it here"}}
+            card["imported"] = {"from": label, "at": utc_now()}
+            write_json_atomic(tmp / CARD_FILE, card)
+            staged.target = registry.root / name / str(version)  # the rename: the version appears whole or not at all
+            renaming = True
+    except FileExistsError:
+        if not renaming:
+            raise
         existing = _existing(registry, name, version, card, label)
         if existing is not None:
             return existing, False
-        exported_pilot = card.get("pilot") or {}
-        card["pilot"] = {"status": "not-run", "run_id": None, "at": None, "history": [],
-                         "imported": {**exported_pilot, "note": "the exporting side's pilot; pilot it here"}}
-        card["imported"] = {"from": label, "at": utc_now()}
-        write_json_atomic(tmp / CARD_FILE, card)
-        os.chmod(tmp, 0o755)
-        target = registry.root / name / str(version)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.rename(tmp, target)  # atomic: the version appears whole or not at all
-        except OSError:
-            existing = _existing(registry, name, version, card, label)
-            if existing is not None:
-                return existing, False
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return registry.resolve(ref, base_fingerprint=base_fingerprint), True
 
 

@@ -53,11 +53,11 @@ from classify.documents import (
     refuse_wide_file,
 )
 from classify.errors import InputError
+from classify.files import file_sha256
 from classify.records import Document
 
 FORMATS = ("jsonl", "csv", "parquet", "dir")
 N_BUCKETS = 64
-_CHUNK = 1 << 20
 
 
 MIN_SHARDS = 32
@@ -109,15 +109,6 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
     return where, fmt
 
 
-def file_digest(path: Path) -> str:
-    """sha256 hex of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def quick_fingerprint(where: Path, fmt: str, described: dict[str, Any]) -> str | None:
     """The corpus fingerprint without planning, when the format allows it (else ``None``).
 
@@ -130,7 +121,7 @@ def quick_fingerprint(where: Path, fmt: str, described: dict[str, Any]) -> str |
         described: the stored manifest's ``corpus`` entry (``has_path_records`` for JSONL).
     """
     if fmt in ("csv", "parquet") or (fmt == "jsonl" and not described.get("has_path_records", True)):
-        return f"sha256:{file_digest(where)}"
+        return f"sha256:{file_sha256(where)}"
     return None
 
 
@@ -337,7 +328,7 @@ def _jsonl_rows(path: Path, digest: Any, reading: dict[str, Any]) -> Iterator[_R
                 target = (path.parent / record["path"])
                 try:
                     size = target.stat().st_size
-                    extra.update(f"{lineno}\t{file_digest(target)}\n".encode())
+                    extra.update(f"{lineno}\t{file_sha256(target)}\n".encode())
                 except (OSError, UnicodeEncodeError) as err:
                     extra.update(f"{lineno}\t{type(err).__name__}\n".encode())
             yield _Row(lineno, doc_id, size, pos, next_key=lineno + 1)
@@ -349,7 +340,7 @@ def _csv_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, Any
     header, data_offset = csv_header(path)
     reading.update(header=header, data_offset=data_offset, text_column=cfg.text_column, id_column=cfg.id_column,
                    id_prefix=cfg.id_prefix or path.stem)
-    digest.update(file_digest(path).encode())
+    digest.update(file_sha256(path).encode())
     for row in iter_csv_rows(path, cfg.text_column, cfg.id_column, reading["id_prefix"]):
         yield _Row(row.index, row.doc_id, row.text_bytes or 1, row.end)
 
@@ -359,7 +350,7 @@ def _parquet_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str,
 
     pf, use_ids = parquet_columns(path, cfg.text_column, cfg.id_column)
     reading.update(text_column=cfg.text_column, id_column=cfg.id_column, id_prefix=escape_surrogates(cfg.id_prefix or path.stem))
-    digest.update(file_digest(path).encode())
+    digest.update(file_sha256(path).encode())
     name = escape_surrogates(path.name)
     index = 0
     for g in range(pf.num_row_groups):
@@ -405,7 +396,7 @@ def _dir_rows(folder: Path, digest: Any) -> Iterator[_Row]:
         rel = path.relative_to(folder).as_posix()
         try:
             size = path.stat().st_size
-            sha = file_digest(path)
+            sha = file_sha256(path)
         except OSError as err:
             size, sha = 1, f"unreadable {err.strerror}"
         digest.update(f"{rel}\t{sha}\n".encode("utf-8", "surrogateescape"))

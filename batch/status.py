@@ -250,7 +250,7 @@ def export_partial(st: dict[str, Any], dest_root: str) -> Any:
     """
     from classify import storage
     from classify.errors import VerificationError
-    from classify.runrecords import export_run, verify_export
+    from classify.export import export_run, verify_export
 
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}")

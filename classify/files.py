@@ -80,7 +80,8 @@ class StagedDir:
 
     Attributes:
         path: the temporary folder (``<target parent>/.<target name>-<random><suffix>``).
-        target: where it is renamed to on success.
+        target: where it is renamed to on success; the block may change it (same file system) when
+            the name is known only after the content is read, e.g. an import's ``name/version``.
         discarded: set by :meth:`discard`; the folder is then removed instead of renamed.
     """
 
@@ -121,13 +122,14 @@ def atomic_dir(target: Path, *, suffix: str = "", if_exists: Literal["error", "k
     staged = StagedDir(Path(tempfile.mkdtemp(prefix=f".{target.name}-", suffix=suffix, dir=target.parent)), target)
     try:
         yield staged
+        target = staged.target
         if staged.discarded or (if_exists == "keep" and target.exists()):
-            shutil.rmtree(staged.path, ignore_errors=True)
             return
         if mode is not None:
             os.chmod(staged.path, mode)
         if if_exists == "replace" and target.exists():
             shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.rename(staged.path, target)  # fails when target is a non-empty folder: a concurrent writer won
         except OSError:

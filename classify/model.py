@@ -13,15 +13,13 @@ import hashlib
 import importlib.metadata
 import json
 import logging
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from classify.config import DEFAULT_BASE_MODEL, ModelConfig
 from classify.errors import EngineError
+from classify.files import atomic_dir, file_sha256
 from classify.paths import model_cache_dir
 
 log = logging.getLogger(__name__)
@@ -49,15 +47,6 @@ class ModelRef:
     path: str
     fingerprint: str
     source: str
-
-
-def file_sha256(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
-    """Return the sha256 hex digest of a file, read in ``chunk_bytes`` pieces."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk_bytes):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def weights_fingerprint(folder: str | Path) -> str:
@@ -151,10 +140,9 @@ def provision_default_model(dtype: str = "bfloat16", cache: Path | None = None) 
         info = json.loads(marker.read_text())
         return ModelRef(DEFAULT_BASE_MODEL, str(target), info["fingerprint"], info["source"])
     gguf = smollm2_gguf_path()
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache))
-    try:
-        started = time.time()
+    started = time.time()
+    with atomic_dir(target, if_exists="keep") as staged:  # another process won a race: keep its copy
+        tmp = staged.path
         log.info("de-quantizing %s to %s safetensors in %s", gguf.name, dtype, target)
         _dequantize_gguf(gguf, tmp, dtype)
         fingerprint = weights_fingerprint(tmp)
@@ -168,13 +156,6 @@ def provision_default_model(dtype: str = "bfloat16", cache: Path | None = None) 
             "seconds": round(time.time() - started, 1),
         }
         (tmp / FINGERPRINT_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-        if target.exists():  # another process won the race; keep its copy
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return ModelRef(DEFAULT_BASE_MODEL, str(target), fingerprint, source)
 
 

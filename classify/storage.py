@@ -17,7 +17,6 @@ writing again to an incomplete destination overwrites and finishes it.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -79,14 +78,6 @@ def filesystem(url: str) -> tuple[Any, str]:
         raise ImportError(f"cannot open {url}: {err} (install the fsspec backend for this scheme, "
                           "e.g. `pip install s3fs` for s3://, `pip install gcsfs` for gs://)") from None
     return fs, path.rstrip("/")
-
-
-def sha256_stream(fh: Any) -> str:
-    """sha256 hex of everything readable from a binary file object, in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    for chunk in iter(lambda: fh.read(CHUNK_BYTES), b""):
-        digest.update(chunk)
-    return digest.hexdigest()
 
 
 def exists(dest: Dest, rel: str | None = None) -> bool:

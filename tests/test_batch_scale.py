@@ -132,7 +132,8 @@ def test_parquet_and_jsonl_batches_give_the_same_results_and_parquet_equals_json
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from classify.runrecords import read_jsonl, verify_export
+    from classify.export import verify_export
+    from classify.runrecords import read_jsonl
 
     rows = _docs(300) + [{"id": "d-00007", "text": "dup"}, {"id": "blank", "text": "   "}]
     jsonl = _jsonl(tmp_path / "c.jsonl", rows)

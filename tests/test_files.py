@@ -74,3 +74,12 @@ def test_atomic_dir_discard(tmp_path: Path) -> None:
         (staged.path / "f").write_text("1")
         staged.discard()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_dir_target_named_inside_the_block(tmp_path: Path) -> None:
+    with atomic_dir(tmp_path / "import", suffix=".tmp") as staged:
+        assert staged.path.name.startswith(".import-") and staged.path.parent == tmp_path
+        (staged.path / "card.json").write_text("{}")
+        staged.target = tmp_path / "name" / "3"
+    assert (tmp_path / "name" / "3" / "card.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["name"]

@@ -239,7 +239,7 @@ def test_interrupted_adapter_upload_is_not_importable_and_a_rerun_completes_it(s
     ref = _publish(train, tmp_path, extra={"zz-big.bin": os.urandom(120 * 1024 * 1024)})
     url = f"s3://{BUCKET}/adapters/interrupted"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "adapters.cli", "--registry", str(train.root), "export", ref, url],
+    proc = subprocess.Popen([sys.executable, "-m", "docpilot", "adapters", "--registry", str(train.root), "export", ref, url],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     fs = _fs()
     deadline = time.time() + 120
