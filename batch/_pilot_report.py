@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from classify.accounting import account, recount_mismatches
 from classify.config import PilotConfig
 from classify.errors import AdapterError, ConfigError, InputError, Interrupted
-from classify.runrecords import read_jsonl
+from classify.records import Result, read_results
 
 STAGES = ("doctor", "read-inputs", "load-model", "load-adapter", "classify", "write", "export", "verify")
 PROCEED, FIX_ENV, REVISIT = "proceed", "fix-environment", "revisit-configuration"
@@ -22,15 +23,15 @@ def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
 
 
 def build_summary(
-    results: list[dict[str, Any]],
+    results: Sequence[Result],
     input_ids: list[str],
     labels: dict[str, str],
     cfg: PilotConfig,
 ) -> dict[str, Any]:
-    """Recompute the pilot summary from result rows (used on the run folder and again on the export copy).
+    """Recompute the pilot summary from results (used on the run folder and again on the export copy).
 
     Args:
-        results: rows of ``results.jsonl``.
+        results: the results (the records of ``results.jsonl``).
         input_ids: the ids read from the input, in order.
         labels: id -> expected category or ``reject``.
         cfg: the pilot config (categories and thresholds).
@@ -38,24 +39,20 @@ def build_summary(
     Returns:
         The summary dict: counts, duplicate/unknown/missing ids, expected rejects matched,
         accuracy against labels, the thresholds, ``checks`` (each ``{name, ok, detail}``),
-        ``failed_checks`` and ``verdict`` (``pass`` only when every check passed).
+        ``failed_checks`` and ``verdict`` (``pass`` only when every check passed). The accounting
+        checks are :func:`classify.accounting.account`'s.
     """
     th = cfg.thresholds
-    ids = [r["id"] for r in results]
-    counts = Counter(ids)
-    duplicate_ids = sorted(i for i, n in counts.items() if n > 1)
-    unknown_ids = sorted(set(ids) - set(input_ids))
-    missing_ids = [i for i in input_ids if i not in counts]
-    accepted = [r for r in results if r["status"] == "accepted"]
-    rejected = [r for r in results if r["status"] == "rejected"]
-    bad_category = [r["id"] for r in accepted if r.get("category") not in cfg.classify.categories]
-    no_reason = [r["id"] for r in rejected if not r.get("reason")]
-    by_id = {r["id"]: r for r in results}
+    acc = account(results, input_ids, cfg.classify.categories)
+    led = acc.ledger
+    duplicate_ids, unknown_ids, missing_ids = acc.duplicate_ids, acc.unknown_ids, acc.missing_ids
+    bad_category, no_reason = led.bad_category, led.no_reason
+    by_id = {r.id: r for r in results}
     expected_rejects = sorted(i for i, lab in labels.items() if lab == "reject")
-    matched = [i for i in expected_rejects if by_id.get(i, {}).get("status") == "rejected"]
+    matched = [i for i in expected_rejects if i in by_id and by_id[i].status == "rejected"]
     labelled = sorted(i for i, lab in labels.items() if lab != "reject" and i in by_id)
-    correct = [i for i in labelled if by_id[i].get("category") == labels[i]]
-    unexpected_rejects = [i for i in labelled if by_id[i]["status"] == "rejected"]
+    correct = [i for i in labelled if by_id[i].category == labels[i]]
+    unexpected_rejects = [i for i in labelled if by_id[i].status == "rejected"]
     accuracy = len(correct) / len(labelled) if labelled else 0.0
     match_share = len(matched) / len(expected_rejects) if expected_rejects else 1.0
     unlabelled = [i for i in input_ids if i not in labels]
@@ -63,9 +60,8 @@ def build_summary(
     checks = [
         _check("count", len(input_ids) == th.expected_documents,
                f"{len(input_ids)} input documents, expected {th.expected_documents}"),
-        _check("accounting",
-               len(accepted) + len(rejected) == len(results) == len(input_ids) and not (duplicate_ids or unknown_ids or missing_ids),
-               f"accepted {len(accepted)} + rejected {len(rejected)} = {len(results)} rows for {len(input_ids)} ids; "
+        _check("accounting", acc.balanced,
+               f"accepted {led.accepted} + rejected {led.rejected} = {led.total} rows for {len(input_ids)} ids; "
                f"duplicate {duplicate_ids}, unknown {unknown_ids}, missing {missing_ids}"),
         _check("allowed_categories", not bad_category, f"accepted rows outside the allowed set: {bad_category}"),
         _check("reject_reasons", not no_reason, f"rejected rows without a reason: {no_reason}"),
@@ -80,9 +76,9 @@ def build_summary(
     ]
     failed = [c["name"] for c in checks if not c["ok"]]
     return {
-        "total": len(results),
-        "accepted": len(accepted),
-        "rejected": len(rejected),
+        "total": led.total,
+        "accepted": led.accepted,
+        "rejected": led.rejected,
         "input_ids": len(input_ids),
         "duplicate_ids": duplicate_ids,
         "unknown_ids": unknown_ids,
@@ -93,7 +89,7 @@ def build_summary(
         "labelled": len(labelled),
         "correct": len(correct),
         "accuracy": round(accuracy, 4),
-        "per_category": dict(Counter(r["category"] for r in accepted)),
+        "per_category": dict(led.per_category),
         "thresholds": th.model_dump(),
         "checks": checks,
         "failed_checks": failed,
@@ -219,15 +215,12 @@ def recheck_copy(folder: Path, cfg: PilotConfig) -> list[str]:
     """
     import json
 
-    results = read_jsonl(folder / "results.jsonl")
+    results = read_results(folder / "results.jsonl")
     stored = json.loads((folder / "summary.json").read_text())
     inputs = json.loads((folder / "inputs.json").read_text())
     again = build_summary(results, inputs["ids"], inputs["labels"], cfg)
-    problems = [
-        f"summary.json {key}={stored.get(key)!r} but the copied results give {again[key]!r}"
-        for key in ("total", "accepted", "rejected", "duplicate_ids", "unknown_ids", "missing_ids", "accuracy", "correct")
-        if stored.get(key) != again[key]
-    ]
+    problems = recount_mismatches(stored, again, ("total", "accepted", "rejected", "duplicate_ids", "unknown_ids",
+                                                  "missing_ids", "accuracy", "correct"))
     if again["accepted"] + again["rejected"] != again["total"]:
         problems.append("accepted + rejected != total in the copied results")
     return problems

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from batch.manifest import PROGRESS
+from classify.records import Result
 from classify.runrecords import utc_now, write_json_atomic
 
 SAVE_EVERY_S = 2.0
@@ -67,16 +68,16 @@ class Progress:
         self._t0 = time.monotonic()
         self.save()
 
-    def _count(self, rows: list[dict[str, Any]]) -> None:
+    def _count(self, rows: list[Result]) -> None:
         self.done += len(rows)
-        self.accepted += sum(r["status"] == "accepted" for r in rows)
-        self.rejected += sum(r["status"] == "rejected" for r in rows)
+        self.accepted += sum(r.status == "accepted" for r in rows)
+        self.rejected += sum(r.status == "rejected" for r in rows)
 
-    def shard_done(self, rows: list[dict[str, Any]]) -> None:
+    def shard_done(self, rows: list[Result]) -> None:
         """Count a shard completed in this attempt; save when the last save is :data:`SAVE_EVERY_S` old."""
         self._count(rows)
         self.processed += len(rows)
-        self.processed_tokens += sum(int(r.get("n_tokens") or 0) for r in rows)
+        self.processed_tokens += sum(int(r.n_tokens or 0) for r in rows)
         if time.monotonic() - self._saved_at >= SAVE_EVERY_S:
             self.save()
 

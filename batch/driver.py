@@ -29,12 +29,14 @@ from batch._config import BatchConfig, load_batch_config, results_config, result
 from batch._progress import Progress
 from batch.corpus import CorpusPlan, locate_corpus, plan_corpus, quick_fingerprint
 from classify import storage
+from classify.accounting import export_checked
 from classify.config import ModelConfig, classification_sha256
 from classify.errors import InputError, VerificationError
-from classify.export import export_complete, export_run, verify_export
+from classify.export import export_complete
 from classify.model import ModelRef, resolve_model
 from classify.paths import exports_dir, runs_dir
 from classify.pilotgate import combo_key, require_pilot
+from classify.records import Result
 from classify.runrecords import (
     code_revision,
     package_versions,
@@ -256,11 +258,12 @@ def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: CorpusPlan, manifest: d
             elif name == "retry":
                 progress.update(last_error=detail["error"], retries=progress.retries + 1)
 
-        def on_done(index: int, rows: list[dict[str, Any]]) -> None:
-            mf.write_shard(run_dir, index, rows, mf.manifest_version(manifest))
-            progress.shard_done(rows)
+        def on_done(index: int, rows: list[Any]) -> None:
+            results = [Result.of(r) for r in rows]  # rows cross Ray as dicts (cheaper to pickle than models)
+            mf.write_shard(run_dir, index, results, mf.manifest_version(manifest))
+            progress.shard_done(results)
             lease.tick(progress, bar)
-            bar.update(len(rows))
+            bar.update(len(results))
 
         actor_model, actor_fingerprint = (adapter.engine_model(cfg.model, manifest["model_fingerprint"]) if adapter
                                           else (cfg.model, manifest["model_fingerprint"]))
@@ -465,11 +468,7 @@ def _export(run_dir: Path, dest: storage.Dest) -> storage.Dest:
     """
     if export_complete(dest):
         log.info("export %s exists (an earlier attempt); re-checking it", dest)
-    else:
-        export_run(run_dir, dest)
-    problems = verify_export(dest, mf.check_export)
-    if problems:
-        raise VerificationError(f"export {dest} failed its re-check: {'; '.join(problems)}")
+    export_checked(run_dir, dest, mf.check_export, f"export {dest}")
     return dest
 
 

@@ -32,9 +32,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from classify.accounting import Ledger, account, recount_mismatches
 from classify.errors import InputError, VerificationError
-from classify.records import Document
-from classify.runrecords import read_jsonl, write_json_atomic, write_jsonl_atomic
+from classify.records import Document, Result, read_results
+from classify.runrecords import write_json_atomic, write_jsonl_atomic
 
 MANIFEST = "manifest.json"
 PROGRESS = "progress.json"
@@ -108,12 +109,13 @@ def complete_shard_indexes(run_dir: Path, manifest: dict[str, Any]) -> list[int]
     return [i for i, _ in shard_files(run_dir, manifest_version(manifest)) if i in planned]
 
 
-def _ids_of_lines(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
+def _ids_of_lines(path: Path) -> Iterator[tuple[bytes, Result]]:
+    """``(raw line, its result)`` of each line of a shard or results file (bad records kept: :meth:`Result.from_json`)."""
     with path.open("rb") as fh:
         for n, line in enumerate(fh, start=1):
             if line.strip():
                 try:
-                    yield line, json.loads(line)
+                    yield line, Result.from_json(line)
                 except json.JSONDecodeError as err:
                     raise VerificationError(f"{path}:{n}: not valid JSON: {err}") from None
 
@@ -146,9 +148,9 @@ def scan_done(run_dir: Path, manifest: dict[str, Any]) -> dict[int, dict[str, in
             raise VerificationError(f"{path}: not a shard of this batch's plan ({len(planned)} shards); remove it")
         ids, accepted, rejected = [], 0, 0
         for _, row in _ids_of_lines(path):
-            ids.append(row.get("id"))
-            accepted += row.get("status") == "accepted"
-            rejected += row.get("status") == "rejected"
+            ids.append(row.id)
+            accepted += row.status == "accepted"
+            rejected += row.status == "rejected"
         _check_shard_ids(path, planned[index], ids)
         done[index] = {"docs": len(ids), "accepted": accepted, "rejected": rejected}
     return done
@@ -217,7 +219,7 @@ def check_resume(run_dir: Path, old: dict[str, Any], new: dict[str, Any]) -> Non
         )
 
 
-def completed_shards(run_dir: Path, plan: list[dict[str, Any]], version: int = 1) -> dict[int, list[dict[str, Any]]]:
+def completed_shards(run_dir: Path, plan: list[dict[str, Any]], version: int = 1) -> dict[int, list[Result]]:
     """Read every complete shard file and check it holds exactly its planned ids (small runs; see :func:`scan_done`).
 
     Args:
@@ -226,18 +228,18 @@ def completed_shards(run_dir: Path, plan: list[dict[str, Any]], version: int = 1
         version: the run folder's layout.
 
     Returns:
-        ``{shard index: result rows}`` for the shards whose file exists.
+        ``{shard index: its results}`` for the shards whose file exists.
 
     Raises:
         VerificationError: a shard file that is not in the plan, or whose ids differ from the plan.
     """
     planned = {s["index"]: s for s in plan}
-    done: dict[int, list[dict[str, Any]]] = {}
+    done: dict[int, list[Result]] = {}
     for index, path in shard_files(run_dir, version):
         if index not in planned:
             raise VerificationError(f"{path}: not a shard of this batch's plan ({len(plan)} shards); remove it")
-        rows = read_jsonl(path)
-        if ids_sha256([r.get("id") for r in rows]) != planned[index]["ids_sha256"]:
+        rows = read_results(path)
+        if ids_sha256([r.id for r in rows]) != planned[index]["ids_sha256"]:
             raise VerificationError(
                 f"{path}: its {len(rows)} ids differ from the planned shard ({planned[index]['n_docs']} ids "
                 f"{planned[index]['first_id']}..{planned[index]['last_id']}); remove the file to redo the shard"
@@ -246,25 +248,25 @@ def completed_shards(run_dir: Path, plan: list[dict[str, Any]], version: int = 1
     return done
 
 
-def write_shard(run_dir: Path, index: int, rows: list[dict[str, Any]], version: int = 1) -> Path:
+def write_shard(run_dir: Path, index: int, rows: list[Result], version: int = 1) -> Path:
     """Write one complete shard atomically (temporary file, fsync, rename).
 
     Args:
         run_dir: the run folder.
         index: the shard's index in the plan.
-        rows: its result rows.
+        rows: its results (one JSON line each: :meth:`classify.records.Result.row`, keys sorted).
         version: the run folder's layout (:func:`manifest_version`).
 
     Returns:
         The shard file's path.
     """
     path = shard_path(run_dir, index, version)
-    write_jsonl_atomic(path, rows)
+    write_jsonl_atomic(path, (r.row() for r in rows))
     return path
 
 
-def check_results(rows: list[dict[str, Any]], expected_ids: list[str] | None, categories: list[str]) -> list[str]:
-    """The batch invariants over merged results.
+def check_results(rows: list[Result], expected_ids: list[str] | None, categories: list[str]) -> list[str]:
+    """The batch invariants over merged results (:func:`classify.accounting.account`).
 
     Args:
         rows: result records.
@@ -274,30 +276,10 @@ def check_results(rows: list[dict[str, Any]], expected_ids: list[str] | None, ca
     Returns:
         Problems found (empty list = all invariants hold).
     """
-    problems = []
-    counts = Counter(r.get("id") for r in rows)
-    dups = sorted(i for i, n in counts.items() if n > 1)
-    if dups:
-        problems.append(f"duplicate ids in results: {dups[:10]}{' ...' if len(dups) > 10 else ''}")
-    if expected_ids is not None:
-        expected = set(expected_ids)
-        unknown = sorted(set(counts) - expected)
-        missing = sorted(expected - set(counts))
-        if unknown:
-            problems.append(f"unknown ids in results: {unknown[:10]}")
-        if missing:
-            problems.append(f"ids missing from results: {missing[:10]} ({len(missing)} in all)")
-    for r in rows:
-        if r.get("status") == "accepted" and r.get("category") not in categories:
-            problems.append(f"id {r.get('id')}: accepted with category {r.get('category')!r} not in {categories}")
-        elif r.get("status") == "rejected" and not r.get("reason"):
-            problems.append(f"id {r.get('id')}: rejected without a reason")
-        elif r.get("status") not in ("accepted", "rejected"):
-            problems.append(f"id {r.get('id')}: status {r.get('status')!r} (allowed: accepted, rejected)")
-    return problems
+    return account(rows, expected_ids, categories).problems()
 
 
-def summarize(rows: list[dict[str, Any]], corpus: dict[str, Any], categories: list[str]) -> dict[str, Any]:
+def summarize(rows: list[Result], corpus: dict[str, Any], categories: list[str]) -> dict[str, Any]:
     """Counts over merged results (throughput and wall time are added by the driver).
 
     Args:
@@ -308,20 +290,16 @@ def summarize(rows: list[dict[str, Any]], corpus: dict[str, Any], categories: li
     Returns:
         ``{total, accepted, rejected, input_rows, duplicate_rows, by_category, reject_reasons, ...}``.
     """
-    counts = Counter(r["id"] for r in rows)
-    reasons = Counter((r.get("reason") or "").split(":")[0] for r in rows if r["status"] == "rejected")
-    return {
-        "total": len(rows),
-        "distinct_ids": corpus["distinct_ids"],
-        "accepted": sum(r["status"] == "accepted" for r in rows),
-        "rejected": sum(r["status"] == "rejected" for r in rows),
-        "input_rows": corpus["input_rows"],
-        "duplicate_rows": corpus["duplicate_rows"],
-        "duplicate_ids": sorted(i for i, n in counts.items() if n > 1),
-        "by_category": {c: sum(r.get("category") == c for r in rows) for c in categories},
-        "reject_reasons": dict(sorted(reasons.items())),
-        "n_tokens": sum(int(r.get("n_tokens") or 0) for r in rows),
-    }
+    acc = account(rows, None, categories)
+    return _summary_counts(acc.ledger, corpus, acc.duplicate_ids)
+
+
+def _summary_counts(ledger: Ledger, corpus: dict[str, Any], duplicate_ids: list[str]) -> dict[str, Any]:
+    c = ledger.counts()
+    return {"total": c["total"], "distinct_ids": corpus["distinct_ids"], "accepted": c["accepted"],
+            "rejected": c["rejected"], "input_rows": corpus["input_rows"], "duplicate_rows": corpus["duplicate_rows"],
+            "duplicate_ids": duplicate_ids, "by_category": c["by_category"], "reject_reasons": c["reject_reasons"],
+            "n_tokens": c["n_tokens"]}
 
 
 def check_export(export_dir: Path) -> list[str]:
@@ -343,46 +321,24 @@ def check_export(export_dir: Path) -> list[str]:
     return _check_export_streaming(export_dir, manifest, summary)
 
 
-class Tally:
-    """Counts over result rows, one row at a time (the streaming form of :func:`summarize` and :func:`check_results`).
+class Tally(Ledger):
+    """:class:`classify.accounting.Ledger` with the batch's id-uniqueness check on disk (the streaming form of
+    :func:`summarize` and :func:`check_results`; at most 100 problems kept).
 
     Args:
         categories: the allowed categories.
     """
 
     def __init__(self, categories: list[str]):
-        self.categories = list(categories)
-        self.total = self.accepted = self.rejected = self.n_tokens = 0
-        self.by_category = dict.fromkeys(self.categories, 0)
-        self.reasons: Counter[str] = Counter()
-        self.problems: list[str] = []
+        super().__init__(categories, max_problems=100)
         from batch.corpus import IdHashBuckets
 
         self.ids = IdHashBuckets()
 
-    def add(self, r: dict[str, Any]) -> None:
-        """Count one result row and note what is wrong with it."""
-        self.ids.add(str(r.get("id")), self.total)
-        self.total += 1
-        status = r.get("status")
-        if status == "accepted":
-            self.accepted += 1
-            if r.get("category") not in self.categories:
-                self._problem(f"id {r.get('id')}: accepted with category {r.get('category')!r} not in {self.categories}")
-        elif status == "rejected":
-            self.rejected += 1
-            self.reasons[(r.get("reason") or "").split(":")[0]] += 1
-            if not r.get("reason"):
-                self._problem(f"id {r.get('id')}: rejected without a reason")
-        else:
-            self._problem(f"id {r.get('id')}: status {status!r} (allowed: accepted, rejected)")
-        if r.get("category") in self.by_category:
-            self.by_category[r["category"]] += 1
-        self.n_tokens += int(r.get("n_tokens") or 0)
-
-    def _problem(self, text: str) -> None:
-        if len(self.problems) < 100:
-            self.problems.append(text)
+    def add(self, r: Result) -> None:
+        """Count one result and note what is wrong with it."""
+        self.ids.add(str(r.id), self.total)
+        super().add(r)
 
     def duplicate_ids(self, results: Path) -> list[str]:
         """Ids given more than once among the counted rows; ``results`` (the JSONL just counted) is re-read
@@ -399,10 +355,7 @@ class Tally:
 
     def summary(self, corpus: dict[str, Any], duplicate_ids: list[str]) -> dict[str, Any]:
         """The counts of :func:`summarize`."""
-        return {"total": self.total, "distinct_ids": corpus["distinct_ids"], "accepted": self.accepted,
-                "rejected": self.rejected, "input_rows": corpus["input_rows"], "duplicate_rows": corpus["duplicate_rows"],
-                "duplicate_ids": duplicate_ids, "by_category": self.by_category,
-                "reject_reasons": dict(sorted(self.reasons.items())), "n_tokens": self.n_tokens}
+        return _summary_counts(self, corpus, duplicate_ids)
 
 
 def _parquet_schema() -> Any:
@@ -421,9 +374,9 @@ class _ParquetRows:
         self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
         self.columns: dict[str, list[Any]] = {name: [] for name, _ in RESULT_COLUMNS}
 
-    def add(self, r: dict[str, Any]) -> None:
+    def add(self, r: Result) -> None:
         for name, col in self.columns.items():
-            col.append(r.get(name))
+            col.append(getattr(r, name))
         if len(self.columns["id"]) >= 65_536:
             self.flush()
 
@@ -477,7 +430,7 @@ def merge_results(run_dir: Path, manifest: dict[str, Any], write: bool = True) -
                 continue
             ids = []
             for line, row in _ids_of_lines(path):
-                ids.append(row.get("id"))
+                ids.append(row.id)
                 tally.add(row)
                 if out is not None and pq_rows is not None:
                     out.write(line if line.endswith(b"\n") else line + b"\n")
@@ -546,12 +499,12 @@ def _check_export_streaming(export_dir: Path, manifest: dict[str, Any], summary:
     results = export_dir / RESULTS
     try:
         with results.open("rb") as fh:
-            merged = (json.loads(ln) for ln in fh if ln.strip())
+            merged = (Result.from_json(ln) for ln in fh if ln.strip())
             for shard in manifest["shards"]:
                 path = shard_path(export_dir, shard["index"], version)
                 ids = []
                 for _, row in _ids_of_lines(path):
-                    ids.append(row.get("id"))
+                    ids.append(row.id)
                     shard_rows += 1
                     copied = next(merged, None)
                     if copied is not None:
@@ -569,9 +522,7 @@ def _check_export_streaming(export_dir: Path, manifest: dict[str, Any], summary:
         problems.append(f"duplicate ids in results: {duplicates[:10]}")
     problems += tally.problems
     recount = tally.summary(manifest["corpus"], duplicates)
-    for key in ("total", "accepted", "rejected", "input_rows", "duplicate_rows"):
-        if recount[key] != summary.get(key):
-            problems.append(f"summary.json `{key}` is {summary.get(key)} but the copied results give {recount[key]}")
+    problems += recount_mismatches(summary, recount, ("total", "accepted", "rejected", "input_rows", "duplicate_rows"))
     if recount["accepted"] + recount["rejected"] != manifest["corpus"]["distinct_ids"]:
         problems.append(f"accepted + rejected = {recount['accepted'] + recount['rejected']} "
                         f"!= corpus distinct ids {manifest['corpus']['distinct_ids']}")

@@ -21,11 +21,12 @@ from typing import Any
 from batch._pilot_inputs import read_pilot_set
 from batch._pilot_report import STAGES, build_summary, decide, decision_markdown, recheck_copy
 from classify import storage
+from classify.accounting import recheck_export
 from classify.config import ClassifyConfig, PilotConfig, classification_sha256, config_sha256, load_config
 from classify.doctor import blockers, findings_json, run_checks
 from classify.engine import Classifier, build_engine
-from classify.errors import EngineError, EnvironmentCheckError, Interrupted, VerificationError
-from classify.export import export_complete, export_run, verify_export
+from classify.errors import EngineError, EnvironmentCheckError, Interrupted
+from classify.export import export_complete, export_run
 from classify.model import ModelRef, resolve_model
 from classify.paths import exports_dir, runs_dir
 from classify.pilotgate import combo_key, record_pilot
@@ -244,9 +245,8 @@ def run_pilot(
         classify_s = time.perf_counter() - classify_started
 
         stage = "write"
-        rows = [r.model_dump() for r in results]
-        write_jsonl_atomic(run_dir / "results.jsonl", rows)
-        summary = build_summary(rows, [d.id for d in docs], labels, cfg)
+        write_jsonl_atomic(run_dir / "results.jsonl", (r.row() for r in results))
+        summary = build_summary(results, [d.id for d in docs], labels, cfg)
         summary.update(
             run_id=run_id,
             wall_s=round(time.time() - started, 2),
@@ -263,9 +263,7 @@ def run_pilot(
         export_run(run_dir, export_dir)
 
         stage = "verify"
-        problems = verify_export(export_dir, check=lambda folder: recheck_copy(folder, cfg))
-        if problems:
-            raise VerificationError("export copy failed its re-check: " + "; ".join(problems))
+        recheck_export(export_dir, lambda folder: recheck_copy(folder, cfg), "export copy")
     except Exception as err:  # every stage failure is recorded, never lost
         error = err
         log.error("pilot stage %s failed: %s: %s", stage, type(err).__name__, err)

@@ -249,8 +249,8 @@ def export_partial(st: dict[str, Any], dest_root: str) -> Any:
         VerificationError: the copy fails its re-check (names the file).
     """
     from classify import storage
-    from classify.errors import VerificationError
-    from classify.export import export_run, verify_export
+    from classify.accounting import recheck_export
+    from classify.export import export_run
 
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}")
@@ -258,9 +258,7 @@ def export_partial(st: dict[str, Any], dest_root: str) -> Any:
         snapshot = Path(tmp) / st["batch_id"]
         shutil.copytree(st["run_dir"], snapshot, ignore=shutil.ignore_patterns(".*"))
         export_run(snapshot, dest)
-    problems = verify_export(dest)
-    if problems:
-        raise VerificationError(f"partial export {dest} failed its re-check: {'; '.join(problems)}")
+    recheck_export(dest, None, f"partial export {dest}")
     return dest
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 Status = Literal["accepted", "rejected"]
 
@@ -67,3 +69,69 @@ class Result(BaseModel):
             n_chars=doc.n_chars,
             n_tokens=n_tokens,
         )
+
+    def row(self) -> dict[str, Any]:
+        """The record as the JSON object written to shard files and ``results.jsonl`` (every field, JSON types)."""
+        return self.model_dump()
+
+    @classmethod
+    def of(cls, row: Result | Mapping[str, Any]) -> Result:
+        """The record for ``row``: a :class:`Result` as is, a mapping validated (the form rows cross Ray in).
+
+        Raises:
+            pydantic.ValidationError: a mapping that is not a valid result.
+        """
+        return row if isinstance(row, Result) else cls.model_validate(row)
+
+    @classmethod
+    def from_json(cls, line: bytes | str) -> Result:
+        """Read one stored line (a shard file, ``results.jsonl``) without refusing a bad record.
+
+        A valid line is validated (pydantic-core's JSON parser, faster than ``json.loads``); a line that is
+        JSON but not a valid result (unknown status, no reason, score out of range, wrong or missing fields)
+        is kept as read, unvalidated, so the accounting check (:mod:`classify.accounting`) names what is wrong.
+
+        Args:
+            line: one JSON object.
+
+        Returns:
+            The record (missing fields take their defaults; unknown fields are dropped).
+
+        Raises:
+            json.JSONDecodeError: the line is not JSON.
+        """
+        try:
+            return cls.model_validate_json(line)
+        except ValidationError:
+            import json
+
+            obj = json.loads(line)
+            obj = obj if isinstance(obj, dict) else {}
+            values = {name: obj.get(name, None if field.is_required() else field.default)
+                      for name, field in cls.model_fields.items()}
+            return cls.model_construct(**values)
+
+
+RESULT_FIELDS: tuple[str, ...] = tuple(Result.model_fields)
+"""The fields of :class:`Result`, in order (the columns of ``results.parquet``)."""
+
+
+def read_results(path: Path) -> list[Result]:
+    """Every result of a JSONL results file, in order (bad records kept: :meth:`Result.from_json`).
+
+    Raises:
+        VerificationError: a line is not valid JSON (naming ``path:line``).
+    """
+    import json
+
+    from classify.errors import VerificationError
+
+    out = []
+    with path.open("rb") as fh:
+        for n, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    out.append(Result.from_json(line))
+                except json.JSONDecodeError as err:
+                    raise VerificationError(f"{path}:{n}: not valid JSON: {err}") from None
+    return out

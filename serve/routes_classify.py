@@ -7,8 +7,10 @@ from collections import Counter
 
 from fastapi import APIRouter
 
+from classify.accounting import account, duplicates
 from classify.documents import document_from_text, escape_surrogates
-from classify.errors import InputError, PayloadTooLarge
+from classify.errors import InputError, PayloadTooLarge, VerificationError
+from classify.records import Document, Result
 from serve.deps import Authorized, Engine, State
 from serve.schemas import ClassifyRequest, ClassifyResponse, ErrorResponse, ResultOut
 
@@ -40,9 +42,22 @@ def _check_limits(body: ClassifyRequest, max_documents: int, max_doc_bytes: int)
                 f"document {doc.id!r} is {size} bytes, over the limit of {max_doc_bytes} bytes per document "
                 "(`max_doc_bytes`); shorten or split it"
             )
-    repeated = sorted(i for i, n in Counter(escape_surrogates(d.id) for d in body.documents).items() if n > 1)
+    repeated = duplicates(escape_surrogates(d.id) for d in body.documents)
     if repeated:
         raise InputError(f"duplicate document ids in one request: {repeated[:10]}; give each document a unique `id`")
+
+
+def _check_accounting(results: list[Result], docs: list[Document], categories: list[str]) -> None:
+    """The accounting check of pilot and batch over one request: each id once, in request order.
+
+    Raises:
+        VerificationError: (500) the engine's results break it (a defect, never a client error).
+    """
+    problems = account(results, [d.id for d in docs], categories).problems()
+    if not problems and [r.id for r in results] != [d.id for d in docs]:
+        problems = ["results are not in request order"]
+    if problems:
+        raise VerificationError(f"the engine's results break the accounting of this request: {'; '.join(problems)}")
 
 
 @router.post("/classify", response_model=ClassifyResponse, responses=_ERRORS)
@@ -63,6 +78,7 @@ async def classify(body: ClassifyRequest, state: State, engine: Engine) -> Class
         handle, label = None, None
     docs = [document_from_text(d.id, d.text, state.max_doc_bytes, source="request") for d in body.documents]
     results = await engine.classify(docs, handle)
+    _check_accounting(results, docs, state.config.classify.categories)
     for status, n in Counter(r.status for r in results).items():
         state.metrics.documents.labels(adapter=label or "base", status=status).inc(n)
     return ClassifyResponse(model=state.model.name, adapter=label, results=[ResultOut.of(r) for r in results])

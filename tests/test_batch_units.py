@@ -16,6 +16,7 @@ from batch.status import batch_status
 from batch.status import main as status_main
 from classify.config import PilotConfig, load_config
 from classify.errors import ConfigError, InputError, VerificationError
+from classify.records import Result
 from tests.test_batch_helpers import PLANTED, ROOT, make_corpus
 
 
@@ -124,8 +125,8 @@ def test_resume_refused_naming_what_changed(tmp_path, bbc_dir):
 
 
 def _rows(docs, status="accepted"):
-    return [{"id": d.id, "status": status, "category": "tech" if status == "accepted" else None,
-             "reason": None if status == "accepted" else "r", "n_tokens": 3} for d in docs]
+    return [Result(id=d.id, status=status, category="tech" if status == "accepted" else None,
+                   reason=None if status == "accepted" else "r", n_tokens=3) for d in docs]
 
 
 def test_completed_shards_checks_ids_and_merge_invariants(tmp_path, bbc_dir):
@@ -140,7 +141,7 @@ def test_completed_shards_checks_ids_and_merge_invariants(tmp_path, bbc_dir):
     mf.write_shard(run, 1, _rows(corpus.docs[5:9]))
     with pytest.raises(VerificationError, match=r"00001.jsonl: its 4 ids differ from the planned shard"):
         mf.completed_shards(run, plan)
-    rows = _rows(corpus.docs[:3]) + _rows(corpus.docs[2:3]) + [{"id": "ghost", "status": "accepted", "category": "x"}]
+    rows = _rows(corpus.docs[:3]) + _rows(corpus.docs[2:3]) + [Result(id="ghost", status="accepted", category="x")]
     problems = mf.check_results(rows, [d.id for d in corpus.docs], ["tech"])
     assert problems[0] == f"duplicate ids in results: ['{corpus.docs[2].id}']"
     assert problems[1] == "unknown ids in results: ['ghost']"
@@ -179,7 +180,7 @@ def test_check_export_recounts_the_copy(tmp_path, bbc_dir):
     rows = _rows(corpus.docs[:8]) + _rows(corpus.docs[8:], "rejected")
     mf.write_shard(run, 0, rows[:8])
     mf.write_shard(run, 1, rows[8:])
-    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "results.jsonl").write_text("".join(json.dumps(r.row()) + "\n" for r in rows))
     summary = mf.summarize(rows, corpus.describe(), ["tech"])
     (run / "summary.json").write_text(json.dumps(summary))
     assert summary["accepted"] + summary["rejected"] == len(corpus.docs) and summary["duplicate_rows"] == 1

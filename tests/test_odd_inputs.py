@@ -83,7 +83,7 @@ def test_lone_surrogate_rows_go_through_shard_writing_and_resume(tmp_path):
     for shard in plan:
         docs = corpus.docs[shard["start"]:shard["start"] + shard["n_docs"]]
         rows = [(Result.rejected(d, d.reject_reason) if d.reject_reason else
-                 Result(id=d.id, status="accepted", category="tech", score=0.5)).model_dump() for d in docs]
+                 Result(id=d.id, status="accepted", category="tech", score=0.5)) for d in docs]
         write_shard(run, shard["index"], rows)
     done = completed_shards(run, plan)  # re-reads every shard and checks its ids against the plan
     assert sum(len(rows) for rows in done.values()) == len(corpus.docs)

@@ -13,6 +13,7 @@ from batch.pilot import main, run_pilot
 from classify.config import PilotConfig, parse_config
 from classify.export import verify_export
 from classify.pilotgate import combo_key, pilot_status
+from classify.records import Result
 from classify.runrecords import read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,8 +172,8 @@ def test_cli_reports_the_first_error_and_exit_code(tmp_path, capsys):
 def test_a_pilot_set_without_a_planned_reject_fails_its_check(pilot_config):
     from batch._pilot_report import build_summary
 
-    rows = [{"id": f"d{i}", "status": "accepted", "category": "sport", "reason": None} for i in range(12)]
-    summary = build_summary(rows, [r["id"] for r in rows], {r["id"]: "sport" for r in rows}, pilot_config)
+    rows = [Result(id=f"d{i}", status="accepted", category="sport") for i in range(12)]
+    summary = build_summary(rows, [r.id for r in rows], {r.id: "sport" for r in rows}, pilot_config)
     check = next(c for c in summary["checks"] if c["name"] == "expected_rejects")
     assert not check["ok"] and "needs at least one planned reject" in check["detail"]
     assert summary["failed_checks"] == ["expected_rejects"] and summary["verdict"] == "fail"
@@ -289,8 +290,8 @@ def test_memory_gap_is_a_note_unless_the_engine_exceeds_the_machine(pilot_config
     from batch._pilot_report import build_summary, decide, decision_markdown
 
     labels = json.loads((PILOT / "labels.json").read_text())
-    rows = [{"id": i, "status": "rejected" if v == "reject" else "accepted", "category": None if v == "reject" else v,
-             "reason": "binary content" if v == "reject" else None} for i, v in labels.items()]
+    rows = [Result(id=i, status="rejected" if v == "reject" else "accepted", category=None if v == "reject" else v,
+                   reason="binary content" if v == "reject" else None) for i, v in labels.items()]
     summary = build_summary(rows, list(labels), labels, pilot_config)
     summary["measured"] = m = _measured(peak, est, machine)
     assert m["gap"] is gap and m["docs_per_s"] == 1.2 and m["tokens_per_s"] == 240.0

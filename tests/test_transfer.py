@@ -27,6 +27,7 @@ from batch._config import BatchConfig, CorpusConfig, results_config, results_con
 from batch.corpus import read_corpus
 from classify.errors import AdapterError, AdapterIntegrityError
 from classify.export import SHA256SUMS, export_complete, export_run, verify_export
+from classify.records import Result
 from tests.test_batch_helpers import ROOT, make_corpus
 
 FP = "sha256:" + "0" * 64
@@ -107,10 +108,10 @@ def _batch_run(tmp_path: Path, bbc_dir: Path) -> Path:
                             "config": results_config(cfg), "config_sha256": results_config_sha256(cfg),
                             "model": {"path": "/m"}, "model_fingerprint": "sha256:m", "adapter": None,
                             "adapter_sha256": None, "shards": mf.plan_shards(corpus.docs, 8)})
-    rows = [{"id": d.id, "status": "accepted", "category": "tech", "reason": None, "n_tokens": 3} for d in corpus.docs]
+    rows = [Result(id=d.id, status="accepted", category="tech", n_tokens=3) for d in corpus.docs]
     mf.write_shard(run, 0, rows[:8])
     mf.write_shard(run, 1, rows[8:])
-    (run / mf.RESULTS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / mf.RESULTS).write_text("".join(json.dumps(r.row()) + "\n" for r in rows))
     (run / mf.SUMMARY).write_text(json.dumps(mf.summarize(rows, corpus.describe(), ["tech"])))
     assert mf.check_export(run) == []
     return run
