@@ -113,16 +113,38 @@ def load_rows(cfg: DataSection, categories: tuple[str, ...]) -> tuple[list[Row],
 
 
 def split_rows(rows: list[Row], cfg: DataSection, seed: int) -> tuple[list[Row], list[Row]]:
-    """Seeded shuffle, then ``validation_rows`` held out and at most ``max_train_rows`` kept.
+    """Stratified, seeded split: ``validation_rows`` held out with each category's share of the data.
+
+    A pure function of ``(rows, validation_rows, max_train_rows, seed)``: each category's rows
+    (in file order) are shuffled with ``random.Random(f"{seed}:{category}")``; category ``c`` gives
+    ``round(validation_rows * n_c / n)`` rows (largest remainders settle the rounding, ties by
+    category name); the validation and training lists are then shuffled with ``random.Random(seed)``
+    so that any prefix of them mixes the categories. At most ``max_train_rows`` training rows are kept.
+
+    Returns:
+        ``(train, validation)`` lists of :class:`Row`; no row is in both.
 
     Raises:
         InputError: fewer rows than the validation share plus one training row.
     """
     if len(rows) <= cfg.validation_rows:
         raise InputError(f"training data has {len(rows)} rows; need more than data.validation_rows={cfg.validation_rows}")
-    order = list(rows)
-    random.Random(seed).shuffle(order)
-    val, train = order[: cfg.validation_rows], order[cfg.validation_rows :]
+    by_cat: dict[str, list[Row]] = {}
+    for row in rows:
+        by_cat.setdefault(row.category, []).append(row)
+    cats = sorted(by_cat)
+    exact = {c: cfg.validation_rows * len(by_cat[c]) / len(rows) for c in cats}
+    take = {c: int(exact[c]) for c in cats}
+    for c in sorted(cats, key=lambda c: (-(exact[c] - take[c]), c))[: cfg.validation_rows - sum(take.values())]:
+        take[c] += 1
+    val, train = [], []
+    for c in cats:
+        group = list(by_cat[c])
+        random.Random(f"{seed}:{c}").shuffle(group)
+        val += group[: take[c]]
+        train += group[take[c]:]
+    random.Random(seed).shuffle(val)
+    random.Random(seed + 1).shuffle(train)
     if cfg.max_train_rows is not None:
         train = train[: cfg.max_train_rows]
     return train, val

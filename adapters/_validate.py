@@ -104,8 +104,10 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
         label: adapter name shown to vLLM.
 
     Returns:
-        ``{"passed", "accepted", "allowed", "accuracy", "rows"}``; passed means every row came back
-        accepted with an allowed category and accuracy >= ``checks.min_validation_accuracy``.
+        ``{"passed", "accepted", "allowed", "accuracy", "rows", "per_category", "calibration"}``; passed
+        means every row came back accepted with an allowed category and accuracy >=
+        ``checks.min_validation_accuracy``. ``calibration`` is :func:`fit_calibration`'s block (the
+        temperature fitted on these rows' per-category log-probs; reliability PNGs in ``adapter_dir``).
 
     Raises:
         EngineError: the classifier runs another base model or was built without LoRA.
@@ -133,6 +135,7 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
                 f"validation engine runs base model {classifier.model.fingerprint}, the adapter was trained on {model_ref.fingerprint}"
             )
         scorer = Scorer(classifier.llm.get_tokenizer(), cfg.classify, cfg.model.max_model_len)
+        captured = _capture_logprobs(scorer)
         engine = Classifier(classifier.llm, scorer, classifier.model, classifier.lora_enabled)
         handle = AdapterHandle(f"{label}", str(adapter_dir), lora_int_id(f"{label}:{adapter_dir}"))
         docs = [document_from_text(r.id, r.text, cfg.classify.max_doc_bytes) for r in rows]
@@ -151,9 +154,79 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
     allowed = [r for r in accepted if r.category in cfg.classify.categories]
     correct = sum(r.category == row.category for r, row in zip(results, rows, strict=True))
     accuracy = correct / len(rows)
+    per_category = {c: {"rows": sum(row.category == c for row in rows),
+                        "right": sum(r.category == row.category == c for r, row in zip(results, rows, strict=True))}
+                    for c in cfg.classify.categories}
     return {
         "passed": len(allowed) == len(rows) and accuracy >= cfg.checks.min_validation_accuracy,
         "rows": len(rows), "accepted": len(accepted), "allowed": len(allowed), "accuracy": round(accuracy, 4),
-        "min_validation_accuracy": cfg.checks.min_validation_accuracy,
+        "min_validation_accuracy": cfg.checks.min_validation_accuracy, "per_category": per_category,
         "rejected": [{"id": r.id, "reason": r.reason} for r in results if r.status != "accepted"][:5],
+        "calibration": fit_calibration(captured, rows, cfg.classify.categories, adapter_dir),
     }
+
+
+def _capture_logprobs(scorer: Any) -> dict[str, list[float]]:
+    """Wrap ``scorer.result`` so that each document's per-category first-token log-probs are kept.
+
+    Returns the dict it fills: document id -> log-probs aligned with ``scorer.cfg.categories``
+    (nothing in ``choice`` scoring, where the other categories' log-probs are unknown).
+    """
+    captured: dict[str, list[float]] = {}
+    plain = scorer.result
+
+    def result(doc: Any, prompt: Any, completion: Any, temperature: float = 1.0) -> Any:
+        if scorer.mode == "first-token" and completion.logprobs:
+            got = completion.logprobs[0]
+            lps = [got[t].logprob if t in got else None for t in scorer.first_tokens]
+            if all(lp is not None and lp > float("-inf") for lp in lps):
+                captured[doc.id] = lps
+        return plain(doc, prompt, completion, temperature)
+
+    scorer.result = result
+    return captured
+
+
+def fit_calibration(logprobs: dict[str, list[float]], rows: list[Row], categories: tuple[str, ...],
+                    out_dir: Path | None = None) -> dict[str, Any] | None:
+    """Fit the score temperature on the validation rows' per-category log-probs (the card's ``calibration``).
+
+    Args:
+        logprobs: row id -> ``k`` first-token log-probs aligned with ``categories`` (rows missing here are left out).
+        rows: the validation rows (their ``category`` is the truth).
+        categories: the ``k`` categories, in ``logprobs`` order.
+        out_dir: where to write ``reliability_validation.png`` (before/after), or ``None``.
+
+    Returns:
+        ``{"temperature", "ece_before", "ece_after", "nll_before", "nll_after", "fitted_on"}`` (ECE with
+        15 bins, NLL in nats per row), or ``None`` when no row has log-probs (``choice`` scoring).
+    """
+    import numpy as np
+
+    from classify.calibration import (
+        apply_temperature,
+        expected_calibration_error,
+        fit_temperature,
+        negative_log_likelihood,
+        reliability_diagram,
+    )
+
+    kept = [r for r in rows if r.id in logprobs]
+    if not kept:
+        return None
+    lp = np.array([logprobs[r.id] for r in kept], dtype=float)
+    labels = np.array([categories.index(r.category) for r in kept])
+    t = fit_temperature(lp, labels)
+    out: dict[str, Any] = {"temperature": round(t, 4)}
+    for tag, temp in (("before", 1.0), ("after", t)):
+        p = apply_temperature(lp, temp)
+        scores, right = p.max(axis=1), p.argmax(axis=1) == labels
+        out[f"ece_{tag}"] = round(expected_calibration_error(scores, right), 4)
+        out[f"nll_{tag}"] = round(negative_log_likelihood(lp, labels, temp), 4)
+        if out_dir is not None:
+            reliability_diagram(scores, right, out_dir / f"reliability_validation_{tag}.png",
+                                f"validation split, {'raw scores' if tag == 'before' else f'temperature T = {t:.2f}'}")
+    out["fitted_on"] = f"validation split, n={len(kept)}"
+    log.info("calibration: T = %.3f fitted on %d validation rows; ECE %.4f -> %.4f", t, len(kept),
+             out["ece_before"], out["ece_after"])
+    return out

@@ -30,7 +30,6 @@ from adapters._support import (
     disk_plan,
     free_mib,
     is_disk_full,
-    lora_parameter_count,
     plot_loss,
     write_support_note,
 )
@@ -39,6 +38,7 @@ from adapters.registry import Registry, ResolvedAdapter
 from classify.config import classification_sha256, config_sha256, load_config
 from classify.errors import AdapterError, ConfigError, DocpilotError, EnvironmentCheckError, VerificationError
 from classify.model import resolve_model
+from classify.modelshape import lora_parameter_count, shape_from_folder
 from classify.paths import runs_dir
 from classify.runrecords import code_revision, new_run_dir, utc_now, write_json_atomic
 
@@ -156,12 +156,8 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         examples = tokenize(tokenizer, cfg.classify, train_rows, cfg.training.max_seq_tokens)
         tokenize(tokenizer, cfg.classify, val_rows, cfg.training.max_seq_tokens)
         stage = "disk-check"
-        mcfg = json.loads((Path(model_ref.path) / "config.json").read_text())
-        heads_kv = mcfg.get("num_key_value_heads", mcfg["num_attention_heads"])
-        head_dim = mcfg.get("head_dim") or mcfg["hidden_size"] // mcfg["num_attention_heads"]
-        n_layers = len(cfg.lora.layers) if cfg.lora.layers is not None else mcfg["num_hidden_layers"]
-        lora_params = lora_parameter_count(mcfg["hidden_size"], heads_kv * head_dim, mcfg["intermediate_size"], n_layers,
-                                           cfg.lora.target_modules, cfg.lora.rank)
+        n_layers = len(cfg.lora.layers) if cfg.lora.layers is not None else None
+        lora_params = lora_parameter_count(shape_from_folder(model_ref.path), cfg.lora.target_modules, cfg.lora.rank, n_layers)
         base_bytes = sum(p.stat().st_size for p in Path(model_ref.path).glob("*.safetensors"))
         disk = check_disk(run_dir, disk_plan(base_bytes, True, lora_params, cfg.training.keep_checkpoints, cfg.output.merge))
         log.info("data %s: %d rows -> %d train, %d validation; %d steps; disk needs %.1f MiB of %.0f MiB free",
@@ -257,6 +253,9 @@ def _publish(cfg: TrainConfig, registry: Registry, adapter_dir: Path, model_ref:
         "loss_curve": "loss_curve.png",
         "code_revision": code_revision(),
     }
+    calibration = (summary["checks"].get("engine") or {}).get("calibration")
+    if calibration:  # the score temperature pilot, batch and serve apply (classify.scoring.card_temperature)
+        card["calibration"] = calibration
     for _ in range(5):  # another publisher may take the next version between listing and renaming
         version = registry.next_version(cfg.output.adapter_name)
         try:
