@@ -18,24 +18,6 @@ ADAM_COPIES = 3
 """A checkpoint holds the LoRA weights plus AdamW's two moment buffers (Loshchilov & Hutter 2019)."""
 
 
-def lora_parameter_count(hidden: int, kv_dim: int, intermediate: int, layers: int, modules: tuple[str, ...], rank: int) -> int:
-    """LoRA parameters: rank x (in + out) per adapted linear layer (Hu et al. 2021, section 4).
-
-    Args:
-        hidden: model width.
-        kv_dim: key/value projection width (heads_kv x head_dim).
-        intermediate: MLP width.
-        layers: adapted blocks.
-        modules: adapted linear layers.
-        rank: LoRA rank.
-    """
-    shapes = {
-        "q_proj": (hidden, hidden), "k_proj": (hidden, kv_dim), "v_proj": (hidden, kv_dim), "o_proj": (hidden, hidden),
-        "gate_proj": (hidden, intermediate), "up_proj": (hidden, intermediate), "down_proj": (intermediate, hidden),
-    }
-    return layers * sum(rank * (shapes[m][0] + shapes[m][1]) for m in modules)
-
-
 def disk_plan(base_bytes: int, base_cached: bool, lora_params: int, keep_checkpoints: int, merge: bool) -> dict[str, int]:
     """Bytes the run will write, by item (fp32 LoRA weights, 4 bytes per parameter).
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from batch._plan_memory import DTYPE_BYTES, GIB, cpu_serving_estimate, serving_estimate, shape_from_folder
+from batch._plan_memory import DTYPE_BYTES, GIB, cpu_serving_estimate, serving_estimate
+from classify.modelshape import shape_from_folder
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,13 @@ from batch._plan_memory import (
     BUILTIN_SHAPES,
     DTYPE_BYTES,
     GIB,
-    ModelShape,
     kv_bytes_per_token,
     serving_estimate,
-    shape_from_folder,
     training_estimate,
 )
 from classify.config import EngineConfig, Frozen, ModelConfig, config_sha256, load_config
 from classify.errors import ConfigError
+from classify.modelshape import ModelShape, shape_from_folder
 
 Period = Literal["3", "7", "30"]
 _NAMES = {"cuda": "CUDA", "rocm": "ROCm"}

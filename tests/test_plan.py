@@ -17,16 +17,15 @@ import pytest
 from batch._plan_memory import (
     BUILTIN_SHAPES,
     GIB,
-    LINEAR_MODULES,
     activation_bytes,
     kv_bytes_per_token,
-    lora_params_per_rank,
     serving_estimate,
     training_estimate,
 )
 from batch.plan import LotsConfig, build_plan, main, model_shape, order_summary, ray_plan
 from classify.config import ModelConfig, load_config, parse_config
 from classify.errors import ConfigError
+from classify.modelshape import LINEAR_MODULES, lora_parameter_count
 
 ROOT = Path(__file__).resolve().parent.parent
 LOTS = ROOT / "config" / "lots.json"
@@ -154,7 +153,7 @@ def test_default_model_shape_and_serving_estimate():
     assert (shape.num_layers, shape.hidden_size, shape.num_kv_heads, shape.head_dim) == (30, 576, 3, 64)
     assert shape.num_parameters() == SMOL_PARAMS
     assert kv_bytes_per_token(shape, 2) == SMOL_KV_PER_TOKEN == 23_040
-    assert lora_params_per_rank(shape, LINEAR_MODULES) == SMOL_LORA_ALL_PER_RANK
+    assert lora_parameter_count(shape, LINEAR_MODULES) == SMOL_LORA_ALL_PER_RANK
     est = serving_estimate(shape, 2, 1024, 64, 2, 16, 2 * GIB, 80 * GIB)
     assert est.parts == {
         "weights": 269_030_016,  # 134,515,008 * 2
@@ -191,8 +190,8 @@ def test_7b_class_estimates():
     assert mistral.num_parameters() == 7_241_732_096
     assert kv_bytes_per_token(mistral, 2) == 131_072
     # peft's documented count for Llama-2-7B, r=8 on q_proj and v_proj: 4,194,304 trainable
-    assert 8 * lora_params_per_rank(llama, ("q_proj", "v_proj")) == 4_194_304
-    assert 16 * lora_params_per_rank(llama, QKVO) == 16_777_216
+    assert lora_parameter_count(llama, ("q_proj", "v_proj"), 8) == 4_194_304
+    assert lora_parameter_count(llama, QKVO, 16) == 16_777_216
     # serving 4096-token sequences x 64 on one H100 (79.6 GiB x 0.85): the KV cache alone is 128 GiB
     usable = int(int(79.6 * GIB) * 0.85)
     est = serving_estimate(llama, 2, 4096, 64, 2, 16, 2 * GIB, usable)
