@@ -78,7 +78,7 @@ import-adapter: setup
 	$(BIN)/docpilot adapters $(if $(REGISTRY),--registry $(REGISTRY)) import $(SRC) --config $(CONFIG)
 
 submit: setup
-	$(BIN)/docpilot submit $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ADAPTER),--adapter $(ADAPTER))
+	$(BIN)/docpilot submit --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ADAPTER),--adapter $(ADAPTER))
 
 serve: model
 	$(BIN)/docpilot serve --config $(CONFIG)
