@@ -114,7 +114,7 @@ def test_engine_field_errors_name_field_value_and_allowed(engine, message):
 
 
 def test_engine_settings_leave_the_pilot_gate_key_alone():
-    shipped = load_config(PilotConfig, ROOT / "config" / "pilot.json")
+    shipped = load_config(PilotConfig, ROOT / "config" / "docpilot.json")
     tuned = parse_config(PilotConfig, {**shipped.model_dump(mode="json"),
                                        "engine": {"enforce_eager": False, "max_num_seqs": 512}})
     assert classification_sha256(shipped.model, shipped.classify) == classification_sha256(tuned.model, tuned.classify)
