@@ -69,8 +69,10 @@ def _docs():
 
 
 @pytest.fixture(autouse=True)
-def _no_vllm_sampling(monkeypatch):
-    monkeypatch.setattr(Scorer, "sampling_params", lambda self: None)
+def _no_vllm_sampling(request, monkeypatch):
+    """The fake engines need no ``vllm.SamplingParams`` (the real-engine test keeps them)."""
+    if request.node.get_closest_marker("engine") is None:
+        monkeypatch.setattr(Scorer, "sampling_params", lambda self: None)
 
 
 def test_softmax_at_is_raw_at_t1_and_flattens_above():
@@ -293,3 +295,26 @@ def test_labels_out_of_step_are_dropped_with_the_reason(tmp_path):
     (tmp_path / "results.jsonl").write_text(json.dumps(_row("a", "sport", 0.9)) + "\n")
     tally, problem = tally_results_file(tmp_path / "results.jsonl", iter([("b", "sport")]), ["sport"])
     assert "out of step" in problem and "labelled" not in tally.report()
+
+
+@pytest.mark.engine
+def test_real_engine_tempers_the_category_logprobs_it_returns(engine, monkeypatch):
+    """The real vLLM output: the score at T = 2 is softmax(logprobs / 2) of the returned category log-probs."""
+    seen = []
+    real = engine.scorer.result
+
+    def spy(doc, prompt, completion, temperature=1.0):
+        lp = {t: v.logprob for t, v in completion.logprobs[0].items() if t in engine.scorer._token_to_category}  # noqa: SLF001
+        seen.append((lp, completion.token_ids[0], temperature))
+        return real(doc, prompt, completion, temperature)
+
+    monkeypatch.setattr(engine.scorer, "result", spy)
+    docs = [document_from_text("a", "Shares in the bank fell 5% after it cut its dividend.", 10_000),
+            document_from_text("b", "The striker scored twice as the home side won 3-0.", 10_000)]
+    raw = engine.classify(docs)
+    hot = engine.classify(docs, temperature=2.0)  # what the pilot and the batch pass for a merged calibrated adapter
+    assert [t for _, _, t in seen] == [1.0, 1.0, 2.0, 2.0]
+    for r, h, (lp, token, _) in zip(raw, hot, seen[2:], strict=True):
+        assert len(lp) == len(CATS) and r.category == h.category
+        assert h.score == round(softmax_at(lp, token, 2.0), 6) and h.score <= r.score
+        assert r.score == round(softmax_at(lp, token, 1.0), 6)
