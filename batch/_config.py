@@ -63,7 +63,7 @@ class RunConfig(Frozen):
             must fit the cluster's CPUs or the extra actors wait forever.
         cpu_bind: ``"split"`` (default): with 2 or more CPU actors on a local Ray, each actor's vLLM
             compute threads get their own cores (``VLLM_CPU_OMP_THREADS_BIND`` per actor,
-            :func:`batch._pool.cpu_core_groups`); ``"auto"``: vLLM's own binding in every actor,
+            :func:`batch._placement.cpu_core_groups`); ``"auto"``: vLLM's own binding in every actor,
             which puts all engines of one machine on the same cores. Ignored on GPUs, with
             ``RAY_ADDRESS`` (a cluster) and when ``VLLM_CPU_OMP_THREADS_BIND`` is set.
         max_shard_retries: times one shard is re-run on a fresh actor after its actor died, its

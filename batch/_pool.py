@@ -1,7 +1,7 @@
-"""Private Ray machinery for ``make batch``: the engine actor and the shard scheduler over a pool of them.
+"""Private Ray machinery for ``make batch``: the shard scheduler over a pool of engine actors.
 
-Each actor builds the one vLLM classifier (:func:`classify.engine.build_engine`) once and
-classifies whole shards. The scheduler keeps two shards in flight per actor (so an actor
+Each actor (:class:`batch._actor.EngineActor`) builds the one vLLM classifier once and
+classifies whole shards; actors are placed by :mod:`batch._placement`. The scheduler keeps two shards in flight per actor (so an actor
 never idles between shards), and when an actor fails it kills that actor, starts a fresh one
 in its slot and queues the shard again, up to ``max_shard_retries`` times per shard. An actor
 fails when:
@@ -9,7 +9,7 @@ fails when:
 * its process dies (killed, out of memory, node lost): Ray reports ``RayActorError``;
 * its vLLM engine core dies: vLLM's offline ``LLM`` then blocks for ever in its output queue
   (``SyncMPClient.get_output``), so the actor watches its ``VLLM::`` child processes and
-  exits itself (:meth:`EngineActor._watch_engine`), which Ray reports as above;
+  exits itself (:meth:`batch._actor.EngineActor._watch_engine`), which Ray reports as above;
 * a shard task raises (vLLM failed): the whole shard is retried; engine errors are never
   written as reject reasons;
 * its engine hangs: a shard runs longer than its bound (:class:`Deadlines`, from the shard's
@@ -28,267 +28,22 @@ earliest submitted) is charged the retry and the shard queued behind it is reque
 from __future__ import annotations
 
 import logging
-import os
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from classify.config import ClassifyConfig, EngineConfig, ModelConfig
-from classify.errors import ConfigError, EngineError
+from batch._actor import reap
+from batch._placement import actor_placed
+from classify.errors import EngineError
 from classify.records import Document
-from classify.scoring import AdapterHandle
 
 log = logging.getLogger(__name__)
 
 IN_FLIGHT_PER_ACTOR = 2
 """Shards queued on one actor at a time: one running, one waiting, so the engine never idles."""
-
-ENV_PASSED_TO_ACTORS = ("DOCPILOT_HOME", "DOCPILOT_MODEL_CACHE", "DOCPILOT_REGISTRY", "DOCPILOT_RUNS",
-                        "DOCPILOT_EXPORTS", "HF_HUB_OFFLINE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
-                        "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_LOGGING_LEVEL", "TRANSFORMERS_VERBOSITY",
-                        "RAY_LOGGER_LEVEL", "RAY_BACKEND_LOG_LEVEL", "DOCPILOT_VERBOSE")
-
-
-class EngineActor:
-    """One vLLM engine in a Ray actor (wrapped with ``ray.remote`` by :func:`actor_class`).
-
-    Args:
-        model_cfg: base model section.
-        engine_cfg: engine sizing.
-        classify_cfg: categories and prompt settings.
-        adapter: the verified adapter handle, or ``None`` for the base model.
-        model_fingerprint: the fingerprint the driver resolved; the actor refuses another model.
-
-    Raises:
-        EngineError: vLLM cannot start, or the model on this node has another fingerprint.
-    """
-
-    def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, classify_cfg: ClassifyConfig,
-                 adapter: AdapterHandle | None, model_fingerprint: str):
-        from classify.engine import build_engine
-
-        self.adapter = adapter
-        self.clf = build_engine(model_cfg, engine_cfg, classify_cfg, enable_lora=adapter is not None)
-        if model_fingerprint and self.clf.model.fingerprint != model_fingerprint:
-            raise EngineError(f"model on this node has fingerprint {self.clf.model.fingerprint}, "
-                              f"the batch expects {model_fingerprint} ({model_cfg.base_model})")
-        self._stopping = False
-        threading.Thread(target=self._watch_engine, args=(engine_processes(),), daemon=True,
-                         name="docpilot-engine-watchdog").start()
-
-    def _watch_engine(self, procs: list[Any], interval_s: float = 1.0) -> None:
-        """End this actor's process as soon as its vLLM engine is dead, so Ray reports the actor lost.
-
-        vLLM's offline engine does not raise when its engine-core process dies: the next (or the
-        running) ``generate`` waits for ever on its output queue. Checked every ``interval_s``:
-        each ``VLLM::`` child process recorded at start (engine core, workers) still runs, and
-        vLLM's own ``engine_dead`` flag is unset.
-        """
-        import psutil
-
-        resources = getattr(getattr(getattr(self.clf.llm, "llm_engine", None), "engine_core", None), "resources", None)
-        while not self._stopping:
-            time.sleep(interval_s)
-            dead = []
-            for proc in procs:
-                try:
-                    if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
-                        dead.append(proc.pid)
-                except psutil.Error:
-                    dead.append(proc.pid)
-            if self._stopping:
-                return
-            if dead or getattr(resources, "engine_dead", False):
-                log.error("vLLM engine of this actor is dead (process(es) %s gone); ending the actor so its "
-                          "shard is retried on a fresh one", dead or "?")
-                os._exit(70)  # noqa: SLF001 - the only way out of a thread blocked inside vLLM
-
-    def info(self) -> dict[str, Any]:
-        """Process id, child process ids (the vLLM engine core), node and CPU binding, for progress and tests."""
-        import psutil
-        import ray
-
-        me = psutil.Process()
-        procs = [me, *me.children(recursive=True)]
-        return {"pid": os.getpid(), "node": ray.util.get_node_ip_address(),
-                "cpu_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
-                "procs": [{"pid": p.pid, "create_time": p.create_time()} for p in procs]}
-
-    def classify(self, docs: list[Document]) -> list[dict[str, Any]]:
-        """Classify one shard; one JSON-able result per document, in order.
-
-        Documents that cannot be classified (unreadable, empty, prompt too long) are rejected by
-        the scorer before the engine sees them. An engine failure is never a document's reject
-        reason: it is raised, and the driver retries the whole shard on a fresh actor.
-
-        Raises:
-            EngineError: vLLM failed on this shard.
-        """
-        return [r.model_dump(mode="json") for r in self.clf.classify(docs, self.adapter)]
-
-    def shutdown(self) -> None:
-        """Stop the vLLM engine's worker processes (the watchdog first, so a clean stop is not a death)."""
-        self._stopping = True
-        self.clf.shutdown()
-
-
-def engine_processes() -> list[Any]:
-    """This process's vLLM children (``VLLM::EngineCore``, ``VLLM::Worker``...), as ``psutil.Process``.
-
-    vLLM names its processes with ``setproctitle`` (``vllm/utils/system_utils.py``,
-    ``set_process_title``: ``VLLM::<name>``); other children (compilers, tokenizer pools) may
-    come and go and are not watched.
-    """
-    import psutil
-
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            title = f"{proc.name()} {' '.join(proc.cmdline())}"
-        except psutil.Error:
-            continue
-        if "VLLM::" in title:
-            found.append(proc)
-    return found
-
-
-def reap(actor_infos: list[dict[str, Any]]) -> list[int]:
-    """Stop what is left of dead engine actors on this node: the actor and its vLLM engine-core processes.
-
-    vLLM's engine core does not watch its parent, so an actor killed with SIGKILL (or whose
-    driver was killed) leaves it running. Only processes recorded by :meth:`EngineActor.info`
-    on this host, with the same pid AND start time (no pid reuse), are signalled: SIGTERM,
-    then SIGKILL after 10 s.
-
-    Args:
-        actor_infos: :meth:`EngineActor.info` results (from ``progress.json``).
-
-    Returns:
-        The pids that were signalled.
-    """
-    import psutil
-    import ray
-
-    here = ray.util.get_node_ip_address() if ray.is_initialized() else None
-    victims = []
-    for info in actor_infos:
-        if here is not None and info.get("node") not in (here, None):
-            continue
-        for rec in info.get("procs", []):
-            try:
-                proc = psutil.Process(rec["pid"])
-                if abs(proc.create_time() - rec["create_time"]) < 0.01 and proc.pid != os.getpid():
-                    victims.append(proc)
-            except (psutil.Error, KeyError, TypeError):
-                continue
-    for proc in victims:
-        try:
-            proc.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(victims, timeout=10)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    if victims:
-        log.warning("stopped %d leftover engine process(es) of dead actors: %s", len(victims), [p.pid for p in victims])
-    return [p.pid for p in victims]
-
-
-def actor_class() -> Any:
-    """The ``ray.remote`` version of :class:`EngineActor` (built lazily: importing this module needs no Ray)."""
-    import ray
-
-    return ray.remote(max_restarts=0, max_task_retries=0)(EngineActor)
-
-
-def cpu_core_groups(n_actors: int, cpus: list[int]) -> list[str] | None:
-    """Disjoint core lists, one per CPU engine actor, for ``VLLM_CPU_OMP_THREADS_BIND``.
-
-    vLLM's ``auto`` binding chooses the same cores in every engine on one machine (on 2 cores:
-    one core for compute, one kept for the front end, in every engine), so two engines share
-    one core. Here the machine's cores are cut into ``n_actors`` contiguous groups; a group of
-    2 or more cores keeps its first core for that engine's front end (as ``auto`` does) and
-    binds the rest, a group of one core binds that core.
-
-    Args:
-        n_actors: engine actors on this machine.
-        cpus: the CPU ids this process may use (``os.sched_getaffinity(0)``).
-
-    Returns:
-        ``n_actors`` strings such as ``"1"`` or ``"9,10,11"``, or ``None`` when there are fewer
-        cores than actors (each engine then keeps vLLM's ``auto`` binding).
-    """
-    cpus = sorted(cpus)
-    if n_actors < 1 or len(cpus) < n_actors:
-        return None
-    size, extra = divmod(len(cpus), n_actors)
-    groups, start = [], 0
-    for i in range(n_actors):
-        end = start + size + (1 if i < extra else 0)
-        group = cpus[start:end]
-        groups.append(",".join(str(c) for c in (group[1:] if len(group) >= 2 else group)))
-        start = end
-    return groups
-
-
-def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "split") -> tuple[int, list[dict[str, Any]]]:
-    """How many engine actors to start and with which resources, from the connected Ray cluster.
-
-    One actor per GPU (``num_gpus=1``) when the cluster has GPUs; otherwise ``n_cpu_actors``
-    actors of ``actor_num_cpus`` CPUs each. With ``cpu_bind="split"``, 2 or more CPU actors on a
-    local Ray (no ``RAY_ADDRESS``) and no ``VLLM_CPU_OMP_THREADS_BIND`` set by the user, each
-    actor slot gets its own cores (:func:`cpu_core_groups`).
-
-    Args:
-        n_cpu_actors: ``batch.cpu_actors``.
-        actor_num_cpus: ``batch.actor_num_cpus``.
-        cpu_bind: ``batch.cpu_bind``: ``"split"`` or ``"auto"`` (vLLM's own binding in every actor).
-
-    Returns:
-        ``(count, options for .options() per actor slot)``; the list has ``count`` entries.
-
-    Raises:
-        ConfigError: the CPU actors do not fit the cluster's CPUs.
-    """
-    import ray
-
-    resources = ray.cluster_resources()
-    env = {k: os.environ[k] for k in ENV_PASSED_TO_ACTORS if k in os.environ}
-    gpus = int(resources.get("GPU", 0))
-    if gpus:
-        runtime_env = {"env_vars": env} if env else None
-        return gpus, [{"num_gpus": 1, "num_cpus": 1, "runtime_env": runtime_env} for _ in range(gpus)]
-    cpus = float(resources.get("CPU", 0))
-    if n_cpu_actors * actor_num_cpus > cpus:
-        raise ConfigError(
-            f"`batch.cpu_actors` x `batch.actor_num_cpus` = {n_cpu_actors} x {actor_num_cpus} CPUs, "
-            f"but the Ray cluster has {cpus:g} CPUs; lower one of them (actors that do not fit never start)"
-        )
-    groups = None
-    if (cpu_bind == "split" and n_cpu_actors >= 2 and not os.environ.get("RAY_ADDRESS")
-            and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ):
-        cores = list(os.sched_getaffinity(0))
-        groups = cpu_core_groups(n_cpu_actors, cores)
-        if groups is None:
-            log.warning("%d CPU actors but only %d cores: every engine keeps vLLM's auto binding",
-                        n_cpu_actors, len(cores))
-        else:
-            log.info("CPU engine actors bound to their own cores (VLLM_CPU_OMP_THREADS_BIND): %s", groups)
-    options = []
-    for slot in range(n_cpu_actors):
-        slot_env = dict(env)
-        if groups is not None:
-            slot_env["VLLM_CPU_OMP_THREADS_BIND"] = groups[slot]
-        options.append({"num_cpus": actor_num_cpus, "runtime_env": {"env_vars": slot_env} if slot_env else None})
-    return n_cpu_actors, options
-
 
 @dataclass(frozen=True)
 class Deadlines:
@@ -344,32 +99,6 @@ class PoolStats:
     errors: list[str] = field(default_factory=list)
     first_ready_s: float | None = None
     dropped: list[str] = field(default_factory=list)
-
-
-def actor_placed(actor: Any) -> bool | None:
-    """Whether Ray has given ``actor`` a worker process on some node (it may still be starting its engine).
-
-    Read from the GCS actor table (``ray._private.state.actors``; no dashboard needed): an actor
-    waiting for a node with free resources has no worker process yet (``Pid`` 0).
-
-    Args:
-        actor: a Ray actor handle.
-
-    Returns:
-        ``True`` placed (or already gone: not waiting), ``False`` still waiting for a node, ``None``
-        when Ray could not tell (treated as placed by the caller: never drop on a guess).
-    """
-    try:
-        from ray._private import state
-
-        info = state.actors(actor_id=actor._actor_id.hex())  # noqa: SLF001 - the handle's id, no public getter
-    except Exception:  # noqa: BLE001 - a private API: unknown is not "unplaced"
-        return None
-    if not isinstance(info, dict) or not info:
-        return None
-    if info.get("State") in ("DEPENDENCIES_UNREADY", "PENDING_CREATION"):
-        return bool(info.get("Pid"))
-    return True
 
 
 def run_pool(

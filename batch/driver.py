@@ -233,7 +233,9 @@ class _ShardRef:
 def _run_shards(cfg: BatchConfig, run_dir: Path, corpus: CorpusPlan, manifest: dict[str, Any], pending: list[int],
                 adapter: Any, progress: Progress, show_bar: bool, engine_actor: Any = None,
                 lease_ends_at: Any = None) -> dict[str, Any]:
-    from batch._pool import Deadlines, actor_class, actor_options, reap, run_pool
+    from batch._actor import actor_class, reap
+    from batch._placement import actor_options
+    from batch._pool import Deadlines, run_pool
     from batch.status import LeaseWatch
 
     local_ray = _init_ray()

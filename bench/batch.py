@@ -105,7 +105,7 @@ def run(quick: bool = False) -> dict:
         auto_dir.mkdir()
         two_auto = _ray(_corpus(auto_dir, n_auto), 2, auto_dir, "auto")
     cpus = sorted(os.sched_getaffinity(0))
-    from batch._pool import cpu_core_groups
+    from batch._placement import cpu_core_groups
 
     groups = cpu_core_groups(2, cpus)
     figures = {"offline": offline, "ray_1_actor": one, "ray_2_actors": two, "ray_2_actors_auto_bind": two_auto,

@@ -1,6 +1,6 @@
 """BENCH ONLY: an engine actor that answers every document at once, to measure the batch machinery alone.
 
-:class:`InstantEngineActor` has the interface of :class:`batch._pool.EngineActor` (``info``,
+:class:`InstantEngineActor` has the interface of :class:`batch._actor.EngineActor` (``info``,
 ``classify``, ``shutdown``) but loads no model: every readable document is accepted with the
 first configured category and score 1.0; a document the reader rejected stays rejected with its
 reason. Its answers are NOT classifications.

@@ -77,7 +77,7 @@ class EnvProbe:
 
 
 def test_cpu_actors_get_their_own_cores_through_runtime_env(local_ray, monkeypatch):
-    from batch._pool import actor_options, cpu_core_groups
+    from batch._placement import actor_options, cpu_core_groups
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)

@@ -218,7 +218,7 @@ def test_bad_batch_id_is_refused(tmp_path, bbc_dir):
     (3, [0, 1], None),  # fewer cores than actors: vLLM's auto binding
 ])
 def test_cpu_core_groups_are_disjoint_per_actor(n, cpus, expected):
-    from batch._pool import cpu_core_groups
+    from batch._placement import cpu_core_groups
 
     groups = cpu_core_groups(n, cpus)
     assert groups == expected

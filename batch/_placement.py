@@ -1,0 +1,124 @@
+"""Private Ray machinery for ``make batch``: where engine actors go (CPU cores, resources) and whether Ray placed them."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from classify.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+ENV_PASSED_TO_ACTORS = ("DOCPILOT_HOME", "DOCPILOT_MODEL_CACHE", "DOCPILOT_REGISTRY", "DOCPILOT_RUNS",
+                        "DOCPILOT_EXPORTS", "HF_HUB_OFFLINE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
+                        "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_LOGGING_LEVEL", "TRANSFORMERS_VERBOSITY",
+                        "RAY_LOGGER_LEVEL", "RAY_BACKEND_LOG_LEVEL", "DOCPILOT_VERBOSE")
+
+
+def cpu_core_groups(n_actors: int, cpus: list[int]) -> list[str] | None:
+    """Disjoint core lists, one per CPU engine actor, for ``VLLM_CPU_OMP_THREADS_BIND``.
+
+    vLLM's ``auto`` binding chooses the same cores in every engine on one machine (on 2 cores:
+    one core for compute, one kept for the front end, in every engine), so two engines share
+    one core. Here the machine's cores are cut into ``n_actors`` contiguous groups; a group of
+    2 or more cores keeps its first core for that engine's front end (as ``auto`` does) and
+    binds the rest, a group of one core binds that core.
+
+    Args:
+        n_actors: engine actors on this machine.
+        cpus: the CPU ids this process may use (``os.sched_getaffinity(0)``).
+
+    Returns:
+        ``n_actors`` strings such as ``"1"`` or ``"9,10,11"``, or ``None`` when there are fewer
+        cores than actors (each engine then keeps vLLM's ``auto`` binding).
+    """
+    cpus = sorted(cpus)
+    if n_actors < 1 or len(cpus) < n_actors:
+        return None
+    size, extra = divmod(len(cpus), n_actors)
+    groups, start = [], 0
+    for i in range(n_actors):
+        end = start + size + (1 if i < extra else 0)
+        group = cpus[start:end]
+        groups.append(",".join(str(c) for c in (group[1:] if len(group) >= 2 else group)))
+        start = end
+    return groups
+
+
+def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "split") -> tuple[int, list[dict[str, Any]]]:
+    """How many engine actors to start and with which resources, from the connected Ray cluster.
+
+    One actor per GPU (``num_gpus=1``) when the cluster has GPUs; otherwise ``n_cpu_actors``
+    actors of ``actor_num_cpus`` CPUs each. With ``cpu_bind="split"``, 2 or more CPU actors on a
+    local Ray (no ``RAY_ADDRESS``) and no ``VLLM_CPU_OMP_THREADS_BIND`` set by the user, each
+    actor slot gets its own cores (:func:`cpu_core_groups`).
+
+    Args:
+        n_cpu_actors: ``batch.cpu_actors``.
+        actor_num_cpus: ``batch.actor_num_cpus``.
+        cpu_bind: ``batch.cpu_bind``: ``"split"`` or ``"auto"`` (vLLM's own binding in every actor).
+
+    Returns:
+        ``(count, options for .options() per actor slot)``; the list has ``count`` entries.
+
+    Raises:
+        ConfigError: the CPU actors do not fit the cluster's CPUs.
+    """
+    import ray
+
+    resources = ray.cluster_resources()
+    env = {k: os.environ[k] for k in ENV_PASSED_TO_ACTORS if k in os.environ}
+    gpus = int(resources.get("GPU", 0))
+    if gpus:
+        runtime_env = {"env_vars": env} if env else None
+        return gpus, [{"num_gpus": 1, "num_cpus": 1, "runtime_env": runtime_env} for _ in range(gpus)]
+    cpus = float(resources.get("CPU", 0))
+    if n_cpu_actors * actor_num_cpus > cpus:
+        raise ConfigError(
+            f"`batch.cpu_actors` x `batch.actor_num_cpus` = {n_cpu_actors} x {actor_num_cpus} CPUs, "
+            f"but the Ray cluster has {cpus:g} CPUs; lower one of them (actors that do not fit never start)"
+        )
+    groups = None
+    if (cpu_bind == "split" and n_cpu_actors >= 2 and not os.environ.get("RAY_ADDRESS")
+            and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ):
+        cores = list(os.sched_getaffinity(0))
+        groups = cpu_core_groups(n_cpu_actors, cores)
+        if groups is None:
+            log.warning("%d CPU actors but only %d cores: every engine keeps vLLM's auto binding",
+                        n_cpu_actors, len(cores))
+        else:
+            log.info("CPU engine actors bound to their own cores (VLLM_CPU_OMP_THREADS_BIND): %s", groups)
+    options = []
+    for slot in range(n_cpu_actors):
+        slot_env = dict(env)
+        if groups is not None:
+            slot_env["VLLM_CPU_OMP_THREADS_BIND"] = groups[slot]
+        options.append({"num_cpus": actor_num_cpus, "runtime_env": {"env_vars": slot_env} if slot_env else None})
+    return n_cpu_actors, options
+
+
+def actor_placed(actor: Any) -> bool | None:
+    """Whether Ray has given ``actor`` a worker process on some node (it may still be starting its engine).
+
+    Read from the GCS actor table (``ray._private.state.actors``; no dashboard needed): an actor
+    waiting for a node with free resources has no worker process yet (``Pid`` 0).
+
+    Args:
+        actor: a Ray actor handle.
+
+    Returns:
+        ``True`` placed (or already gone: not waiting), ``False`` still waiting for a node, ``None``
+        when Ray could not tell (treated as placed by the caller: never drop on a guess).
+    """
+    try:
+        from ray._private import state
+
+        info = state.actors(actor_id=actor._actor_id.hex())  # noqa: SLF001 - the handle's id, no public getter
+    except Exception:  # noqa: BLE001 - a private API: unknown is not "unplaced"
+        return None
+    if not isinstance(info, dict) or not info:
+        return None
+    if info.get("State") in ("DEPENDENCIES_UNREADY", "PENDING_CREATION"):
+        return bool(info.get("Pid"))
+    return True
