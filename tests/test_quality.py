@@ -84,6 +84,15 @@ def test_softmax_at_is_raw_at_t1_and_flattens_above():
     assert softmax_at(LOGPROBS, 0, 0.01) == pytest.approx(1.0)  # sharp T: no underflow to 0/0
 
 
+@pytest.mark.parametrize("t", [0.05, 0.5, 1.0, 1.7, 20.0])
+def test_the_engine_applies_the_temperature_as_the_fit_does(t):
+    """``classify.calibration.apply_temperature`` (training's fit) and the Scorer's softmax_at agree."""
+    from classify.calibration import apply_temperature
+
+    fitted = apply_temperature([list(LOGPROBS.values())], t)[0]
+    assert [softmax_at(LOGPROBS, k, t) for k in LOGPROBS] == pytest.approx(list(fitted), abs=1e-12)
+
+
 @pytest.mark.parametrize("card, expected", [
     (None, 1.0), ({}, 1.0), ({"calibration": {}}, 1.0), ({"calibration": {"temperature": 1.7}}, 1.7),
     ({"calibration": {"temperature": 2}}, 2.0),
