@@ -1,8 +1,10 @@
 """The pilot gate: a recorded pilot outcome per (base model, adapter, adapter mode, config), checked by batch and serve.
 
 A record lives in ``<state>/pilots/<key>.json`` where ``key`` is :func:`combo_key`.
-``make batch`` and the server refuse a combination whose latest pilot did not pass,
-unless the user passes an explicit override, which is logged loudly and recorded.
+``make batch``, the server's base model and every adapter the server applies (:func:`adapter_keys`)
+refuse a combination whose latest pilot did not pass, unless the user passes an explicit
+override, which is logged loudly and recorded. This is the one source of truth: an adapter
+card's ``pilot`` block only says what was piloted last, not under which config.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,26 @@ def combo_key(model_fingerprint: str, adapter_sha256: str | None, classification
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def adapter_keys(model_fingerprint: str, adapter_sha256: str, classification_sha256: str) -> tuple[str, str]:
+    """The gate keys under which an adapter may be served by LoRA: ``(lora key, merged key)``.
+
+    The server runs every adapter in vLLM's LoRA slots, so its own key is the ``lora`` one; a passed
+    pilot of the same adapter bytes, base model and classification config run ``merged`` (the
+    default ``model.adapter_mode``: the same weights folded into the base, the same answers) opens
+    it too. A pilot under another ``classify`` or ``model`` config opens neither.
+
+    Args:
+        model_fingerprint: the base model's fingerprint.
+        adapter_sha256: the adapter's content hash (card ``sha256``).
+        classification_sha256: :func:`classify.config.classification_sha256` of the served config.
+
+    Returns:
+        ``(combo_key(..., "lora"), combo_key(..., "merged"))``.
+    """
+    return tuple(combo_key(model_fingerprint, adapter_sha256, classification_sha256, m)  # type: ignore[return-value]
+                 for m in ("lora", "merged"))
+
+
 def record_pilot(key: str, run_id: str, verdict: str, detail: dict[str, Any], folder: Path | None = None) -> Path:
     """Record a pilot outcome (the latest one wins; the history is kept in the record).
 
@@ -87,7 +110,8 @@ def pilot_status(key: str, folder: Path | None = None) -> dict[str, Any] | None:
     return json.loads(path.read_text()).get("latest")
 
 
-def require_pilot(key: str, what: str, override: bool = False, folder: Path | None = None) -> dict[str, Any]:
+def require_pilot(key: str, what: str, override: bool = False, folder: Path | None = None,
+                  also: Sequence[str] = ()) -> dict[str, Any]:
     """Refuse an unpiloted combination unless ``override`` is set.
 
     Args:
@@ -95,6 +119,8 @@ def require_pilot(key: str, what: str, override: bool = False, folder: Path | No
         what: human description, e.g. ``"base smollm2-135m-instruct + adapter bbc@1"``.
         override: the user's explicit ``--skip-pilot-gate``; logged as a warning and returned.
         folder: records folder (default :func:`classify.paths.pilots_dir`).
+        also: fallback keys, asked in order when ``key`` has no record (the server: the same adapter
+            and config piloted merged, see :func:`adapter_keys`); the first key with a record decides.
 
     Returns:
         ``{"passed": bool, "override": bool, "pilot": record|None}`` for the caller's manifest.
@@ -103,8 +129,9 @@ def require_pilot(key: str, what: str, override: bool = False, folder: Path | No
         PilotGateError: the latest pilot did not pass (or none exists) and no override was given.
     """
     status = pilot_status(key, folder)
-    passed = bool(status and status.get("verdict") == "pass")
-    if passed:
+    for other in also:  # the first key with a record decides: a failed lora pilot is not opened by a merged one
+        status = status or pilot_status(other, folder)
+    if status and status.get("verdict") == "pass":
         return {"passed": True, "override": False, "pilot": status}
     if override:
         log.warning("!!! PILOT GATE SKIPPED for %s: no passed pilot (latest: %s); proceeding on the user's override",

@@ -5,8 +5,12 @@ A request names an adapter (``name@version``, ``name@latest`` or ``name``), neve
 the base-model fingerprint (:meth:`adapters.registry.Registry.resolve`), and that the engine's LoRA
 settings can apply it (:func:`adapters.compat.check_engine_compat`: vLLM refuses such an adapter only
 inside the engine, which takes the engine down for every client); later uses reuse that
-verification while the card's content hash is unchanged. The card's pilot status is re-read on
-every request, so an adapter that passes its pilot while the server runs is served at once.
+verification while the card's content hash is unchanged. The pilot gate is the one batch and the
+pilot use (:mod:`classify.pilotgate`): the (base model, adapter sha256, classification config of
+THIS server) key must have a passed pilot (:func:`classify.pilotgate.adapter_keys`: LoRA, or the
+same combination piloted merged), so a pilot under other categories or another prompt never opens
+the server. The gate record is re-read on every request, so an adapter that passes its pilot while
+the server runs is served at once; the card's ``pilot`` block is shown as information only.
 """
 
 from __future__ import annotations
@@ -16,9 +20,8 @@ import threading
 from typing import Any
 
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
-from classify.errors import PilotGateError
 from classify.model import ModelRef
-from classify.pilotgate import combo_key, require_pilot
+from classify.pilotgate import adapter_keys, combo_key, pilot_status, require_pilot
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ class AdapterService:
         registry: an :class:`adapters.registry.Registry`.
         model: the engine's resolved base model (its fingerprint must match each adapter's card).
         model_cfg: the model section of the config (part of the base model's pilot-gate key).
-        classify_cfg: the classify section (part of the base model's pilot-gate key).
+        classify_cfg: the classify section (part of every pilot-gate key: base model and adapters).
         skip_pilot_gate: serve unpiloted adapters and an unpiloted base model, logging each use.
         engine_cfg: the engine section the server's vLLM engine was built with; each adapter must be one
             its LoRA support can apply (``max_lora_rank``, no DoRA, no ``modules_to_save``...). ``None``
@@ -43,7 +46,8 @@ class AdapterService:
         self.model = model
         self.engine_cfg = engine_cfg
         self.skip_pilot_gate = skip_pilot_gate
-        self._base_key = combo_key(model.fingerprint, None, classification_sha256(model_cfg, classify_cfg))
+        self.classification_sha256 = classification_sha256(model_cfg, classify_cfg)
+        self._base_key = combo_key(model.fingerprint, None, self.classification_sha256)
         self._verified: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
@@ -70,7 +74,7 @@ class AdapterService:
             AdapterIntegrityError: changed files or another base model (409).
             AdapterIncompatible: the engine's LoRA settings cannot apply the adapter (422); the engine
                 is never asked to load it.
-            PilotGateError: the card's pilot status is not ``passed`` and the gate is not skipped (409).
+            PilotGateError: no passed pilot for this adapter under this server's config (:meth:`check_adapter`; 409).
         """
         shown = self.registry.show(ref)  # re-reads the card: current version and pilot status
         key = (shown.ref, shown.sha256)
@@ -81,16 +85,36 @@ class AdapterService:
                                             base_model_path=self.model.path)
             with self._lock:
                 self._verified[(adapter.ref, adapter.sha256)] = adapter
-        if not shown.pilot_passed:
-            status = (shown.card.get("pilot") or {}).get("status", "not-run")
-            if not self.skip_pilot_gate:
-                raise PilotGateError(
-                    f"adapter {shown.ref} has not passed a pilot (card pilot status: {status}); run "
-                    f"`make pilot ADAPTER={shown.ref}` first, or start the server with --skip-pilot-gate (logged)"
-                )
-            log.warning("!!! PILOT GATE SKIPPED: serving adapter %s with pilot status %s (--skip-pilot-gate)",
-                        shown.ref, status)
+        self.check_adapter(shown)
         return shown
+
+    def gate_record(self, adapter: Any) -> dict[str, Any] | None:
+        """The pilot-gate record that decides ``adapter`` under this server's config (``None``: never piloted).
+
+        Args:
+            adapter: a :class:`adapters.registry.ResolvedAdapter`.
+        """
+        for key in adapter_keys(self.model.fingerprint, adapter.sha256, self.classification_sha256):
+            status = pilot_status(key)
+            if status is not None:
+                return status
+        return None
+
+    def check_adapter(self, adapter: Any) -> None:
+        """Apply the pilot gate to ``adapter`` on this base model under this server's config.
+
+        Raises:
+            PilotGateError: no passed pilot for (base model, adapter sha256, classification config) in LoRA
+                or merged mode, and the gate is not skipped (409). The message gives the card's pilot status.
+        """
+        lora, merged = adapter_keys(self.model.fingerprint, adapter.sha256, self.classification_sha256)
+        card = adapter.card.get("pilot") or {}
+        what = (f"adapter {adapter.ref} under this server's config (classification sha256 "
+                f"{self.classification_sha256[:12]}; card pilot status: {card.get('status', 'not-run')}"
+                f"{', run ' + card['run_id'] if card.get('run_id') else ''})")
+        gate = require_pilot(lora, what, self.skip_pilot_gate, also=(merged,))
+        if gate["override"]:
+            log.warning("!!! PILOT GATE SKIPPED: serving adapter %s (--skip-pilot-gate)", adapter.ref)
 
     def is_verified(self, ref: str, sha256: str) -> bool:
         """Whether ``ref`` with content hash ``sha256`` has been verified by this server."""
@@ -103,13 +127,15 @@ class AdapterService:
         for adapter in self.registry.list():
             status = (adapter.card.get("pilot") or {}).get("status", "not-run")
             matches = adapter.base_fingerprint == self.model.fingerprint
+            gate = self.gate_record(adapter) if matches else None
+            passed = bool(gate and gate.get("verdict") == "pass")
             out.append({
                 "ref": adapter.ref,
                 "sha256": adapter.sha256,
                 "base_model": adapter.card.get("base_model", {}),
                 "base_model_matches": matches,
                 "pilot_status": status,
-                "servable": matches and (status == "passed" or self.skip_pilot_gate),
+                "servable": matches and (passed or self.skip_pilot_gate),
                 "loaded": self.is_verified(adapter.ref, adapter.sha256),
                 "created": adapter.card.get("created"),
             })

@@ -67,7 +67,20 @@ def registry(tmp_path):
                f"{prefix}.lora_B.weight": np.zeros((4, 8), np.float16)}, str(src / "adapter_model.safetensors"))
     reg.publish(src, "ok", 1, {"base_model": {"name": MODEL.name, "fingerprint": MODEL.fingerprint}})
     reg.set_pilot_status("ok@1", "passed", "run-1")
+    record_gate(reg.show("ok@1"), "pass", "run-1")
     return reg
+
+
+def record_gate(adapter, verdict: str, run_id: str, cfg: PilotConfig | None = None,
+                fingerprint: str = MODEL.fingerprint) -> None:
+    """Record a pilot of ``adapter`` under ``cfg`` (default ``PilotConfig()``) in the pilot gate, keyed as
+    ``docpilot pilot`` keys it (LoRA mode)."""
+    from classify.config import classification_sha256
+    from classify.pilotgate import combo_key, record_pilot
+
+    cfg = cfg or PilotConfig()
+    key = combo_key(fingerprint, adapter.sha256, classification_sha256(cfg.model, cfg.classify), "lora")
+    record_pilot(key, run_id, verdict, {"what": "test"})
 
 
 @pytest.fixture
@@ -178,9 +191,11 @@ def test_adapter_with_changed_file_is_refused_409(registry, make_client):
 
 def test_unpiloted_adapter_served_with_override(registry, make_client):
     registry.set_pilot_status("ok@1", "failed", "run-2")
+    record_gate(registry.show("ok@1"), "fail", "run-2")
     body = {"adapter": "ok@1", "documents": [{"id": "a", "text": "x"}]}
     resp = make_client().post("/v1/classify", json=body, headers=AUTH)
-    assert resp.status_code == 409 and "card pilot status: failed" in resp.json()["error"]["message"]
+    assert resp.status_code == 409 and "card pilot status: failed, run run-2" in resp.json()["error"]["message"]
+    assert "(latest pilot run-2 verdict fail)" in resp.json()["error"]["message"]
     resp = make_client(skip_pilot_gate=True).post("/v1/classify", json=body, headers=AUTH)
     assert resp.status_code == 200 and resp.json()["adapter"] == "ok@1"
 

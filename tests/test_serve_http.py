@@ -19,7 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from classify.documents import document_from_text, iter_csv
+from classify.documents import document_from_text
+from classify.tabular import iter_csv
 
 pytestmark = pytest.mark.engine
 
@@ -60,8 +61,9 @@ def published(pilot_config, tmp_path_factory):
         src = make_tiny_lora(model.path, tmp_path_factory.mktemp(name), seed)
         reg.publish(src, name, 1, card)
     reg.set_pilot_status("tiny-lora@1", "passed", "test-pilot")
-    key = combo_key(model.fingerprint, None, classification_sha256(pilot_config.model, pilot_config.classify))
-    record_pilot(key, "test-pilot", "pass", {"what": "test"})
+    config_sha = classification_sha256(pilot_config.model, pilot_config.classify)
+    for sha in (None, reg.show("tiny-lora@1").sha256):  # the base model alone, and tiny-lora through LoRA
+        record_pilot(combo_key(model.fingerprint, sha, config_sha), "test-pilot", "pass", {"what": "test"})
     return reg
 
 

@@ -112,8 +112,8 @@ def _batch_run(tmp_path: Path, bbc_dir: Path) -> Path:
     mf.write_shard(run, 0, rows[:8])
     mf.write_shard(run, 1, rows[8:])
     (run / mf.RESULTS).write_text("".join(json.dumps(r.row()) + "\n" for r in rows))
-    (run / mf.SUMMARY).write_text(json.dumps(mf.summarize(rows, corpus.describe(), ["tech"])))
-    assert mf.check_export(run) == []
+    (run / mf.SUMMARY).write_text(json.dumps(summarize(rows, corpus.describe(), ["tech"])))
+    assert check_export(run) == []
     return run
 
 
@@ -174,7 +174,7 @@ def test_adapter_through_s3_then_served_and_a_flipped_byte_is_refused(s3, tmp_pa
     from classify.model import ModelRef
     from serve.app import create_app
     from serve.settings import load_settings
-    from tests.test_serve_api import AUTH, TOKEN, FakeEngine
+    from tests.test_serve_api import AUTH, TOKEN, FakeEngine, record_gate
 
     train = Registry(tmp_path / "train")
     ref = _publish(train, tmp_path)
@@ -200,7 +200,8 @@ def test_adapter_through_s3_then_served_and_a_flipped_byte_is_refused(s3, tmp_pa
         body = {"adapter": ref, "documents": [{"id": "d1", "text": "a new chip"}]}
         refused = client.post("/v1/classify", json=body, headers=AUTH)
         assert refused.status_code == 409  # imported: this side's pilot has not run yet
-        serve_reg.set_pilot_status(ref, "passed", "run-serve-side")  # what `make pilot ADAPTER=ok@1` records here
+        serve_reg.set_pilot_status(ref, "passed", "run-serve-side")  # what `make pilot ADAPTER=ok@1` records here:
+        record_gate(serve_reg.show(ref), "pass", "run-serve-side", fingerprint=FP)  # the card, and the pilot gate (which decides)
         ok = client.post("/v1/classify", json=body, headers=AUTH)
         assert ok.status_code == 200 and ok.json()["adapter"] == ref
 
@@ -214,19 +215,19 @@ def test_adapter_through_s3_then_served_and_a_flipped_byte_is_refused(s3, tmp_pa
 
 
 def test_batch_run_export_to_s3_is_read_back_and_a_flipped_byte_is_named(s3, tmp_path, bbc_dir):
-    from batch.driver import _export
+    from batch._attempt import export_batch as _export
 
     run = _batch_run(tmp_path, bbc_dir)
     url = f"s3://{BUCKET}/exports/b-s3"
     assert _export(run, url) == url
     assert export_complete(url)
-    assert verify_export(url, mf.check_export) == []
+    assert verify_export(url, check_export) == []
     assert _export(run, url) == url  # a rerun re-checks the existing copy
     with pytest.raises(Exception, match=r"never overwritten"):
         export_run(run, url)
 
     _flip_object(f"{BUCKET}/exports/b-s3/results.jsonl", offset=5)
-    problems = verify_export(url, mf.check_export)
+    problems = verify_export(url, check_export)
     assert len(problems) == 1 and problems[0].startswith("results.jsonl: sha256")
     from classify.errors import VerificationError
 
@@ -272,9 +273,9 @@ def test_interrupted_run_export_is_completed_by_a_rerun(s3, tmp_path, bbc_dir):
     fs = _fs()
     fs.pipe_file(f"{BUCKET}/exports/partial/results.jsonl", b"half")  # what a killed upload leaves: no SHA256SUMS
     assert not export_complete(url)
-    assert "incomplete" in verify_export(url, mf.check_export)[0]
+    assert "incomplete" in verify_export(url, check_export)[0]
     export_run(run, url)
-    assert verify_export(url, mf.check_export) == []
+    assert verify_export(url, check_export) == []
 
 
 class _FakeClassifier:
