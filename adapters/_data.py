@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from adapters._config import DataSection
-from classify.documents import check_text
 from classify.errors import ConfigError, InputError
 from classify.files import file_sha256
 from classify.prompt import build_training_example
+from classify.textcheck import check_text
 
 MAX_LISTED = 5
 """Bad rows named in one error message (the rest are counted)."""

@@ -17,14 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from batch.corpus import CorpusPlan
-from classify.documents import (
-    csv_header,
-    escape_surrogates,
-    iter_csv_rows,
-    jsonl_line_id,
-    parquet_columns,
-    parquet_row_id,
-)
+from classify.documents import jsonl_line_id
+from classify.tabular import csv_header, iter_csv_rows, parquet_columns, parquet_row_id
+from classify.textcheck import escape_surrogates
 
 
 def _label(value: Any) -> str | None:

@@ -7,17 +7,11 @@ import json
 from pathlib import Path
 
 from classify.config import ClassifyConfig
-from classify.documents import (
-    LABEL_FILES,
-    escape_surrogates,
-    find_duplicate_ids,
-    iter_csv,
-    iter_directory,
-    iter_jsonl,
-    refuse_wide_file,
-)
+from classify.documents import LABEL_FILES, find_duplicate_ids, iter_directory, iter_jsonl
 from classify.errors import InputError
 from classify.records import Document
+from classify.tabular import iter_csv
+from classify.textcheck import escape_surrogates, refuse_wide_file
 
 REJECT_LABEL = "reject"
 LABEL_KEYS = ("label", "category", "expected")

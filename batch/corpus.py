@@ -38,23 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from batch._config import CorpusConfig
-from classify.documents import _read_file as read_file_document
-from classify.documents import (
-    checked_id,
-    csv_header,
-    csv_row_document,
-    document_from_text,
-    escape_surrogates,
-    iter_csv_rows,
-    jsonl_line_document,
-    jsonl_line_id,
-    parquet_columns,
-    parquet_row_id,
-    refuse_wide_file,
-)
+from classify.documents import document_from_text, jsonl_line_document, jsonl_line_id, read_file_document
 from classify.errors import InputError
 from classify.files import file_sha256
 from classify.records import Document
+from classify.tabular import csv_header, csv_row_document, iter_csv_rows, parquet_columns, parquet_row_id
+from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file
 
 FORMATS = ("jsonl", "csv", "parquet", "dir")
 N_BUCKETS = 64

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from classify.documents import iter_csv
 from classify.paths import bbc_dir
 from classify.records import Document
+from classify.tabular import iter_csv
 
 
 def bbc_test(n: int | None = None) -> tuple[list[Document], dict[str, str]]:

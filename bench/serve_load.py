@@ -108,9 +108,9 @@ def run(quick: bool = False) -> dict:
         ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
     """
     from classify.config import PilotConfig, load_config
-    from classify.documents import iter_csv
     from classify.engine import build_engine
     from classify.paths import bbc_dir
+    from classify.tabular import iter_csv
 
     clients, per_request, duration_s, n_docs = (4, 2, 20.0, 24) if quick else (8, 4, 120.0, 334)
     config = ROOT / "config" / "docpilot.json"

@@ -45,6 +45,9 @@ class Result(BaseModel):
         input_sha256: sha256 of the raw input bytes.
         n_chars: characters in the decoded document.
         n_tokens: prompt tokens sent to the model (0 when rejected before the model).
+        review: only with ``classify.review_below_score`` set: ``True`` when an accepted result's score
+            is under it (or unknown), ``False`` otherwise; ``None`` (rejected rows, or no threshold)
+            is left out of the stored row, so rows without the threshold are what they always were.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -57,6 +60,7 @@ class Result(BaseModel):
     input_sha256: str = ""
     n_chars: int = 0
     n_tokens: int = 0
+    review: bool | None = None
 
     @classmethod
     def rejected(cls, doc: Document, reason: str, n_tokens: int = 0) -> Result:
@@ -71,8 +75,9 @@ class Result(BaseModel):
         )
 
     def row(self) -> dict[str, Any]:
-        """The record as the JSON object written to shard files and ``results.jsonl`` (every field, JSON types)."""
-        return self.model_dump()
+        """The record as the JSON object written to shard files and ``results.jsonl`` (every field, JSON types;
+        ``review`` only when set)."""
+        return self.model_dump(exclude=None if self.review is not None else {"review"})
 
     @classmethod
     def of(cls, row: Result | Mapping[str, Any]) -> Result:
@@ -112,8 +117,9 @@ class Result(BaseModel):
             return cls.model_construct(**values)
 
 
-RESULT_FIELDS: tuple[str, ...] = tuple(Result.model_fields)
-"""The fields of :class:`Result`, in order (the columns of ``results.parquet``)."""
+RESULT_FIELDS: tuple[str, ...] = tuple(f for f in Result.model_fields if f != "review")
+"""The fields of :class:`Result` every row holds, in order (the columns of ``results.parquet``); ``review``
+is added to a row only when set."""
 
 
 def read_results(path: Path) -> list[Result]:

@@ -171,7 +171,8 @@ class Scorer:
             temperature: score temperature T (first-token mode: ``softmax(logprobs / T)``; 1.0 = raw).
 
         Returns:
-            ``accepted`` with an allowed category and its probability, or ``rejected`` with the
+            ``accepted`` with an allowed category and its probability (and ``review`` when
+            ``classify.review_below_score`` is set: :func:`needs_review`), or ``rejected`` with the
             reason when the engine answered outside the allowed set (never silently dropped).
         """
         category: str | None
@@ -189,14 +190,16 @@ class Scorer:
             score = math.exp(completion.cumulative_logprob) if completion.cumulative_logprob is not None else None
         if category not in self.cfg.categories:
             return Result.rejected(doc, f"engine answer {completion.text!r} is not an allowed category", prompt.n_tokens)
+        score = None if score is None else min(1.0, max(0.0, round(score, 6)))
         return Result(
             id=doc.id,
             status="accepted",
             category=category,
-            score=None if score is None else min(1.0, max(0.0, round(score, 6))),
+            score=score,
             input_sha256=doc.input_sha256,
             n_chars=doc.n_chars,
             n_tokens=prompt.n_tokens,
+            review=needs_review(score, self.cfg.review_below_score),
         )
 
 

@@ -8,9 +8,10 @@ from collections import Counter
 from fastapi import APIRouter
 
 from classify.accounting import account, duplicates
-from classify.documents import document_from_text, escape_surrogates
+from classify.documents import document_from_text
 from classify.errors import InputError, PayloadTooLarge, VerificationError
 from classify.records import Document, Result
+from classify.textcheck import escape_surrogates
 from serve.deps import Authorized, Engine, State
 from serve.schemas import ClassifyRequest, ClassifyResponse, ErrorResponse, ResultOut
 

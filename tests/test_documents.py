@@ -6,14 +6,10 @@ import json
 
 import pytest
 
-from classify.documents import (
-    check_bytes,
-    collapse_duplicates,
-    iter_csv,
-    iter_directory,
-    iter_jsonl,
-)
+from classify.documents import collapse_duplicates, iter_directory, iter_jsonl
 from classify.errors import InputError
+from classify.tabular import iter_csv
+from classify.textcheck import check_bytes
 
 
 @pytest.mark.parametrize(

@@ -25,10 +25,12 @@ from batch._pilot_inputs import read_pilot_set
 from batch.corpus import read_corpus
 from batch.manifest import completed_shards, plan_shards, write_shard
 from classify.config import ClassifyConfig
-from classify.documents import check_bytes, check_text, document_from_text, iter_csv, iter_directory
+from classify.documents import document_from_text, iter_directory
 from classify.errors import InputError
 from classify.records import Result
 from classify.runrecords import read_jsonl, write_json_atomic, write_jsonl_atomic
+from classify.tabular import iter_csv
+from classify.textcheck import check_bytes, check_text
 
 # --- item 5: lone surrogates ---------------------------------------------------------------
 

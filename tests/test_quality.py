@@ -143,6 +143,22 @@ def test_pilot_batch_and_serve_apply_the_card_temperature_identically(tmp_path, 
     assert base[0].score == 0.7
 
 
+@pytest.mark.parametrize("threshold, flag", [(None, None), (0.6, False), (0.75, True)])
+def test_the_scorer_flags_review_only_with_a_threshold_and_rows_stay_as_before_without(threshold, flag):
+    from serve.schemas import ResultOut
+
+    (accepted, rejected) = Classifier(FakeLLM(), _scorer(review_below_score=threshold), None, True).classify(_docs())
+    assert accepted.score == 0.7 and accepted.review is flag and rejected.review is None
+    row = accepted.row()
+    if threshold is None:  # byte-identical to the rows written before review flags existed
+        assert list(row) == ["id", "status", "category", "score", "reason", "input_sha256", "n_chars", "n_tokens"]
+    else:
+        assert row["review"] is flag
+    assert "review" not in rejected.row()
+    out = json.loads(ResultOut.of(accepted).model_dump_json())
+    assert out.get("review", "absent") == ("absent" if flag is None else flag)
+
+
 def test_handle_default_temperature_is_one():
     assert AdapterHandle("x@1", "/nowhere", 1).temperature == 1.0
 

@@ -16,7 +16,8 @@ import asyncio
 
 import pytest
 
-from classify.documents import document_from_text, iter_csv
+from classify.documents import document_from_text
+from classify.tabular import iter_csv
 from tests.test_serve_http import make_tiny_lora
 
 pytestmark = pytest.mark.engine

@@ -1,0 +1,228 @@
+"""The text rules every reader applies: size, encoding, binary content, visible characters, writable ids.
+
+:func:`check_bytes` and :func:`check_text` say why a document cannot be classified (or return its
+text); :func:`checked_id` and :func:`escape_surrogates` keep an id with a lone surrogate writable
+as UTF-8; :func:`wide_encoding` names a UTF-16/UTF-32 file with the ``iconv`` command that
+converts it. The readers are :mod:`classify.documents` (folders, JSONL) and
+:mod:`classify.tabular` (CSV, Parquet).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from pathlib import Path
+
+from classify.errors import InputError
+from classify.records import Document
+
+CONTROL_SHARE_LIMIT = 0.10
+"""Above this share of control characters (other than tab/newline/CR) a text counts as binary."""
+
+_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+"""The control characters counted by :func:`check_text` (below U+0020, except tab, newline and CR)."""
+
+INVISIBLE_CATEGORIES = frozenset({"Cf", "Cc", "Cs", "Zs", "Zl", "Zp"})
+"""General categories with no glyph of their own: format, control, surrogate, space, line and paragraph separators."""
+
+DEFAULT_IGNORABLE_RANGES = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)
+"""Default_Ignorable_Code_Point, inclusive ranges, from the Unicode Character Database file
+``DerivedCoreProperties.txt`` (https://www.unicode.org/Public/UCD/latest/ucd/DerivedCoreProperties.txt;
+the property is defined in UAX #44, https://www.unicode.org/reports/tr44/#Default_Ignorable_Code_Point,
+and its rendering in The Unicode Standard, section 5.21 "Ignoring Characters in Processing").
+It adds fillers that are letters by category (U+115F, U+1160, U+3164, U+FFA0), variation selectors
+(U+180B..U+180D, U+180F, U+FE00..U+FE0F, U+E0100..U+E01EF) and reserved ignorables to the
+format characters."""
+
+_BOMS = (  # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
+    (b"\x00\x00\xfe\xff", "UTF-32 BE", "UTF-32"),
+    (b"\xff\xfe\x00\x00", "UTF-32 LE", "UTF-32"),
+    (b"\xfe\xff", "UTF-16 BE", "UTF-16"),
+    (b"\xff\xfe", "UTF-16 LE", "UTF-16"),
+)
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate written as the literal text ``\\udXXX`` (other text unchanged).
+
+    This is Python's ``backslashreplace`` error handler applied while encoding to UTF-8, so the
+    result is always encodable, the same input always gives the same result, and text without
+    surrogates comes back unchanged. Two ids that differ only in that one has a surrogate where the
+    other has its escape text end up equal and are then rejected as duplicates, never merged silently.
+
+    Args:
+        text: any Python string (from JSON, a file name decoded with ``surrogateescape``...).
+
+    Returns:
+        A string that encodes as UTF-8, e.g. ``"a\\ud83d"`` (backslash, ``ud83d``) for ``"a\ud83d"``.
+
+    Example:
+        >>> escape_surrogates("x\ud83d")
+        'x\\\\ud83d'
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def lone_surrogate(text: str) -> tuple[int, int] | None:
+    """Where ``text`` first holds a lone surrogate (U+D800..U+DFFF), which UTF-8 cannot encode.
+
+    Returns:
+        ``(index, code point)`` of the first one, or ``None`` when ``text`` encodes as UTF-8.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return err.start, ord(text[err.start])
+    return None
+
+
+def surrogate_reason(what: str, text: str) -> str | None:
+    found = lone_surrogate(text)
+    if found is None:
+        return None
+    index, cp = found
+    return (f"{what} is not valid Unicode: lone surrogate U+{cp:04X} at character {index} (half of a UTF-16 pair, "
+            "e.g. a JSON \\u escape without its partner); write whole characters as UTF-8")
+
+
+def has_visible_char(text: str) -> bool:
+    """Whether ``text`` holds at least one character that is drawn.
+
+    Invisible are the general categories Cf, Cc, Cs, Zs, Zl and Zp (:data:`INVISIBLE_CATEGORIES`)
+    and the Default_Ignorable_Code_Point set (:data:`DEFAULT_IGNORABLE_RANGES`, from the Unicode
+    Character Database's ``DerivedCoreProperties.txt``). Right-to-left letters, emoji (even in
+    sequences joined by U+200D or styled by U+FE0F) and combining marks on a base are visible.
+
+    Args:
+        text: decoded text.
+
+    Returns:
+        ``True`` when one character is neither in those categories nor default-ignorable.
+    """
+    for ch in text:
+        cp = ord(ch)
+        if unicodedata.category(ch) in INVISIBLE_CATEGORIES:
+            continue
+        if any(lo <= cp <= hi for lo, hi in DEFAULT_IGNORABLE_RANGES):
+            continue
+        return True
+    return False
+
+
+def wide_encoding(head: bytes) -> tuple[str, str] | None:
+    """Recognise UTF-16 or UTF-32 from a file's first bytes (its byte-order mark, or UTF-16 without one).
+
+    Args:
+        head: the first 4 bytes (or more) of the file.
+
+    Returns:
+        ``(description, iconv source encoding)``, e.g. ``("UTF-16 LE (byte-order mark FF FE)", "UTF-16")``;
+        ``None`` when the bytes do not look like UTF-16 or UTF-32. Without a byte-order mark only UTF-16
+        whose first two characters are ASCII is recognised (a zero byte beside each ASCII byte).
+    """
+    for bom, name, iconv in _BOMS:
+        if head.startswith(bom):
+            return f"{name} (byte-order mark {bom.hex(' ').upper()})", iconv
+    if len(head) >= 4 and head[0] and head[2] and not head[1] and not head[3] and head[0] < 0x80 and head[2] < 0x80:
+        return "UTF-16 LE without a byte-order mark", "UTF-16LE"
+    if len(head) >= 4 and head[1] and head[3] and not head[0] and not head[2] and head[1] < 0x80 and head[3] < 0x80:
+        return "UTF-16 BE without a byte-order mark", "UTF-16BE"
+    return None
+
+
+def refuse_wide_file(path: Path) -> None:
+    """Refuse a UTF-16/UTF-32 input file by name, with the command that converts it to UTF-8.
+
+    Args:
+        path: a CSV, JSONL or labels file about to be read as UTF-8.
+
+    Raises:
+        InputError: the file starts like UTF-16 or UTF-32 (:func:`wide_encoding`), e.g.
+            ``c.csv is UTF-16 LE (byte-order mark FF FE), not UTF-8; convert it: iconv -f UTF-16 -t UTF-8 ...``.
+    """
+    try:
+        with path.open("rb") as fh:
+            found = wide_encoding(fh.read(4))
+    except OSError:
+        return  # the reader that follows reports the OS error in its own words
+    if found is not None:
+        name, iconv = found
+        converted = path.with_name(f"{path.stem}.utf8{path.suffix}")
+        raise InputError(f"{path} is {name}, not UTF-8; convert it: iconv -f {iconv} -t UTF-8 {path} > {converted}")
+
+
+def checked_id(doc: Document) -> Document:
+    """``doc`` with an id (and source) that can be written as UTF-8; a lone surrogate in the id rejects it.
+
+    Args:
+        doc: a document as a reader built it, with the id given by the input.
+
+    Returns:
+        ``doc`` itself when its id and source encode as UTF-8; otherwise a rejected document whose
+        id and source are :func:`escape_surrogates` of the given ones and whose reason says why
+        (keeping any earlier reason after it).
+    """
+    reason = surrogate_reason("id", doc.id)
+    source = escape_surrogates(doc.source)
+    if reason is None:
+        return doc if source == doc.source else Document(doc.id, doc.text, doc.input_sha256, doc.n_chars, doc.reject_reason, source)
+    safe = escape_surrogates(doc.id)
+    reason += f"; recorded as {safe!r}"
+    if doc.reject_reason:
+        reason += f"; the document is also rejected: {doc.reject_reason}"
+    return Document(safe, None, doc.input_sha256, 0, reason, source)
+
+
+def check_bytes(raw: bytes, max_doc_bytes: int) -> tuple[str | None, str | None]:
+    """Decode one document's bytes or say why it cannot be classified.
+
+    Args:
+        raw: the document's raw bytes.
+        max_doc_bytes: size limit in bytes.
+
+    Returns:
+        ``(text, None)`` for a usable document, ``(None, reason)`` otherwise.
+    """
+    if len(raw) == 0:
+        return None, "empty document (0 bytes)"
+    if len(raw) > max_doc_bytes:
+        return None, f"over size limit: {len(raw)} bytes > classify.max_doc_bytes {max_doc_bytes}"
+    if (wide := wide_encoding(raw[:4])) is not None:
+        return None, f"not UTF-8: the document is {wide[0]}; convert it: iconv -f {wide[1]} -t UTF-8"
+    if b"\x00" in raw:
+        return None, "binary content: contains NUL bytes (not a text document)"
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        return None, f"not valid UTF-8: byte 0x{raw[err.start]:02x} at offset {err.start} (re-encode the file as UTF-8)"
+    return check_text(text)
+
+
+def check_text(text: str) -> tuple[str | None, str | None]:
+    """Check decoded text: empty, mostly control characters, or with no visible character is rejected.
+
+    Args:
+        text: decoded text (see :func:`check_bytes` for the bytes).
+
+    Returns:
+        ``(text, None)`` for a usable document, ``(None, reason)`` otherwise; a text of only
+        zero-width, format or filler characters (:func:`has_visible_char`) is an empty document.
+    """
+    if not text.strip():
+        return None, "empty document: only whitespace"
+    control = len(_CONTROL_RE.findall(text))
+    if control / len(text) > CONTROL_SHARE_LIMIT:
+        return None, f"binary content: {100 * control / len(text):.0f}% control characters"
+    if not has_visible_char(text):
+        shown = ", ".join(f"U+{ord(ch):04X}" for ch in dict.fromkeys(text[:200]))
+        return None, f"empty document: no visible character ({len(text)} invisible characters: {shown[:120]})"
+    return text, None
