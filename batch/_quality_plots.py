@@ -90,6 +90,7 @@ def _histogram(plt: Any, report: Mapping[str, Any], path: Path, run: str) -> str
                    label=f"review below {review['below_score']} ({review['flagged']} flagged)")
     ax.legend(loc="upper left", fontsize=8)
     ax.set_xlim(0, 1)
+    ax.set_ylim(0, max(counts + [1]) * 1.15)
     ax.set_title(f"Score of the chosen category ({sum(counts)} accepted documents, bins of {width:.2f})\n{run}", fontsize=10)
     ax.set_xlabel("score: probability of the chosen category (0-1)")
     ax.set_ylabel("documents (count)")

@@ -257,6 +257,7 @@ def run_pilot(
             merged_model=params["merged_model"],
         )
         summary["measured"] = _measure(engine, cfg, results, classify_s)
+        summary.update(_quality(run_dir, run_id, results, labels, cfg))
         _write_outcome(run_dir, run_id, params, summary, stage, None)
 
         stage = "export"
@@ -316,6 +317,19 @@ def _measure(engine: Classifier, cfg: PilotConfig, results: list[Any], seconds: 
     except Exception as err:
         log.warning("pilot: could not measure the engine: %s: %s", type(err).__name__, err)
         return {"error": f"{type(err).__name__}: {err}"}
+
+
+def _quality(run_dir: Path, run_id: str, results: list[Any], labels: dict[str, str], cfg: PilotConfig) -> dict[str, Any]:
+    """The quality report (:mod:`batch.quality`): PNGs and ``quality.md`` in the run folder.
+
+    Returns:
+        ``{"quality": report}`` plus ``{"review": ...}`` (flags per category) when ``classify.review_below_score`` is set.
+    """
+    from batch.quality import tally_rows, write_report
+
+    report = write_report(run_dir, tally_rows((r.row() for r in results), labels, cfg.classify.categories,
+                                              cfg.classify.review_below_score), run_id)
+    return {"quality": report, **({"review": report["review"]} if "review" in report else {})}
 
 
 def _write_outcome(run_dir: Path, run_id: str, params: dict, summary: dict, stage: str,

@@ -343,3 +343,53 @@ def test_real_engine_tempers_the_category_logprobs_it_returns(engine, monkeypatc
         assert len(lp) == len(CATS) and r.category == h.category
         assert h.score == round(softmax_at(lp, token, 2.0), 6) and h.score <= r.score
         assert r.score == round(softmax_at(lp, token, 1.0), 6)
+
+
+# --- a labelled pilot (stand-in engine: the bookkeeping and the pictures are under test) --------------------------
+
+class _LabelEcho:
+    """The pilot's engine seen from outside: answers each document's label, except doc03 (-> tech, score 0.4)."""
+
+    def __init__(self, labels):
+        from classify.model import ModelRef
+
+        self.labels = labels
+        self.model = ModelRef("fake-base", "/nonexistent", "sha256:" + "0" * 64, "test")
+
+    def classify(self, docs, adapter=None):
+        from classify.records import Result
+
+        out = []
+        for d in docs:
+            if d.reject_reason:
+                out.append(Result.rejected(d, d.reject_reason))
+            else:
+                wrong = d.id == "doc03.txt"
+                score = 0.4 if wrong else 0.9
+                out.append(Result(id=d.id, status="accepted", category="tech" if wrong else self.labels[d.id], score=score,
+                                  review=score < 0.5))
+        return out
+
+
+def test_a_labelled_pilot_writes_the_confusion_matrix_accuracy_and_review_counts(pilot_config, tmp_path):
+    from pathlib import Path
+
+    from batch.pilot import run_pilot
+
+    pilot = Path(__file__).resolve().parent.parent / "data" / "pilot"
+    labels = json.loads((pilot / "labels.json").read_text())
+    cfg = pilot_config.model_copy(update={"classify": pilot_config.classify.model_copy(update={"review_below_score": 0.5})})
+    outcome = run_pilot(cfg, pilot, engine=_LabelEcho(labels), export_root=tmp_path / "exports")
+    summary = json.loads((outcome.run_dir / "summary.json").read_text())
+    assert summary["accuracy"] == round(10 / 11, 4)
+    quality = summary["quality"]
+    assert quality["labelled"]["accuracy"] == summary["accuracy"] and quality["labelled"]["planned_rejects"] == 1
+    assert quality["labelled"]["per_category"]["business"] == {"documents": 3, "correct": 2, "accuracy": 0.6667,
+                                                               "precision": 1.0, "rejected": 0}
+    assert summary["review"] == {"below_score": 0.5, "flagged": 1, "by_category": {
+        "business": 0, "entertainment": 0, "politics": 0, "sport": 0, "tech": 1}}
+    assert quality["labelled"]["by_review"]["below"] == {"documents": 1, "correct": 0, "accuracy": 0.0}
+    for name in ("confusion_matrix.png", "category_distribution.png", "score_histogram.png", "quality.md"):
+        assert (outcome.run_dir / name).is_file() and (outcome.export_dir / name).is_file(), name
+    rows = [json.loads(line) for line in (outcome.run_dir / "results.jsonl").read_text().splitlines()]
+    assert [r.get("review") for r in rows if r["id"] in ("doc03.txt", "doc04.txt", "doc12.png")] == [True, False, None]
