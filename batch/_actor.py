@@ -32,16 +32,19 @@ class EngineActor:
         classify_cfg: categories and prompt settings.
         adapter: the verified adapter handle, or ``None`` for the base model.
         model_fingerprint: the fingerprint the driver resolved; the actor refuses another model.
+        temperature: score temperature (the adapter card's ``calibration.temperature``); ``None``
+            takes ``adapter.temperature``. Given in merged mode, where ``adapter`` is ``None``.
 
     Raises:
         EngineError: vLLM cannot start, or the model on this node has another fingerprint.
     """
 
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, classify_cfg: ClassifyConfig,
-                 adapter: AdapterHandle | None, model_fingerprint: str):
+                 adapter: AdapterHandle | None, model_fingerprint: str, temperature: float | None = None):
         from classify.engine import build_engine
 
         self.adapter = adapter
+        self.temperature = temperature
         self.clf = build_engine(model_cfg, engine_cfg, classify_cfg, enable_lora=adapter is not None)
         if model_fingerprint and self.clf.model.fingerprint != model_fingerprint:
             raise EngineError(f"model on this node has fingerprint {self.clf.model.fingerprint}, "
@@ -98,7 +101,7 @@ class EngineActor:
         Raises:
             EngineError: vLLM failed on this shard.
         """
-        return [r.model_dump(mode="json") for r in self.clf.classify(docs, self.adapter)]
+        return [r.model_dump(mode="json") for r in self.clf.classify(docs, self.adapter, temperature=self.temperature)]
 
     def shutdown(self) -> None:
         """Stop the vLLM engine's worker processes (the watchdog first, so a clean stop is not a death)."""

@@ -28,12 +28,13 @@ class InstantEngineActor:
         classify_cfg: its first category is every accepted document's answer.
         adapter: ignored.
         model_fingerprint: ignored.
+        temperature: ignored.
     """
 
     BENCH_ONLY = True
 
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, classify_cfg: ClassifyConfig,
-                 adapter: Any, model_fingerprint: str):
+                 adapter: Any, model_fingerprint: str, temperature: float | None = None):
         self.category = classify_cfg.categories[0]
 
     def info(self) -> dict[str, Any]:

@@ -143,6 +143,21 @@ def test_pilot_batch_and_serve_apply_the_card_temperature_identically(tmp_path, 
     assert base[0].score == 0.7
 
 
+def test_the_batch_actor_applies_the_temperature_in_lora_and_merged_mode(tmp_path, monkeypatch):
+    import classify.engine as engine_mod
+    from batch._actor import EngineActor
+
+    monkeypatch.setattr(engine_mod, "build_engine", lambda *a, **k: Classifier(FakeLLM(), _scorer(), None, True))
+    handle = _registry_adapter(tmp_path, 2.5).handle()
+    expected = round(softmax_at(LOGPROBS, 0, 2.5), 6)
+    for adapter, temperature in ((handle, None), (None, handle.temperature)):  # LoRA mode, merged mode
+        actor = EngineActor(None, None, ClassifyConfig(), adapter, "", temperature)
+        try:
+            assert actor.classify(_docs())[0]["score"] == expected
+        finally:
+            actor.shutdown()
+
+
 @pytest.mark.parametrize("threshold, flag", [(None, None), (0.6, False), (0.75, True)])
 def test_the_scorer_flags_review_only_with_a_threshold_and_rows_stay_as_before_without(threshold, flag):
     from serve.schemas import ResultOut
