@@ -26,63 +26,24 @@ file of a folder. A resume that finds the same fingerprint reuses the stored pla
 
 from __future__ import annotations
 
-import bisect
 import hashlib
-import os
-import shutil
-import tempfile
-from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from batch._config import CorpusConfig
-from classify.documents import document_from_text, jsonl_line_document, jsonl_line_id, read_file_document
+from batch._corpus_scan import csv_rows, detect_format, dir_rows, jsonl_rows, parquet_docs, parquet_rows
+from batch._id_buckets import IdHashBuckets, fold_duplicates
+from classify.documents import jsonl_line_document, read_file_document
 from classify.errors import InputError
 from classify.files import file_sha256
 from classify.records import Document
-from classify.tabular import csv_header, csv_row_document, iter_csv_rows, parquet_columns, parquet_row_id
-from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file
-
-FORMATS = ("jsonl", "csv", "parquet", "dir")
-N_BUCKETS = 64
-
+from classify.tabular import csv_row_document, iter_csv_rows
+from classify.textcheck import checked_id, escape_surrogates
 
 MIN_SHARDS = 32
 """A corpus file is cut into at least this many shards when its rows allow (16 actors with 2 in flight each)."""
-
-
-def detect_format(path: Path, fmt: str) -> str:
-    """Resolve ``format: auto`` from the path.
-
-    Args:
-        path: corpus file or folder.
-        fmt: the configured format.
-
-    Returns:
-        ``jsonl``, ``csv``, ``parquet`` or ``dir``.
-
-    Raises:
-        InputError: the path does not exist, or ``auto`` cannot tell the format.
-    """
-    if not path.exists():
-        raise InputError(f"corpus {path} does not exist (set `corpus.path` in the config or pass --corpus)")
-    if fmt != "auto":
-        return fmt
-    if path.is_dir():
-        return "dir"
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return "jsonl"
-    if suffix == ".csv":
-        return "csv"
-    if suffix in (".parquet", ".pq"):
-        return "parquet"
-    raise InputError(
-        f"corpus {path}: cannot tell the format from suffix {suffix!r} (allowed: .jsonl, .ndjson, .csv, .parquet, "
-        "a folder); set `corpus.format`"
-    )
 
 
 def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Path, str]:
@@ -112,82 +73,6 @@ def quick_fingerprint(where: Path, fmt: str, described: dict[str, Any]) -> str |
     if fmt in ("csv", "parquet") or (fmt == "jsonl" and not described.get("has_path_records", True)):
         return f"sha256:{file_sha256(where)}"
     return None
-
-
-class IdHashBuckets:
-    """Find repeated ids among millions in flat memory: 64-bit id hashes bucketed on disk, each bucket sorted alone.
-
-    ``add(id, row)`` appends ``(hash64(id), row)`` to one of :data:`N_BUCKETS` bucket files (buffered);
-    :meth:`candidate_rows` loads one bucket at a time (16 bytes per row / 64), sorts it with numpy and
-    returns the rows whose hash occurs more than once. Equal hashes with different ids are possible
-    (rarely): callers compare the real ids of the candidates.
-
-    Memory: the buffers (64 x 4096 x 16 bytes = 4 MiB) and one bucket at a time; disk: 16 bytes per row.
-    """
-
-    def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="docpilot-ids-"))
-        self.buffers = [array("Q") for _ in range(N_BUCKETS)]
-        self.files = [open(self.folder / f"{b:02d}.bin", "wb") for b in range(N_BUCKETS)]  # noqa: SIM115
-        self.count = 0
-
-    @staticmethod
-    def hash64(doc_id: str) -> int:
-        """A stable 64-bit hash of an id (blake2b, 8 bytes)."""
-        return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
-
-    def add(self, doc_id: str, row: int) -> None:
-        """Record that row number ``row`` (any int below 2**64) has id ``doc_id``."""
-        h = self.hash64(doc_id)
-        buf = self.buffers[h & (N_BUCKETS - 1)]
-        buf.append(h)
-        buf.append(row)
-        self.count += 1
-        if len(buf) >= 8192:
-            buf.tofile(self.files[h & (N_BUCKETS - 1)])
-            del buf[:]
-
-    def candidate_rows(self) -> list[int]:
-        """Rows whose id hash occurs more than once, ascending; closes and removes the bucket files."""
-        import numpy as np
-
-        out: list[int] = []
-        try:
-            for b, fh in enumerate(self.files):
-                self.buffers[b].tofile(fh)
-                fh.close()
-            for b in range(N_BUCKETS):
-                pairs = np.fromfile(self.folder / f"{b:02d}.bin", dtype=np.uint64).reshape(-1, 2)
-                if len(pairs) < 2:
-                    continue
-                order = np.argsort(pairs[:, 0], kind="stable")
-                hashes = pairs[order, 0]
-                same = hashes[1:] == hashes[:-1]
-                if same.any():
-                    mask = np.zeros(len(hashes), dtype=bool)
-                    mask[1:] |= same
-                    mask[:-1] |= same
-                    out += pairs[order[mask], 1].tolist()
-        finally:
-            self.close()
-        return sorted(int(r) for r in out)
-
-    def close(self) -> None:
-        """Remove the bucket files (idempotent)."""
-        for fh in self.files:
-            if not fh.closed:
-                fh.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-@dataclass
-class _Row:
-    key: int  # line number (JSONL), row index (CSV, Parquet), file index (folder)
-    doc_id: str
-    size: int
-    end: int = 0  # byte offset after the row (JSONL, CSV)
-    rel: str = ""  # folder: the file's relative path
-    next_key: int | None = None  # the key at ``end`` (JSONL: the next line's number, blank lines counted)
 
 
 @dataclass
@@ -270,126 +155,10 @@ class CorpusPlan:
                                      first_index=shard["row"], max_rows=shard["n_rows"], header=r["header"]):
                 yield row.index, csv_row_document(row, max_doc_bytes)
         elif self.format == "parquet":
-            yield from _parquet_docs(path, self.reading, shard["row"], shard["n_rows"], max_doc_bytes)
+            yield from parquet_docs(path, self.reading, shard["row"], shard["n_rows"], max_doc_bytes)
         else:
             for key, rel in enumerate(shard["files"], start=shard["row"]):
                 yield key, checked_id(read_file_document(rel, path / rel, max_doc_bytes))
-
-
-def _parquet_docs(path: Path, reading: dict[str, Any], start: int, n_rows: int,
-                  max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
-    pf, use_ids = parquet_columns(path, reading["text_column"], reading["id_column"])
-    starts = [0]
-    for g in range(pf.num_row_groups):
-        starts.append(starts[-1] + pf.metadata.row_group(g).num_rows)
-    first = bisect.bisect_right(starts, start) - 1
-    last = bisect.bisect_right(starts, start + n_rows - 1) - 1
-    columns = [reading["text_column"]] + ([reading["id_column"]] if use_ids else [])
-    table = pf.read_row_groups(list(range(first, last + 1)), columns=columns).slice(start - starts[first], n_rows)
-    texts = table.column(reading["text_column"]).to_pylist()
-    ids = table.column(reading["id_column"]).to_pylist() if use_ids else [None] * len(texts)
-    name = escape_surrogates(path.name)
-    for offset, (text, raw_id) in enumerate(zip(texts, ids, strict=True)):
-        index = start + offset
-        where = f"{name}#row{index}"
-        doc_id, error = parquet_row_id(raw_id, index, use_ids, reading["id_prefix"], where)
-        if error is not None:
-            yield index, Document(doc_id, None, "", 0, error, where)
-        else:
-            yield index, document_from_text(doc_id, text, max_doc_bytes, where)
-
-
-def _jsonl_rows(path: Path, digest: Any, reading: dict[str, Any]) -> Iterator[_Row]:
-    refuse_wide_file(path)
-    name = escape_surrogates(path.name)
-    pos = 0
-    extra = hashlib.sha256()  # files named by `path` records
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            digest.update(raw)
-            pos += len(raw)
-            if not raw.strip():
-                continue
-            doc_id, record, _ = jsonl_line_id(name, lineno, raw)
-            size = len(raw)
-            if record is not None and "text" not in record and isinstance(record.get("path"), str):
-                reading["has_path_records"] = True
-                target = (path.parent / record["path"])
-                try:
-                    size = target.stat().st_size
-                    extra.update(f"{lineno}\t{file_sha256(target)}\n".encode())
-                except (OSError, UnicodeEncodeError) as err:
-                    extra.update(f"{lineno}\t{type(err).__name__}\n".encode())
-            yield _Row(lineno, doc_id, size, pos, next_key=lineno + 1)
-    if reading.get("has_path_records"):
-        digest.update(b"\npath records\n" + extra.hexdigest().encode())
-
-
-def _csv_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, Any]) -> Iterator[_Row]:
-    header, data_offset = csv_header(path)
-    reading.update(header=header, data_offset=data_offset, text_column=cfg.text_column, id_column=cfg.id_column,
-                   id_prefix=cfg.id_prefix or path.stem)
-    digest.update(file_sha256(path).encode())
-    for row in iter_csv_rows(path, cfg.text_column, cfg.id_column, reading["id_prefix"]):
-        yield _Row(row.index, row.doc_id, row.text_bytes or 1, row.end)
-
-
-def _parquet_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, Any]) -> Iterator[_Row]:
-    import pyarrow.compute as pc
-
-    pf, use_ids = parquet_columns(path, cfg.text_column, cfg.id_column)
-    reading.update(text_column=cfg.text_column, id_column=cfg.id_column, id_prefix=escape_surrogates(cfg.id_prefix or path.stem))
-    digest.update(file_sha256(path).encode())
-    name = escape_surrogates(path.name)
-    index = 0
-    for g in range(pf.num_row_groups):
-        columns = [cfg.text_column] + ([cfg.id_column] if use_ids else [])
-        table = pf.read_row_group(g, columns=columns)
-        text = table.column(cfg.text_column)
-        sizes = pc.fill_null(pc.binary_length(text), 0).to_pylist() if text.type in _string_types() else [1] * len(text)
-        ids = table.column(cfg.id_column).to_pylist() if use_ids else [None] * len(sizes)
-        for size, raw_id in zip(sizes, ids, strict=True):
-            doc_id, _ = parquet_row_id(raw_id, index, use_ids, reading["id_prefix"], f"{name}#row{index}")
-            yield _Row(index, doc_id, size or 1)
-            index += 1
-
-
-def _string_types() -> tuple[Any, ...]:
-    import pyarrow as pa
-
-    return (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
-
-
-def walk_files(folder: Path) -> Iterator[Path]:
-    """Every non-hidden file under ``folder`` in the order of ``sorted(folder.rglob("*"))``, one directory at a time.
-
-    Path order compares path parts, so a depth-first walk with each directory's entries sorted by
-    name gives the same order without listing the whole tree first.
-    """
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError:
-        return
-    for entry in entries:
-        if entry.name.startswith("."):
-            continue
-        if entry.is_dir(follow_symlinks=True):
-            if not entry.is_symlink():  # as rglob: a link to a folder is neither walked nor a document
-                yield from walk_files(Path(entry.path))
-        else:
-            yield Path(entry.path)
-
-
-def _dir_rows(folder: Path, digest: Any) -> Iterator[_Row]:
-    for index, path in enumerate(walk_files(folder)):
-        rel = path.relative_to(folder).as_posix()
-        try:
-            size = path.stat().st_size
-            sha = file_sha256(path)
-        except OSError as err:
-            size, sha = 1, f"unreadable {err.strerror}"
-        digest.update(f"{rel}\t{sha}\n".encode("utf-8", "surrogateescape"))
-        yield _Row(index, escape_surrogates(rel), max(size, 1), rel=rel)
 
 
 def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, path: str | Path | None = None,
@@ -425,13 +194,13 @@ def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, pat
     digest = hashlib.sha256()
     reading: dict[str, Any] = {}
     if fmt == "jsonl":
-        rows = _jsonl_rows(where, digest, reading)
+        rows = jsonl_rows(where, digest, reading)
     elif fmt == "csv":
-        rows = _csv_rows(where, cfg, digest, reading)
+        rows = csv_rows(where, cfg, digest, reading)
     elif fmt == "parquet":
-        rows = _parquet_rows(where, cfg, digest, reading)
+        rows = parquet_rows(where, cfg, digest, reading)
     else:
-        rows = _dir_rows(where, digest)
+        rows = dir_rows(where, digest)
     buckets = IdHashBuckets()
     shards: list[dict[str, Any]] = []
     first_seq: list[int] = []  # row sequence number of each shard's first row
@@ -476,7 +245,7 @@ def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, pat
         raise InputError(f"corpus {where} holds no documents")
     plan = CorpusPlan(str(where), fmt, f"sha256:{digest.hexdigest()}", seq, 0, shards, reading)
     if candidates:
-        _fold_duplicates(plan, candidates, first_seq, max_doc_bytes)
+        fold_duplicates(plan, candidates, first_seq, max_doc_bytes)
     return plan
 
 
@@ -485,45 +254,6 @@ def _close(shard: dict[str, Any], ids_digest: Any, end: int, fmt: str) -> None:
     shard["ids_sha256"] = ids_digest.hexdigest()
     if fmt in ("jsonl", "csv"):
         shard["end"] = end
-
-
-def _fold_duplicates(plan: CorpusPlan, candidates: list[int], first_seq: list[int], max_doc_bytes: int) -> None:
-    """Compare the real ids of the candidate rows; mark each duplicated id's first row rejected and skip the others."""
-    by_shard: dict[int, set[int]] = {}
-    for seq in candidates:
-        index = bisect.bisect_right(first_seq, seq) - 1
-        by_shard.setdefault(index, set()).add(seq - first_seq[index])
-    seen: dict[str, list[tuple[int, int, Document]]] = {}  # id -> [(shard, key, doc)]
-    for index in sorted(by_shard):
-        shard = plan.shards[index]
-        for pos, (key, doc) in enumerate(plan._iter_shard(shard, max_doc_bytes)):  # noqa: SLF001
-            if pos in by_shard[index]:
-                seen.setdefault(doc.id, []).append((index, key, doc))
-    touched: set[int] = set()
-    for occurrences in seen.values():
-        if len(occurrences) < 2:
-            continue  # a 64-bit hash collision between different ids
-        sources = [d.source or d.id for _, _, d in occurrences]
-        shas = [d.input_sha256[:12] for _, _, d in occurrences]
-        reason = (f"duplicate id: given {len(occurrences)} times ({', '.join(sources)}; "
-                  f"sha256 {', '.join(shas)}); give each document a unique id")
-        first_shard, first_key, _ = occurrences[0]
-        plan.shards[first_shard].setdefault("dups", {})[str(first_key)] = reason
-        for index, key, _ in occurrences[1:]:
-            plan.shards[index].setdefault("skip", []).append(key)
-            touched.add(index)
-        plan.duplicate_rows += len(occurrences) - 1
-    for index in touched:  # recount the shards that lost rows, and their ids hash
-        shard = plan.shards[index]
-        ids = [d.id for d in plan.read_shard(shard, max_doc_bytes)]
-        shard["n_docs"] = len(ids)
-        shard["ids_sha256"] = hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()
-        if ids:
-            shard["first_id"], shard["last_id"] = ids[0], ids[-1]
-    if any(s["n_docs"] == 0 for s in plan.shards):  # every row of a shard was a later duplicate
-        plan.shards = [s for s in plan.shards if s["n_docs"]]
-        for i, shard in enumerate(plan.shards):
-            shard["index"] = i
 
 
 @dataclass(frozen=True)

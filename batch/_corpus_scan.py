@@ -1,0 +1,181 @@
+"""Private corpus scanners for :mod:`batch.corpus`: one streaming pass per format yields each row's id,
+size and position (never its text), feeding the content fingerprint; Parquet shards are read back by row range.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from batch._config import CorpusConfig
+from classify.documents import document_from_text, jsonl_line_id
+from classify.errors import InputError
+from classify.files import file_sha256
+from classify.records import Document
+from classify.tabular import csv_header, iter_csv_rows, parquet_columns, parquet_row_id
+from classify.textcheck import escape_surrogates, refuse_wide_file
+
+FORMATS = ("jsonl", "csv", "parquet", "dir")
+
+
+def detect_format(path: Path, fmt: str) -> str:
+    """Resolve ``format: auto`` from the path.
+
+    Args:
+        path: corpus file or folder.
+        fmt: the configured format.
+
+    Returns:
+        ``jsonl``, ``csv``, ``parquet`` or ``dir``.
+
+    Raises:
+        InputError: the path does not exist, or ``auto`` cannot tell the format.
+    """
+    if not path.exists():
+        raise InputError(f"corpus {path} does not exist (set `corpus.path` in the config or pass --corpus)")
+    if fmt != "auto":
+        return fmt
+    if path.is_dir():
+        return "dir"
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    if suffix == ".csv":
+        return "csv"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    raise InputError(
+        f"corpus {path}: cannot tell the format from suffix {suffix!r} (allowed: .jsonl, .ndjson, .csv, .parquet, "
+        "a folder); set `corpus.format`"
+    )
+
+
+@dataclass
+class Row:
+    key: int  # line number (JSONL), row index (CSV, Parquet), file index (folder)
+    doc_id: str
+    size: int
+    end: int = 0  # byte offset after the row (JSONL, CSV)
+    rel: str = ""  # folder: the file's relative path
+    next_key: int | None = None  # the key at ``end`` (JSONL: the next line's number, blank lines counted)
+
+
+def parquet_docs(path: Path, reading: dict[str, Any], start: int, n_rows: int,
+                  max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
+    pf, use_ids = parquet_columns(path, reading["text_column"], reading["id_column"])
+    starts = [0]
+    for g in range(pf.num_row_groups):
+        starts.append(starts[-1] + pf.metadata.row_group(g).num_rows)
+    first = bisect.bisect_right(starts, start) - 1
+    last = bisect.bisect_right(starts, start + n_rows - 1) - 1
+    columns = [reading["text_column"]] + ([reading["id_column"]] if use_ids else [])
+    table = pf.read_row_groups(list(range(first, last + 1)), columns=columns).slice(start - starts[first], n_rows)
+    texts = table.column(reading["text_column"]).to_pylist()
+    ids = table.column(reading["id_column"]).to_pylist() if use_ids else [None] * len(texts)
+    name = escape_surrogates(path.name)
+    for offset, (text, raw_id) in enumerate(zip(texts, ids, strict=True)):
+        index = start + offset
+        where = f"{name}#row{index}"
+        doc_id, error = parquet_row_id(raw_id, index, use_ids, reading["id_prefix"], where)
+        if error is not None:
+            yield index, Document(doc_id, None, "", 0, error, where)
+        else:
+            yield index, document_from_text(doc_id, text, max_doc_bytes, where)
+
+
+def jsonl_rows(path: Path, digest: Any, reading: dict[str, Any]) -> Iterator[Row]:
+    refuse_wide_file(path)
+    name = escape_surrogates(path.name)
+    pos = 0
+    extra = hashlib.sha256()  # files named by `path` records
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            digest.update(raw)
+            pos += len(raw)
+            if not raw.strip():
+                continue
+            doc_id, record, _ = jsonl_line_id(name, lineno, raw)
+            size = len(raw)
+            if record is not None and "text" not in record and isinstance(record.get("path"), str):
+                reading["has_path_records"] = True
+                target = (path.parent / record["path"])
+                try:
+                    size = target.stat().st_size
+                    extra.update(f"{lineno}\t{file_sha256(target)}\n".encode())
+                except (OSError, UnicodeEncodeError) as err:
+                    extra.update(f"{lineno}\t{type(err).__name__}\n".encode())
+            yield Row(lineno, doc_id, size, pos, next_key=lineno + 1)
+    if reading.get("has_path_records"):
+        digest.update(b"\npath records\n" + extra.hexdigest().encode())
+
+
+def csv_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, Any]) -> Iterator[Row]:
+    header, data_offset = csv_header(path)
+    reading.update(header=header, data_offset=data_offset, text_column=cfg.text_column, id_column=cfg.id_column,
+                   id_prefix=cfg.id_prefix or path.stem)
+    digest.update(file_sha256(path).encode())
+    for row in iter_csv_rows(path, cfg.text_column, cfg.id_column, reading["id_prefix"]):
+        yield Row(row.index, row.doc_id, row.text_bytes or 1, row.end)
+
+
+def parquet_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, Any]) -> Iterator[Row]:
+    import pyarrow.compute as pc
+
+    pf, use_ids = parquet_columns(path, cfg.text_column, cfg.id_column)
+    reading.update(text_column=cfg.text_column, id_column=cfg.id_column, id_prefix=escape_surrogates(cfg.id_prefix or path.stem))
+    digest.update(file_sha256(path).encode())
+    name = escape_surrogates(path.name)
+    index = 0
+    for g in range(pf.num_row_groups):
+        columns = [cfg.text_column] + ([cfg.id_column] if use_ids else [])
+        table = pf.read_row_group(g, columns=columns)
+        text = table.column(cfg.text_column)
+        sizes = pc.fill_null(pc.binary_length(text), 0).to_pylist() if text.type in _string_types() else [1] * len(text)
+        ids = table.column(cfg.id_column).to_pylist() if use_ids else [None] * len(sizes)
+        for size, raw_id in zip(sizes, ids, strict=True):
+            doc_id, _ = parquet_row_id(raw_id, index, use_ids, reading["id_prefix"], f"{name}#row{index}")
+            yield Row(index, doc_id, size or 1)
+            index += 1
+
+
+def _string_types() -> tuple[Any, ...]:
+    import pyarrow as pa
+
+    return (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
+
+
+def walk_files(folder: Path) -> Iterator[Path]:
+    """Every non-hidden file under ``folder`` in the order of ``sorted(folder.rglob("*"))``, one directory at a time.
+
+    Path order compares path parts, so a depth-first walk with each directory's entries sorted by
+    name gives the same order without listing the whole tree first.
+    """
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir(follow_symlinks=True):
+            if not entry.is_symlink():  # as rglob: a link to a folder is neither walked nor a document
+                yield from walk_files(Path(entry.path))
+        else:
+            yield Path(entry.path)
+
+
+def dir_rows(folder: Path, digest: Any) -> Iterator[Row]:
+    for index, path in enumerate(walk_files(folder)):
+        rel = path.relative_to(folder).as_posix()
+        try:
+            size = path.stat().st_size
+            sha = file_sha256(path)
+        except OSError as err:
+            size, sha = 1, f"unreadable {err.strerror}"
+        digest.update(f"{rel}\t{sha}\n".encode("utf-8", "surrogateescape"))
+        yield Row(index, escape_surrogates(rel), max(size, 1), rel=rel)

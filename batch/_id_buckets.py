@@ -1,0 +1,125 @@
+"""Private duplicate-id machinery for :mod:`batch.corpus`: 64-bit id hashes bucketed on disk (flat memory),
+then the candidate rows' real ids compared and each duplicated id folded into one rejected row.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import shutil
+import tempfile
+from array import array
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from classify.records import Document
+
+if TYPE_CHECKING:
+    from batch.corpus import CorpusPlan
+
+N_BUCKETS = 64
+
+
+class IdHashBuckets:
+    """Find repeated ids among millions in flat memory: 64-bit id hashes bucketed on disk, each bucket sorted alone.
+
+    ``add(id, row)`` appends ``(hash64(id), row)`` to one of :data:`N_BUCKETS` bucket files (buffered);
+    :meth:`candidate_rows` loads one bucket at a time (16 bytes per row / 64), sorts it with numpy and
+    returns the rows whose hash occurs more than once. Equal hashes with different ids are possible
+    (rarely): callers compare the real ids of the candidates.
+
+    Memory: the buffers (64 x 4096 x 16 bytes = 4 MiB) and one bucket at a time; disk: 16 bytes per row.
+    """
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="docpilot-ids-"))
+        self.buffers = [array("Q") for _ in range(N_BUCKETS)]
+        self.files = [open(self.folder / f"{b:02d}.bin", "wb") for b in range(N_BUCKETS)]  # noqa: SIM115
+        self.count = 0
+
+    @staticmethod
+    def hash64(doc_id: str) -> int:
+        """A stable 64-bit hash of an id (blake2b, 8 bytes)."""
+        return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+    def add(self, doc_id: str, row: int) -> None:
+        """Record that row number ``row`` (any int below 2**64) has id ``doc_id``."""
+        h = self.hash64(doc_id)
+        buf = self.buffers[h & (N_BUCKETS - 1)]
+        buf.append(h)
+        buf.append(row)
+        self.count += 1
+        if len(buf) >= 8192:
+            buf.tofile(self.files[h & (N_BUCKETS - 1)])
+            del buf[:]
+
+    def candidate_rows(self) -> list[int]:
+        """Rows whose id hash occurs more than once, ascending; closes and removes the bucket files."""
+        import numpy as np
+
+        out: list[int] = []
+        try:
+            for b, fh in enumerate(self.files):
+                self.buffers[b].tofile(fh)
+                fh.close()
+            for b in range(N_BUCKETS):
+                pairs = np.fromfile(self.folder / f"{b:02d}.bin", dtype=np.uint64).reshape(-1, 2)
+                if len(pairs) < 2:
+                    continue
+                order = np.argsort(pairs[:, 0], kind="stable")
+                hashes = pairs[order, 0]
+                same = hashes[1:] == hashes[:-1]
+                if same.any():
+                    mask = np.zeros(len(hashes), dtype=bool)
+                    mask[1:] |= same
+                    mask[:-1] |= same
+                    out += pairs[order[mask], 1].tolist()
+        finally:
+            self.close()
+        return sorted(int(r) for r in out)
+
+    def close(self) -> None:
+        """Remove the bucket files (idempotent)."""
+        for fh in self.files:
+            if not fh.closed:
+                fh.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def fold_duplicates(plan: CorpusPlan, candidates: list[int], first_seq: list[int], max_doc_bytes: int) -> None:
+    """Compare the real ids of the candidate rows; mark each duplicated id's first row rejected and skip the others."""
+    by_shard: dict[int, set[int]] = {}
+    for seq in candidates:
+        index = bisect.bisect_right(first_seq, seq) - 1
+        by_shard.setdefault(index, set()).add(seq - first_seq[index])
+    seen: dict[str, list[tuple[int, int, Document]]] = {}  # id -> [(shard, key, doc)]
+    for index in sorted(by_shard):
+        shard = plan.shards[index]
+        for pos, (key, doc) in enumerate(plan._iter_shard(shard, max_doc_bytes)):  # noqa: SLF001
+            if pos in by_shard[index]:
+                seen.setdefault(doc.id, []).append((index, key, doc))
+    touched: set[int] = set()
+    for occurrences in seen.values():
+        if len(occurrences) < 2:
+            continue  # a 64-bit hash collision between different ids
+        sources = [d.source or d.id for _, _, d in occurrences]
+        shas = [d.input_sha256[:12] for _, _, d in occurrences]
+        reason = (f"duplicate id: given {len(occurrences)} times ({', '.join(sources)}; "
+                  f"sha256 {', '.join(shas)}); give each document a unique id")
+        first_shard, first_key, _ = occurrences[0]
+        plan.shards[first_shard].setdefault("dups", {})[str(first_key)] = reason
+        for index, key, _ in occurrences[1:]:
+            plan.shards[index].setdefault("skip", []).append(key)
+            touched.add(index)
+        plan.duplicate_rows += len(occurrences) - 1
+    for index in touched:  # recount the shards that lost rows, and their ids hash
+        shard = plan.shards[index]
+        ids = [d.id for d in plan.read_shard(shard, max_doc_bytes)]
+        shard["n_docs"] = len(ids)
+        shard["ids_sha256"] = hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()
+        if ids:
+            shard["first_id"], shard["last_id"] = ids[0], ids[-1]
+    if any(s["n_docs"] == 0 for s in plan.shards):  # every row of a shard was a later duplicate
+        plan.shards = [s for s in plan.shards if s["n_docs"]]
+        for i, shard in enumerate(plan.shards):
+            shard["index"] = i
