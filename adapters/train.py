@@ -132,6 +132,7 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         VerificationError: an end-of-run check failed (nothing is published).
         AdapterError: publishing failed.
     """
+    t_run = time.time()
     cfg = cfg.for_smoke() if smoke else cfg
     sha = config_sha256(cfg)
     if resume:
@@ -202,6 +203,7 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
             "tokens_per_s_cpu": round(state["tokens"] / max(state["cpu_s"], 1e-9), 1),
             "tokens_per_s_wall": round(state["tokens"] / max(state["wall_s"], 1e-9), 1),
             "final_loss": state["history"][-1]["loss"], "checks": checks, "failed_checks": failed,
+            "run_wall_s": round(time.time() - t_run, 1),  # this invocation, data reading to the end of the checks
             "disk_plan": disk,
         }
         if failed:
@@ -247,7 +249,8 @@ def _publish(cfg: TrainConfig, registry: Registry, adapter_dir: Path, model_ref:
                      "run_id": summary["run_id"], "data": summary["data"], "smoke": summary["smoke"]},
         "classify": cfg.classify.model_dump(mode="json"),
         "classification_sha256": classification_sha256(cfg.model, cfg.classify),
-        "metrics": {k: summary[k] for k in ("steps", "tokens", "cpu_s", "wall_s", "tokens_per_s_cpu", "tokens_per_s_wall", "final_loss")}
+        "metrics": {k: summary[k] for k in ("steps", "tokens", "cpu_s", "wall_s", "tokens_per_s_cpu", "tokens_per_s_wall", "final_loss",
+                                          "run_wall_s")}
         | {"loss_fell": summary["checks"]["loss_fell"], "free_answers": summary["checks"]["free_answers"],
            "engine": summary["checks"].get("engine")},
         "loss_curve": "loss_curve.png",

@@ -18,7 +18,7 @@ from pathlib import Path
 from bench.common import machine
 from classify.runrecords import code_revision, utc_now
 
-MODULES = ("zeroshot", "adapter", "adapter_merged", "merged_mode", "batch", "serve_load", "scale")
+MODULES = ("baseline", "zeroshot", "adapter", "adapter_merged", "merged_mode", "batch", "serve_load", "scale")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +49,15 @@ def main(argv: list[str] | None = None) -> int:
         section["seconds"] = round(time.time() - t0, 1)
         report["sections"][name] = section
         print(f"[bench] {name}: {section['seconds']} s", file=sys.stderr)
+    try:  # baseline vs adapter on test.csv, when both ran in this invocation
+        from bench.baseline import comparison
+
+        compared = comparison(report["sections"])
+    except Exception as err:
+        failed, compared = True, {"title": "comparison", "figures": {}, "markdown": f"FAILED: {type(err).__name__}: {err}",
+                                  "error": traceback.format_exc(), "seconds": 0}
+    if compared:
+        report["sections"]["comparison"] = {**compared, "seconds": 0}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{started[:10]}-{platform.node() or 'host'}" + ("-" + "-".join(args.only) if args.only else "") + (
