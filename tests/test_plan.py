@@ -22,7 +22,8 @@ from batch._plan_memory import (
     serving_estimate,
     training_estimate,
 )
-from batch.plan import LotsConfig, build_plan, main, model_shape, order_summary, ray_plan
+from batch.lots import LotsConfig
+from batch.plan import build_plan, main, model_shape, order_summary, ray_plan
 from classify.config import ModelConfig, load_config, parse_config
 from classify.errors import ConfigError
 from classify.modelshape import LINEAR_MODULES, lora_parameter_count

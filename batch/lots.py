@@ -1,0 +1,110 @@
+"""The lots config (``config/lots.json``): the rented GPU model, period, lots and prices, the engine and
+training shapes the plan sizes memory for, and the lease end. Read by ``docpilot plan`` (:mod:`batch.plan`)
+and the lease clock (:func:`batch.plan.lease_end`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AwareDatetime, Field, field_validator
+
+from classify.config import EngineConfig, Frozen, ModelConfig
+from classify.errors import ConfigError
+
+Period = Literal["3", "7", "30"]
+LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class GpuSpec(Frozen):
+    """One rentable GPU model: what a lot holds and what the user pays for it.
+
+    Attributes:
+        card_memory_gib: memory of ONE card in GiB, as the driver reports it (``nvidia-smi`` /
+            ``rocm-smi`` total), never summed over the cards of a lot.
+        cards_per_lot: cards in one lot (2 for B200, 1 otherwise).
+        backend: ``cuda`` (NVIDIA) or ``rocm`` (AMD) — which vLLM build the card needs.
+        usd_per_lot: the user's price in USD for ONE lot (all its cards) per period, keyed by
+            period in days (``"3"``, ``"7"``, ``"30"``).
+    """
+
+    card_memory_gib: float = Field(gt=0, le=1024)
+    cards_per_lot: int = Field(1, ge=1, le=8)
+    backend: Literal["cuda", "rocm"] = "cuda"
+    usd_per_lot: dict[Period, float] = Field(min_length=1)
+
+    @field_validator("usd_per_lot")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in value.items() if not v > 0}
+        if bad:
+            raise ValueError(f"must hold prices > 0 USD, got {bad}")
+        return value
+
+
+class TrainingShape(Frozen):
+    """The LoRA training job whose memory the plan estimates (mirror of ``config/docpilot.json``).
+
+    Attributes:
+        batch_size: sequences per optimizer micro-step (per card).
+        seq_len_tokens: tokens per training sequence.
+        lora_rank: adapter rank r.
+        lora_targets: linear layers that get adapters (``q_proj`` ... ``down_proj``).
+        gradient_checkpointing: recompute activations in the backward pass.
+    """
+
+    batch_size: int = Field(8, ge=1, le=4096)
+    seq_len_tokens: int = Field(512, ge=16, le=131072)
+    lora_rank: int = Field(16, ge=1, le=512)
+    lora_targets: tuple[LoraTarget, ...] = Field(("q_proj", "k_proj", "v_proj", "o_proj"), min_length=1)
+    gradient_checkpointing: bool = True
+
+
+class LotsConfig(Frozen):
+    """``config/lots.json``: the order, the price table and the workload to fit on one card.
+
+    Attributes:
+        gpu_model: key of ``gpus`` to order.
+        period_days: rental period: 3, 7 or 30 days.
+        lots: number of lots, 1 to 10.
+        image_backend: the vLLM build inside the serving image (``cuda`` or ``rocm``).
+        overhead_gib_per_card: fixed reserve per card in GiB (driver context, one step's
+            activation peak, allocator fragmentation).
+        model: base model and dtype; ``base_model`` may also name a built-in shape
+            (``llama-2-7b``, ``mistral-7b``, ``llama-3-8b``, ``qwen2.5-7b``).
+        engine: serving sizing (``max_num_seqs``, ``max_loras``, ``max_lora_rank``,
+            ``gpu_memory_utilization``), the same section as ``config/docpilot.json``.
+        training: the LoRA training job.
+        gpus: the catalogue and the user's price table, by GPU model name.
+        lease_ends_at: when the rented lot(s) stop (ISO 8601 with a timezone, e.g.
+            ``2026-12-03T18:00:00Z``), or ``null``. ``docpilot status`` compares a batch's ETA plus
+            its export time with it; the pilot records it in its run folder.
+    """
+
+    gpu_model: str = Field(min_length=1)
+    period_days: Literal[3, 7, 30]
+    lots: int = Field(ge=1, le=10)
+    image_backend: Literal["cuda", "rocm"] = "cuda"
+    overhead_gib_per_card: float = Field(2.0, ge=0, le=64)
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    training: TrainingShape = TrainingShape()
+    gpus: dict[str, GpuSpec] = Field(min_length=1)
+    lease_ends_at: AwareDatetime | None = None
+
+
+def gpu_spec(cfg: LotsConfig) -> GpuSpec:
+    """The ordered GPU model's entry, with its price for the period checked.
+
+    Raises:
+        ConfigError: unknown ``gpu_model`` or no price for ``period_days``.
+    """
+    if cfg.gpu_model not in cfg.gpus:
+        raise ConfigError(f"`gpu_model` must be one of {sorted(cfg.gpus)}, got {cfg.gpu_model!r}")
+    spec = cfg.gpus[cfg.gpu_model]
+    if str(cfg.period_days) not in spec.usd_per_lot:
+        raise ConfigError(
+            f"`gpus.{cfg.gpu_model}.usd_per_lot` has no price for period_days {cfg.period_days} "
+            f"(listed: {sorted(spec.usd_per_lot, key=int)})"
+        )
+    return spec
