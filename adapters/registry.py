@@ -24,130 +24,38 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from filelock import FileLock
 
+from adapters.card import (
+    ADAPTER_CONFIG_FILE,
+    ADAPTER_WEIGHTS_FILE,
+    CARD_FILE,
+    CARD_SCHEMA,
+    PILOT_STATUSES,
+    REQUIRED_FILES,
+    AdapterCard,
+    CardPilot,
+    content_sha256,
+    parse_card,
+)
 from adapters.compat import check_engine_compat
+from adapters.resolved import NAME_RE, ResolvedAdapter, lora_int_id, parse_ref
 from classify.errors import AdapterError, AdapterIntegrityError, AdapterNotFound
 from classify.export import compare_sha256
 from classify.files import atomic_dir, tree_sha256
 from classify.paths import registry_dir
 from classify.runrecords import code_revision, package_versions, utc_now, write_json_atomic
 
-CARD_FILE = "card.json"
-ADAPTER_CONFIG_FILE = "adapter_config.json"
-ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
-REQUIRED_FILES = (ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE)
-"""peft's artifact contract (``peft.utils.constants``): what vLLM's LoRA loader reads."""
-
-CARD_SCHEMA = 1
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-PILOT_STATUSES = ("passed", "failed")
-
-
-def content_sha256(files: dict[str, str]) -> str:
-    """One content hash for an adapter: sha256 over sorted ``"<file>:<sha256>\\n"`` lines.
-
-    Args:
-        files: relative POSIX path -> sha256 hex of every adapter file (``card.json`` excluded).
-
-    Returns:
-        A 64-hex digest (same construction as :func:`classify.model.weights_fingerprint`).
-    """
-    return hashlib.sha256("".join(f"{k}:{files[k]}\n" for k in sorted(files)).encode()).hexdigest()
-
-
-def lora_int_id(ref: str) -> int:
-    """vLLM's integer id for an adapter: the first 31 bits of sha256(``ref``), never 0.
-
-    Args:
-        ref: ``name@version``.
-
-    Returns:
-        A positive int32, stable for the same ``ref`` across processes and machines.
-    """
-    value = int(hashlib.sha256(ref.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
-    return value or 1
-
-
-def parse_ref(ref: str) -> tuple[str, int | None]:
-    """Split ``name@version`` / ``name@latest`` / ``name`` into ``(name, version or None for latest)``.
-
-    Raises:
-        AdapterError: the name or version is malformed (names the part and what is allowed).
-    """
-    name, sep, version = ref.strip().partition("@")
-    if not NAME_RE.match(name):
-        raise AdapterError(
-            f"adapter name must match {NAME_RE.pattern} (lower case, digits, '.', '_', '-'), got {name!r} in {ref!r}"
-        )
-    if not sep or version == "latest":
-        return name, None
-    if not version.isdigit() or int(version) < 1:
-        raise AdapterError(f"adapter version must be a positive integer or 'latest', got {version!r} in {ref!r}")
-    return name, int(version)
-
-
-@dataclass(frozen=True)
-class ResolvedAdapter:
-    """One published adapter version.
-
-    Attributes:
-        name: adapter name.
-        version: positive integer version.
-        path: the version folder (peft files + ``card.json``).
-        card: the parsed ``card.json``.
-        sha256: the adapter's content hash (:func:`content_sha256` over its files).
-    """
-
-    name: str
-    version: int
-    path: Path
-    card: dict[str, Any] = field(hash=False, compare=False)
-    sha256: str
-
-    @property
-    def ref(self) -> str:
-        """``name@version``."""
-        return f"{self.name}@{self.version}"
-
-    @property
-    def base_fingerprint(self) -> str:
-        """Fingerprint of the base model the adapter was trained on."""
-        return str(self.card.get("base_model", {}).get("fingerprint", ""))
-
-    @property
-    def pilot_passed(self) -> bool:
-        """Whether the latest pilot of this adapter version passed."""
-        return (self.card.get("pilot") or {}).get("status") == "passed"
-
-    def handle(self) -> Any:
-        """The :class:`classify.scoring.AdapterHandle` the engine applies (stable ``int_id`` per ref; the card's
-        ``calibration.temperature`` as its score temperature, 1.0 without one)."""
-        from classify.scoring import AdapterHandle, card_temperature
-
-        return AdapterHandle(name=self.ref, path=str(self.path), int_id=lora_int_id(self.ref), sha256=self.sha256,
-                             temperature=card_temperature(self.card))
-
-    def summary(self) -> dict[str, Any]:
-        """A short JSON-able view for listings (ref, base model, metrics, pilot, created)."""
-        return {
-            "ref": self.ref,
-            "sha256": self.sha256,
-            "base_model": self.card.get("base_model", {}),
-            "metrics": self.card.get("metrics", {}),
-            "pilot": self.card.get("pilot", {}),
-            "created": self.card.get("created"),
-            "path": str(self.path),
-        }
-
+__all__ = [  # the card and reference helpers live in adapters.card and adapters.resolved; importable from here too
+    "ADAPTER_CONFIG_FILE", "ADAPTER_WEIGHTS_FILE", "CARD_FILE", "CARD_SCHEMA", "NAME_RE", "PILOT_STATUSES",
+    "REQUIRED_FILES", "AdapterCard", "CardPilot", "Registry", "ResolvedAdapter", "content_sha256", "lora_int_id",
+    "parse_card", "parse_ref",
+]
 
 def _adapter_files(folder: Path) -> dict[str, str]:
     """sha256 of every regular file under ``folder`` except the card and hidden files."""
@@ -197,7 +105,8 @@ class Registry:
             raise AdapterNotFound(f"adapter {name}@{version} not found in registry {self.root}") from None
         except (OSError, json.JSONDecodeError) as err:
             raise AdapterIntegrityError(f"adapter {name}@{version}: {CARD_FILE} is unreadable: {err}") from None
-        return ResolvedAdapter(name, version, path, card, str(card.get("sha256", "")))
+        info = parse_card(card, f"adapter {name}@{version}: {CARD_FILE}")
+        return ResolvedAdapter(name, version, path, card, info.sha256, info)
 
     def _locate(self, ref: str) -> tuple[str, int]:
         name, version = parse_ref(ref)
@@ -355,7 +264,7 @@ class Registry:
                     "packages": card_fields.get("packages") or package_versions(("docpilot", "torch", "transformers", "peft")),
                     "pilot": {"status": "not-run", "run_id": None, "at": None, "history": []},
                 }
-                write_json_atomic(tmp / CARD_FILE, card)
+                write_json_atomic(tmp / CARD_FILE, parse_card(card, f"adapter {ref}: {CARD_FILE}").to_json())
         except FileExistsError:  # the rename lost a race: another publish of this version won
             raise AdapterError(
                 f"adapter {ref} already exists in {self.root}; versions are immutable, publish a new version"

