@@ -25,6 +25,8 @@ import logging
 from typing import Any
 
 from batch._plan_memory import DTYPE_BYTES, GIB, cpu_serving_estimate, serving_estimate
+from classify.config import PilotConfig
+from classify.engine import Classifier
 from classify.modelshape import shape_from_folder
 
 log = logging.getLogger(__name__)
@@ -248,3 +250,18 @@ def measure_engine(engine: Any, model_cfg: Any, engine_cfg: Any, device: str, do
 
         peak, machine = int(acc["peak_bytes"]), int(torch.cuda.get_device_properties(0).total_memory)
     return measured_block(device, peak, docs, tokens, seconds, estimate, machine, detail)
+
+
+def measure_pilot(engine: Classifier, cfg: PilotConfig, results: list[Any], seconds: float) -> dict[str, Any]:
+    """The engine's peak memory and the classify stage's throughput beside make plan's estimate.
+
+    See :mod:`batch._pilot_measure` for what is measured where; a failed measurement is recorded, never raised.
+    """
+    from classify.device import detect_device
+
+    try:
+        return measure_engine(engine, cfg.model, cfg.engine, detect_device(), len(results),
+                              sum(r.n_tokens or 0 for r in results), seconds)
+    except Exception as err:
+        log.warning("pilot: could not measure the engine: %s: %s", type(err).__name__, err)
+        return {"error": f"{type(err).__name__}: {err}"}

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from batch._pilot_adapter import adapter_mode, merged_for_pilot, prompt_mismatch, resolve_adapter
 from batch._pilot_inputs import read_pilot_set
+from batch._pilot_measure import measure_pilot
 from batch._pilot_report import STAGES, build_summary, decide, decision_markdown, recheck_copy
 from classify import storage
 from classify.accounting import recheck_export
-from classify.config import ClassifyConfig, PilotConfig, classification_sha256, config_sha256, load_config
+from classify.config import PilotConfig, classification_sha256, config_sha256, load_config
 from classify.doctor import blockers, findings_json, run_checks
 from classify.engine import Classifier, build_engine
 from classify.errors import EngineError, EnvironmentCheckError, Interrupted
@@ -71,68 +73,6 @@ class PilotOutcome:
     stage: str
     summary: dict[str, Any] = field(default_factory=dict)
     exit_code: int = 0
-
-
-PROMPT_FIELDS = ("categories", "instruction", "max_doc_tokens")
-"""The ``classify`` fields that shape the prompt an adapter was trained on."""
-
-
-def prompt_mismatch(card: dict[str, Any], classify_cfg: ClassifyConfig) -> list[str]:
-    """Where the prompt an adapter was trained on differs from the one this config builds.
-
-    Args:
-        card: the adapter's registry card (its ``classify`` section is the training config's).
-        classify_cfg: the ``classify`` section the pilot runs with.
-
-    Returns:
-        One ``"<field>: trained <value>, piloted <value>"`` line per differing field of
-        :data:`PROMPT_FIELDS`; empty when they agree or the card has no ``classify`` section.
-    """
-    trained = card.get("classify") or {}
-    now = classify_cfg.model_dump(mode="json")
-    return [f"{k}: trained {trained[k]!r}, piloted {now[k]!r}" for k in PROMPT_FIELDS
-            if k in trained and trained[k] != now[k]]
-
-
-def _resolve_adapter(ref: str, model: ModelRef, cfg: PilotConfig) -> tuple[AdapterHandle, Any]:
-    from adapters.registry import Registry
-
-    # Integrity, base model and the engine's LoRA rules, all before the engine starts (AdapterIncompatible, exit 4).
-    resolved = Registry().resolve(ref, base_fingerprint=model.fingerprint, engine=cfg.engine, base_model_path=model.path)
-    return resolved.handle(), resolved
-
-
-def _adapter_mode(cfg: PilotConfig, adapter_ref: str | None, engine: Classifier | None) -> str | None:
-    """The adapter mode this trial runs: ``model.adapter_mode``, or ``lora`` for a given LoRA engine; ``None`` without adapter.
-
-    The gate records the mode that ran: a caller that hands in a LoRA-enabled classifier (tests share
-    one) pilots lora mode, logged, whatever the config says.
-    """
-    if not adapter_ref:
-        return None
-    mode = cfg.model.adapter_mode
-    if mode == "merged" and engine is not None and engine.lora_enabled:
-        log.warning("the classifier given to this pilot runs adapters through LoRA: piloting lora mode although "
-                    "`model.adapter_mode` is \"merged\" (the gate records lora)")
-        return "lora"
-    return mode
-
-
-def _merged(resolved: Any, model: ModelRef, cfg: PilotConfig, engine: Classifier | None) -> ModelRef:
-    """Build or reuse the merged model (:func:`adapters.merged_cache.merged_model`), checked against a given engine.
-
-    Raises:
-        AdapterError: the merge failed or its cached copy could not be rebuilt.
-        EngineError: the classifier handed in runs another model than this merge.
-    """
-    from adapters.merged_cache import merged_model
-    from classify.device import compute_dtype
-
-    merged = merged_model(resolved, model, compute_dtype(cfg.model))
-    if engine is not None and engine.model.fingerprint != merged.fingerprint:
-        raise EngineError(f"the classifier given runs {engine.model.path} ({engine.model.fingerprint}), not the merge of "
-                          f"{resolved.ref} ({merged.fingerprint}) that merged mode pilots")
-    return merged
 
 
 def run_pilot(
@@ -208,16 +148,16 @@ def run_pilot(
         })
 
         stage = "load-model"
-        mode = _adapter_mode(cfg, adapter_ref, engine)
+        mode = adapter_mode(cfg, adapter_ref, engine)
         model = engine.model if engine is not None and mode != "merged" else resolve_model(cfg.model)
         params["model"] = {"name": model.name, "path": model.path, "fingerprint": model.fingerprint, "source": model.source}
         handle: AdapterHandle | None = None
         merged: ModelRef | None = None
         if adapter_ref:
             stage = "load-adapter"
-            handle, resolved_adapter = _resolve_adapter(adapter_ref, model, cfg)
+            handle, resolved_adapter = resolve_adapter(adapter_ref, model, cfg)
             if mode == "merged":  # what the batch runs: the adapter merged into the base weights, LoRA off
-                merged = _merged(resolved_adapter, model, cfg, engine)
+                merged = merged_for_pilot(resolved_adapter, model, cfg, engine)
                 params["merged_model"] = {"path": merged.path, "fingerprint": merged.fingerprint, "source": merged.source}
             params["adapter_mode"] = mode
             params["adapter"] = {"ref": handle.name, "path": handle.path, "sha256": handle.sha256,
@@ -256,7 +196,7 @@ def run_pilot(
             adapter_mode=params["adapter_mode"],
             merged_model=params["merged_model"],
         )
-        summary["measured"] = _measure(engine, cfg, results, classify_s)
+        summary["measured"] = measure_pilot(engine, cfg, results, classify_s)
         summary.update(_quality(run_dir, run_id, results, labels, cfg))
         _write_outcome(run_dir, run_id, params, summary, stage, None)
 
@@ -301,22 +241,6 @@ def run_pilot(
     return PilotOutcome(run_id, run_dir, export_dir if export_complete(export_dir) else None, decision["decision"],
                         summary["verdict"], stage, summary,
                         0 if error is None else getattr(error, "exit_code", 1))
-
-
-def _measure(engine: Classifier, cfg: PilotConfig, results: list[Any], seconds: float) -> dict[str, Any]:
-    """The engine's peak memory and the classify stage's throughput beside make plan's estimate.
-
-    See :mod:`batch._pilot_measure` for what is measured where; a failed measurement is recorded, never raised.
-    """
-    from batch._pilot_measure import measure_engine
-    from classify.device import detect_device
-
-    try:
-        return measure_engine(engine, cfg.model, cfg.engine, detect_device(), len(results),
-                              sum(r.n_tokens or 0 for r in results), seconds)
-    except Exception as err:
-        log.warning("pilot: could not measure the engine: %s: %s", type(err).__name__, err)
-        return {"error": f"{type(err).__name__}: {err}"}
 
 
 def _quality(run_dir: Path, run_id: str, results: list[Any], labels: dict[str, str], cfg: PilotConfig) -> dict[str, Any]:

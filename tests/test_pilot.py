@@ -236,7 +236,7 @@ def test_an_adapter_that_never_loads_leaves_the_base_models_gate_alone(pilot_con
 
 
 def test_prompt_mismatch_names_each_prompt_field_the_adapter_was_trained_without(pilot_config):
-    from batch.pilot import prompt_mismatch
+    from batch._pilot_adapter import prompt_mismatch
 
     trained = pilot_config.classify.model_dump(mode="json")
     assert prompt_mismatch({"classify": trained}, pilot_config.classify) == []
