@@ -57,7 +57,8 @@ class ServerState:
 
     Attributes:
         settings: the server settings.
-        config: the pilot config (model, engine, classify).
+        config: the config file's pilot view (:class:`classify.config.PilotConfig`; the server reads its shared
+            ``model``, ``engine`` and ``classify`` sections, the ones the pilot gate keys on).
         model: the resolved base model.
         adapters: registry look-ups and the pilot gate.
         metrics: Prometheus counters.
