@@ -1,0 +1,166 @@
+"""Adapter export copies, the machinery of :mod:`adapters.transfer`: staging a version with ``SHA256SUMS``,
+tar archives (``SHA256SUMS`` last), reading a copy back from a folder, archive or URL, and its re-check.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from adapters.registry import CARD_FILE, ResolvedAdapter, content_sha256
+from classify import storage
+from classify.errors import AdapterError, AdapterIntegrityError
+from classify.export import SHA256SUMS, compare_sha256, read_sums, sums_text
+from classify.files import file_sha256, tree_sha256
+from classify.runrecords import write_bytes_atomic
+from classify.storage import Dest
+
+
+def _complete(dest: Dest) -> bool:
+    """Whether an export is complete at ``dest``: an archive exists, or a folder's ``SHA256SUMS`` does."""
+    return storage.exists(dest) if is_archive(dest) else storage.exists(dest, SHA256SUMS)
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+
+def is_archive(dest: Dest) -> bool:
+    """Whether ``dest`` names an archive (``.tar``, ``.tar.gz``, ``.tgz``) rather than a folder."""
+    return str(dest).lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def redact(dest: Dest) -> str:
+    """``dest`` as text with any ``user:password@`` part of a URL removed (never logged or stored)."""
+    text = str(dest)
+    if not storage.is_url(dest):
+        return text
+    parts = urlsplit(text)
+    return urlunsplit(parts._replace(netloc=parts.hostname or "")) if parts.username or parts.password else text
+
+
+def stage_copy(adapter: ResolvedAdapter, into: Path) -> dict[str, str]:
+    """Copy the version's files + card into ``into`` and write ``SHA256SUMS``; return the sums."""
+    for rel in [*sorted(adapter.card["files"]), CARD_FILE]:
+        (into / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(adapter.path / rel, into / rel)
+    sums = {rel: file_sha256(into / rel) for rel in [*sorted(adapter.card["files"]), CARD_FILE]}
+    write_bytes_atomic(into / SHA256SUMS, sums_text(dict(sorted(sums.items()))))
+    # the card was copied after its files were verified: re-check that it still lists the same files
+    if json.loads((into / CARD_FILE).read_text(encoding="utf-8")).get("sha256") != adapter.sha256:
+        raise AdapterError(f"adapter {adapter.ref}: card.json changed during the export; export again")
+    return sums
+
+
+def write_archive(folder: Path, files: list[str], out: Path) -> None:
+    """A tar (gzip when ``out`` ends .gz/.tgz) of ``files`` then ``SHA256SUMS`` as the last member."""
+    mode = "w:gz" if str(out).lower().endswith((".gz", ".tgz")) else "w"
+    with tarfile.open(out, mode) as tar:
+        for rel in [*files, SHA256SUMS]:
+            info = tar.gettarinfo(str(folder / rel), arcname=rel)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with open(folder / rel, "rb") as fh:
+                tar.addfile(info, fh)
+
+
+def extract_archive(archive: Path, into: Path, label: str) -> None:
+    """Extract regular files only, refusing absolute or ``..`` names; a cut-short archive names the member."""
+    member_name = "(archive header)"
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar:
+                member_name = member.name
+                rel = PurePosixPath(member.name)
+                if member.isdir():
+                    continue
+                if not member.isfile() or rel.is_absolute() or ".." in rel.parts:
+                    raise AdapterIntegrityError(f"import of {label} refused: archive member {member.name!r} "
+                                                "is not a plain relative file")
+                (into / rel).parent.mkdir(parents=True, exist_ok=True)
+                src = tar.extractfile(member)
+                assert src is not None
+                with src, open(into / rel, "wb") as out:
+                    shutil.copyfileobj(src, out, storage.CHUNK_BYTES)
+    except (tarfile.TarError, EOFError, OSError) as err:
+        raise AdapterIntegrityError(
+            f"import of {label} refused, nothing was imported: the archive is truncated or damaged at "
+            f"{member_name}: {err}") from None
+
+
+def check_copy(folder: Path, label: str) -> dict[str, Any]:
+    """Check an exported adapter copy in a local folder; return its card.
+
+    Checks, in order: ``SHA256SUMS`` is there (else the export is incomplete), every file matches
+    it and none is missing or unlisted, the card lists exactly the other files with the same
+    hashes, and the card's content hash matches.
+
+    Args:
+        folder: the copy (read back from its destination).
+        label: where it came from, for messages.
+
+    Returns:
+        The parsed ``card.json``.
+
+    Raises:
+        AdapterIntegrityError: the first kind of problem found, naming every file concerned.
+    """
+    refused = f"import of {label} refused, nothing was imported"
+    if not (folder / SHA256SUMS).is_file():
+        raise AdapterIntegrityError(
+            f"{refused}: {SHA256SUMS} is missing, so the export is incomplete (an interrupted upload); "
+            "rerun `docpilot adapters export` to the same destination to complete it")
+    listed = read_sums(folder / SHA256SUMS)
+    actual = tree_sha256(folder, skip={SHA256SUMS}, hidden=True)
+    problems = compare_sha256(listed, actual, SHA256SUMS, missing="missing from the copy")
+    if problems:
+        raise AdapterIntegrityError(f"{refused}: {'; '.join(problems)}")
+    try:
+        card = json.loads((folder / CARD_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise AdapterIntegrityError(f"{refused}: {CARD_FILE} is unreadable: {err}") from None
+    files = {k: v for k, v in listed.items() if k != CARD_FILE}
+    problems = compare_sha256(card.get("files") or {}, files, CARD_FILE, listed_as="card")
+    if not card.get("files"):
+        problems.append(f"{CARD_FILE} lists no files")
+    if not problems and content_sha256(files) != card.get("sha256"):
+        problems.append(f"{CARD_FILE}: content sha256 {content_sha256(files)[:12]}... != card {str(card.get('sha256'))[:12]}...")
+    if problems:
+        raise AdapterIntegrityError(f"{refused}: {'; '.join(problems)}")
+    return card
+
+
+def fetch_copy(src: Dest, into: Path) -> None:
+    """Read an export (folder or archive, local or URL) into the empty local folder ``into``.
+
+    Raises:
+        AdapterError: nothing is at ``src``.
+        AdapterIntegrityError: an archive is truncated or damaged.
+    """
+    label = redact(src)
+    if not storage.exists(src):
+        raise AdapterError(f"no adapter export at {label}")
+    if is_archive(src):
+        if isinstance(src, str):
+            with storage.local_copy_dir("archive") as tmp:
+                local = Path(tmp) / "export.tar"
+                storage.download_file(src, local)
+                extract_archive(local, into, label)
+        else:
+            extract_archive(src, into, label)
+    elif isinstance(src, str):
+        storage.download_tree(src, into)
+    else:
+        for p in sorted(src.rglob("*")):
+            if p.is_file():
+                (into / p.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(p, into / p.relative_to(src))
+
+
+def read_export(src: Dest) -> dict[str, Any]:
+    """Read an export back from where it is and check it (:func:`check_copy`); return its card."""
+    with storage.local_copy_dir("adapter-check") as tmp:
+        fetch_copy(src, Path(tmp))
+        return check_copy(Path(tmp), redact(src))
