@@ -177,8 +177,8 @@ def _capture_logprobs(scorer: Any) -> dict[str, list[float]]:
 
     def result(doc: Any, prompt: Any, completion: Any, temperature: float = 1.0) -> Any:
         if scorer.mode == "first-token" and completion.logprobs:
-            got = completion.logprobs[0]
-            lps = [got[t].logprob if t in got else None for t in scorer.first_tokens]
+            got = {tid: lp.logprob for tid, lp in completion.logprobs[0].items()}  # as Scorer.result reads them
+            lps = [got.get(t) for t in scorer.first_tokens]
             if all(lp is not None and lp > float("-inf") for lp in lps):
                 captured[doc.id] = lps
         return plain(doc, prompt, completion, temperature)
