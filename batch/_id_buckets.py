@@ -12,6 +12,7 @@ from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from classify.files import ids_sha256
 from classify.records import Document
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def fold_duplicates(plan: CorpusPlan, candidates: list[int], first_seq: list[int
         shard = plan.shards[index]
         ids = [d.id for d in plan.read_shard(shard, max_doc_bytes)]
         shard["n_docs"] = len(ids)
-        shard["ids_sha256"] = hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()
+        shard["ids_sha256"] = ids_sha256(ids)
         if ids:
             shard["first_id"], shard["last_id"] = ids[0], ids[-1]
     if any(s["n_docs"] == 0 for s in plan.shards):  # every row of a shard was a later duplicate

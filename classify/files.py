@@ -3,7 +3,7 @@
 One home for what model provisioning, run exports, the adapter registry, adapter
 transfer, merging and training checkpoints all need:
 
-- :func:`file_sha256`, :func:`stream_sha256`, :func:`tree_sha256`: content hashes (lowercase hex);
+- :func:`file_sha256`, :func:`stream_sha256`, :func:`tree_sha256`, :func:`ids_sha256`: content hashes (lowercase hex);
 - :func:`atomic_dir`: build a folder under a hidden temporary name beside its target, then rename
   it into place, so a reader sees the whole folder or nothing (a crash leaves only a hidden
   ``.<name>-*`` folder, never a half-written target).
@@ -46,6 +46,11 @@ def file_sha256(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> str:
     """
     with open(path, "rb") as fh:
         return stream_sha256(fh, chunk_bytes)
+
+
+def ids_sha256(ids: list[str]) -> str:
+    """sha256 hex digest of ids joined by newlines (UTF-8, lone surrogates kept): a shard's identity in a batch plan."""
+    return hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def tree_sha256(folder: Path, *, skip: Collection[str] = (), hidden: bool = False) -> dict[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from classify.files import atomic_dir, file_sha256, stream_sha256, tree_sha256
+from classify.files import atomic_dir, file_sha256, ids_sha256, stream_sha256, tree_sha256
 
 
 def test_hashes_match_hashlib(tmp_path: Path) -> None:
@@ -83,3 +83,8 @@ def test_atomic_dir_target_named_inside_the_block(tmp_path: Path) -> None:
         staged.target = tmp_path / "name" / "3"
     assert (tmp_path / "name" / "3" / "card.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["name"]
+
+
+def test_ids_sha256_joins_with_newlines_and_keeps_lone_surrogates() -> None:
+    assert ids_sha256(["a", "b"]) == hashlib.sha256(b"a\nb").hexdigest()
+    assert ids_sha256(["x\ud800"]) == hashlib.sha256("x\ud800".encode("utf-8", "surrogatepass")).hexdigest()
