@@ -2,21 +2,24 @@
 
 The file is rewritten at most every :data:`SAVE_EVERY_S` seconds while shards complete (a large
 batch completes many shards a second), and always on a state change, an actor event, a retry
-and at the end.
+and at the end (the file itself is :class:`batch.runfiles.ProgressFile`). The driver's progress
+bar (:func:`progress_bar`) is drawn beside it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from batch.manifest import PROGRESS
+from batch.runfiles import ProgressFile
 from classify.records import Result
-from classify.runrecords import utc_now, write_json_atomic
+from classify.runrecords import utc_now
 
 SAVE_EVERY_S = 2.0
 """Least seconds between two rewrites of ``progress.json`` caused by completed shards."""
@@ -45,14 +48,10 @@ class Progress:
         self._saved_at = 0.0
         self.saves = 0
         self.previous_actors: list[dict[str, Any]] = []
-        self.lease: dict[str, Any] | None = None  # the latest lease verdict (batch.status.LeaseWatch)
-        if self.path.is_file():
-            try:
-                old = json.loads(self.path.read_text(encoding="utf-8"))
-                if old.get("host") == socket.gethostname() and old.get("state") in ("running", "starting"):
-                    self.previous_actors = old.get("actors") or []
-            except (OSError, json.JSONDecodeError):
-                pass
+        self.lease: dict[str, Any] | None = None  # the latest lease verdict (batch.lease.LeaseWatch)
+        old = ProgressFile.read_or_none(self.path)
+        if old is not None and old.host == socket.gethostname() and old.state in ("running", "starting"):
+            self.previous_actors = old.actors or []
 
     def start(self, done_shards: dict[int, dict[str, int]]) -> None:
         """Count the shards an earlier attempt completed and save ``running``.
@@ -109,11 +108,39 @@ class Progress:
         elapsed = max(time.monotonic() - self._t0, 1e-9)
         rate = self.rate()
         left = self.total - self.done
-        write_json_atomic(self.path, {
-            "batch_id": self.batch_id, "state": self.state, "total": self.total, "done": self.done,
-            "accepted": self.accepted, "rejected": self.rejected, "processed_this_attempt": self.processed,
-            "docs_per_s": round(rate, 3), "eta_s": round(left / rate, 1) if rate and left else (0.0 if not left else None),
-            "elapsed_s": round(elapsed, 1), "retries": self.retries, "last_error": self.last_error,
-            "actors": self.actors, "pid": os.getpid(), "host": socket.gethostname(),
-            "started_at": self.started_at, "updated_at": utc_now(), "lease": self.lease,
-        })
+        ProgressFile(
+            batch_id=self.batch_id, state=self.state, total=self.total, done=self.done,
+            accepted=self.accepted, rejected=self.rejected, processed_this_attempt=self.processed,
+            docs_per_s=round(rate, 3), eta_s=round(left / rate, 1) if rate and left else (0.0 if not left else None),
+            elapsed_s=round(elapsed, 1), retries=self.retries, last_error=self.last_error,
+            actors=self.actors, pid=os.getpid(), host=socket.gethostname(),
+            started_at=self.started_at, updated_at=utc_now(), lease=self.lease,
+        ).write(self.path)
+
+
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
+"""tqdm's default layout with ``rate_noinv_fmt``: always docs/s (the default turns a rate below 1 into s/doc)."""
+
+
+def progress_bar(total: int, initial: int, desc: str, disable: bool = False, file: Any = None) -> tqdm:
+    """The batch progress bar: documents done of ``total``, rate always in docs/s.
+
+    Args:
+        total: distinct documents in the corpus.
+        initial: documents already done (a resumed batch).
+        desc: the label, e.g. ``"batch <id>"``.
+        disable: no bar at all (``--no-progress``).
+        file: where to draw it (default stderr).
+
+    Returns:
+        A started ``tqdm`` bar.
+    """
+    return tqdm(total=total, initial=initial, unit="docs", desc=desc, disable=disable, dynamic_ncols=True,
+                bar_format=BAR_FORMAT, file=file)
+
+
+def logging_redirect() -> Any:
+    """Keep log lines from tearing the progress bar (tqdm's logging redirect)."""
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    return logging_redirect_tqdm()

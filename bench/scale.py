@@ -79,21 +79,23 @@ def _child(corpus: str, work: str, batch_id: str) -> None:
     files, most = _count_files(run)
     efiles, emost = _count_files(Path(summary["export_dir"]))
     manifest = mf.read_manifest(run)
-    n_shards = len(manifest["shards"])
+    n_shards = len(manifest.shards)
     # a resume with half the shards done: every other shard file, the results and the export removed
-    for s in manifest["shards"][::2]:
-        mf.shard_path(run, s["index"], mf.manifest_version(manifest)).unlink()
+    for s in manifest.shards[::2]:
+        mf.shard_path(run, s["index"], manifest.version).unlink()
     for name in (mf.RESULTS, mf.RESULTS_PARQUET, mf.SUMMARY):
         (run / name).unlink(missing_ok=True)
     shutil.rmtree(summary["export_dir"])
     started: dict[str, float] = {}
-    real = driver._run_shards  # noqa: SLF001 - the bench times the moment the pool gets the remaining shards
+    from batch._attempt import BatchRun
+
+    real = BatchRun.run_shards  # the bench times the moment the pool gets the remaining shards
 
     def timed(*a, **k):
         started.setdefault("t", time.monotonic())
         return real(*a, **k)
 
-    driver._run_shards = timed  # noqa: SLF001
+    BatchRun.run_shards = timed
     t1 = time.monotonic()
     again = driver.run_batch(args, _engine_actor=remote_class())
     resume_wall = time.monotonic() - t1

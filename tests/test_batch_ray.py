@@ -102,7 +102,7 @@ def _docpilot(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 
 @pytest.mark.engine
 def test_batch_end_to_end_real_ray_and_engine(tmp_path, bbc_dir, pilot_config):
-    from batch.manifest import check_export
+    from batch.merge import check_export
     from classify.config import classification_sha256
     from classify.export import verify_export
     from classify.model import resolve_model

@@ -15,6 +15,7 @@ from batch import manifest as mf
 from batch._config import CorpusConfig
 from batch._id_buckets import IdHashBuckets
 from batch.corpus import plan_corpus, read_corpus
+from batch.merge import check_export
 from tests.test_batch_helpers import ROOT, write_config
 
 
@@ -151,14 +152,14 @@ def test_parquet_and_jsonl_batches_give_the_same_results_and_parquet_equals_json
     assert table == [{k: r.get(k) for k, _ in mf.RESULT_COLUMNS} for r in rb]  # row for row
     sums = (tmp_path / "exports" / "p" / "SHA256SUMS").read_text()
     assert "results.parquet" in sums and "results.jsonl" in sums
-    assert verify_export(tmp_path / "exports" / "p", mf.check_export) == []
+    assert verify_export(tmp_path / "exports" / "p", check_export) == []
     # a changed Parquet row in the copy is found by the re-check
     export = tmp_path / "exports" / "p"
     bad = pq.read_table(export / mf.RESULTS_PARQUET).to_pylist()
     bad[5]["category"] = "sport"
     os.chmod(export / mf.RESULTS_PARQUET, 0o644)
     pq.write_table(pa.Table.from_pylist(bad, schema=pq.read_schema(export / mf.RESULTS_PARQUET)), export / mf.RESULTS_PARQUET)
-    assert any("results.parquet row 5 differs" in p for p in mf.check_export(export))
+    assert any("results.parquet row 5 differs" in p for p in check_export(export))
 
 
 @pytest.mark.ray
@@ -169,11 +170,11 @@ def test_resume_with_half_the_shards_is_exactly_once_and_folders_stay_small(loca
     first = _run(tmp_path, corpus, "r", monkeypatch, shard_docs=1, shard_target_bytes=1 << 20)
     run = tmp_path / "runs" / "r"
     manifest = mf.read_manifest(run)
-    assert manifest["manifest_version"] == 2 and len(manifest["shards"]) == 2500
+    assert manifest.manifest_version == 2 and len(manifest.shards) == 2500
     for folder, _, files in os.walk(run):
         assert len(files) <= mf.SHARDS_PER_FOLDER, folder  # 2500 shard files in 3 folders
     assert sorted(os.listdir(run / mf.SHARDS)) == ["000", "001", "002"]
-    removed = manifest["shards"][::2]
+    removed = manifest.shards[::2]
     for s in removed:
         mf.shard_path(run, s["index"], 2).unlink()
     for name in (mf.RESULTS, mf.RESULTS_PARQUET, mf.SUMMARY):
@@ -190,13 +191,14 @@ def test_resume_with_half_the_shards_is_exactly_once_and_folders_stay_small(loca
 
 
 def test_a_version_1_run_folder_is_refused_with_a_clear_message(tmp_path):
+    from batch._attempt import plan_or_reuse
     from batch._config import BatchConfig
-    from batch.driver import _plan_or_reuse
+    from batch.runfiles import Manifest
     from classify.errors import InputError
 
     corpus = _jsonl(tmp_path / "c.jsonl", _docs(3))
     with pytest.raises(InputError, match=r"batch old was started by an earlier docpilot \(run folder manifest_version 1"):
-        _plan_or_reuse(BatchConfig(), corpus, "jsonl", {"shards": [], "corpus": {}}, "old")
+        plan_or_reuse(BatchConfig(), corpus, "jsonl", Manifest(shards=[], corpus={}), "old")
 
 
 def test_the_instant_engine_cannot_be_selected_by_config_or_cli():
@@ -218,4 +220,4 @@ def test_a_batch_past_its_lease_end_says_so_in_progress_and_manifest(local_ray, 
     run = tmp_path / "runs" / "lease"
     lease = json.loads((run / mf.PROGRESS).read_text())["lease"]
     assert lease["fits"] is False and lease["short"] == "lease: ENDED" and "the lease ENDED" in lease["message"]
-    assert mf.read_manifest(run)["attempts"][-1]["lease_ends_at"] == "2020-01-01T00:00:00+00:00"
+    assert mf.read_manifest(run).attempts[-1]["lease_ends_at"] == "2020-01-01T00:00:00+00:00"

@@ -12,6 +12,7 @@ import pytest
 from batch import manifest as mf
 from batch._config import BatchConfig, CorpusConfig, load_batch_config, results_config_sha256
 from batch.corpus import read_corpus
+from batch.merge import check_export, check_results, summarize
 from batch.status import batch_status
 from batch.status import main as status_main
 from classify.config import PilotConfig, load_config
@@ -142,7 +143,7 @@ def test_completed_shards_checks_ids_and_merge_invariants(tmp_path, bbc_dir):
     with pytest.raises(VerificationError, match=r"00001.jsonl: its 4 ids differ from the planned shard"):
         mf.completed_shards(run, plan)
     rows = _rows(corpus.docs[:3]) + _rows(corpus.docs[2:3]) + [Result(id="ghost", status="accepted", category="x")]
-    problems = mf.check_results(rows, [d.id for d in corpus.docs], ["tech"])
+    problems = check_results(rows, [d.id for d in corpus.docs], ["tech"])
     assert problems[0] == f"duplicate ids in results: ['{corpus.docs[2].id}']"
     assert problems[1] == "unknown ids in results: ['ghost']"
     assert problems[2].startswith("ids missing from results:")
@@ -181,12 +182,12 @@ def test_check_export_recounts_the_copy(tmp_path, bbc_dir):
     mf.write_shard(run, 0, rows[:8])
     mf.write_shard(run, 1, rows[8:])
     (run / "results.jsonl").write_text("".join(json.dumps(r.row()) + "\n" for r in rows))
-    summary = mf.summarize(rows, corpus.describe(), ["tech"])
+    summary = summarize(rows, corpus.describe(), ["tech"])
     (run / "summary.json").write_text(json.dumps(summary))
     assert summary["accepted"] + summary["rejected"] == len(corpus.docs) and summary["duplicate_rows"] == 1
-    assert mf.check_export(run) == []
+    assert check_export(run) == []
     (run / "summary.json").write_text(json.dumps({**summary, "accepted": 9}))
-    assert mf.check_export(run) == ["summary.json `accepted` is 9 but the copied results give 8"]
+    assert check_export(run) == ["summary.json `accepted` is 9 but the copied results give 8"]
 
 
 def test_unknown_adapter_is_refused_before_any_engine_starts(tmp_path, bbc_dir):

@@ -149,8 +149,9 @@ def test_a_pilot_in_one_mode_never_opens_a_batch_in_the_other(tmp_path, piloted,
 
 def test_batch_manifest_records_the_mode_and_resume_refuses_a_changed_one(tmp_path):
     from batch import manifest as mf
+    from batch._adapter import BatchAdapter
+    from batch._attempt import build_manifest
     from batch._config import load_batch_config
-    from batch.driver import BatchAdapter, build_manifest
 
     corpus = SimpleNamespace(describe=lambda: {"path": "c.jsonl", "input_rows": 1}, fingerprint="sha256:c", docs=[], shards=[])
     resolved = SimpleNamespace(ref="tiny@1", sha256="ab" * 32, handle=lambda: "lora-handle")
@@ -165,9 +166,9 @@ def test_batch_manifest_records_the_mode_and_resume_refuses_a_changed_one(tmp_pa
             assert adapter.handle() is None and actor_cfg.base_model == merged.path and actor_fp == merged.fingerprint
         else:
             assert adapter.handle() == "lora-handle" and actor_cfg == cfg.model and actor_fp == BASE.fingerprint
-    assert manifests["merged"]["adapter_mode"] == "merged"
-    assert manifests["merged"]["merged_model"] == {"path": merged.path, "fingerprint": merged.fingerprint}
-    assert manifests["lora"]["adapter_mode"] == "lora" and manifests["lora"]["merged_model"] is None
+    assert manifests["merged"].adapter_mode == "merged"
+    assert manifests["merged"].merged_model == {"path": merged.path, "fingerprint": merged.fingerprint}
+    assert manifests["lora"].adapter_mode == "lora" and manifests["lora"].merged_model is None
     changes = mf.resume_changes(manifests["lora"], manifests["merged"])
     assert changes and "model.adapter_mode" in changes[0]
 

@@ -152,7 +152,7 @@ def test_interrupts_turns_the_first_sigterm_into_interrupted_and_ignores_the_nex
 
 
 def test_progress_bar_shows_docs_per_second_below_one_doc_per_second():
-    from batch.driver import progress_bar
+    from batch._progress import progress_bar
 
     out = io.StringIO()
     bar = progress_bar(total=10, initial=0, desc="batch x", disable=False, file=out)

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from batch import manifest as mf
+from batch.lease import lease_check
 from batch.plan import lease_end, parse_lease_end
-from batch.status import batch_status, lease_check
+from batch.status import batch_status
 from batch.status import main as status_main
 from classify.errors import ConfigError
 
@@ -101,7 +102,7 @@ def test_the_batch_progress_line_says_whether_the_lease_fits(tmp_path):
 
     from tqdm import tqdm
 
-    from batch.status import LeaseWatch
+    from batch.lease import LeaseWatch
 
     run = _run(tmp_path)
     out = io.StringIO()

@@ -25,6 +25,7 @@ from adapters.transfer import export_adapter, import_adapter
 from batch import manifest as mf
 from batch._config import BatchConfig, CorpusConfig, results_config, results_config_sha256
 from batch.corpus import read_corpus
+from batch.merge import check_export, summarize
 from classify.errors import AdapterError, AdapterIntegrityError
 from classify.export import SHA256SUMS, export_complete, export_run, verify_export
 from classify.records import Result

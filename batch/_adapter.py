@@ -1,0 +1,89 @@
+"""The batch's one adapter: resolved and verified from the registry, and how the engines run it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from classify.config import ModelConfig
+from classify.model import ModelRef
+
+
+@dataclass(frozen=True)
+class BatchAdapter:
+    """The batch's one adapter and how the engines run it (``model.adapter_mode``).
+
+    Attributes:
+        resolved: the verified registry adapter (:class:`adapters.registry.ResolvedAdapter`).
+        mode: ``merged`` (the engines load ``merged`` as their base model, LoRA off) or ``lora``.
+        merged: the cached merged model (:func:`adapters.merged_cache.merged_model`), ``None`` in ``lora`` mode.
+    """
+
+    resolved: Any
+    mode: str
+    merged: ModelRef | None = None
+
+    @property
+    def ref(self) -> str:
+        """``name@version`` of the adapter."""
+        return self.resolved.ref
+
+    @property
+    def sha256(self) -> str:
+        """The adapter's content hash from its registry card."""
+        return self.resolved.sha256
+
+    def handle(self) -> Any:
+        """The LoRA handle the engines apply per request; ``None`` in merged mode (the weights hold the adapter)."""
+        return None if self.merged is not None else self.resolved.handle()
+
+    def engine_model(self, model_cfg: ModelConfig, base_fingerprint: str) -> tuple[ModelConfig, str]:
+        """The model section and expected fingerprint the engine actors get.
+
+        Args:
+            model_cfg: the config's model section.
+            base_fingerprint: the base model's fingerprint.
+
+        Returns:
+            ``(model_cfg, base_fingerprint)`` in lora mode; in merged mode the section with
+            ``base_model`` set to the merged folder and the merged weights' fingerprint.
+        """
+        if self.merged is None:
+            return model_cfg, base_fingerprint
+        return model_cfg.model_copy(update={"base_model": self.merged.path}), self.merged.fingerprint
+
+    def describe(self) -> dict[str, Any]:
+        """``{"adapter_mode", "merged_model"}`` for ``manifest.json`` and ``summary.json``."""
+        merged = {"path": self.merged.path, "fingerprint": self.merged.fingerprint} if self.merged else None
+        return {"adapter_mode": self.mode, "merged_model": merged}
+
+
+def resolve_adapter(ref: str | None, model: ModelRef, engine: Any = None,
+                     model_cfg: ModelConfig | None = None) -> BatchAdapter | None:
+    """Resolve and verify the batch's adapter; in merged mode build or reuse its merged model.
+
+    Args:
+        ref: ``name@version`` / ``name@latest``, or ``None`` for the base model alone.
+        model: the resolved base model.
+        engine: the engine config whose LoRA limits the adapter must fit (checked in both modes:
+            the server runs the same adapter through LoRA).
+        model_cfg: the model section (its ``adapter_mode`` and dtype); default ``ModelConfig()``.
+
+    Returns:
+        The :class:`BatchAdapter`, or ``None`` without ``ref``.
+
+    Raises:
+        AdapterError: unknown, tampered or incompatible adapter, or a merge that fails its check.
+    """
+    if ref is None:
+        return None
+    from adapters.registry import Registry  # imported only when an adapter is asked for
+
+    model_cfg = model_cfg or ModelConfig()
+    resolved = Registry().resolve(ref, base_fingerprint=model.fingerprint, engine=engine, base_model_path=model.path)
+    if model_cfg.adapter_mode == "lora":
+        return BatchAdapter(resolved, "lora")
+    from adapters.merged_cache import merged_model
+    from classify.device import compute_dtype
+
+    return BatchAdapter(resolved, "merged", merged_model(resolved, model, compute_dtype(model_cfg)))

@@ -1,0 +1,320 @@
+"""Private: one attempt of one batch once its run folder is locked (the body of :func:`batch.driver.run_batch`).
+
+:class:`BatchRun` holds what the attempt needs (options, config, model, adapter, gate record,
+run folder) so that its steps take only what changes between them: plan or reuse the corpus
+plan, refuse a changed resume, run the shards without a file over the Ray pool, merge, summarize,
+export and re-check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from batch import _ray_local
+from batch import manifest as mf
+from batch._adapter import BatchAdapter
+from batch._config import BatchConfig, results_config, results_config_sha256
+from batch._progress import Progress, logging_redirect, progress_bar
+from batch.corpus import CorpusPlan, plan_corpus, quick_fingerprint
+from batch.merge import check_export, merge_results
+from batch.runfiles import Manifest
+from classify import storage
+from classify.accounting import export_checked
+from classify.errors import InputError, VerificationError
+from classify.export import export_complete
+from classify.model import ModelRef
+from classify.paths import exports_dir
+from classify.records import Result
+from classify.runrecords import code_revision, package_versions, utc_now, write_json_atomic
+
+if TYPE_CHECKING:
+    from batch.driver import BatchOptions
+
+log = logging.getLogger("docpilot.batch")
+
+
+def build_manifest(batch_id: str, cfg: BatchConfig, corpus: CorpusPlan, model: ModelRef, adapter: BatchAdapter | None,
+                   gate: dict[str, Any]) -> Manifest:
+    """The manifest this invocation would write for a new batch (see :mod:`batch.manifest`).
+
+    Args:
+        batch_id: the run folder's name.
+        cfg: the batch config.
+        corpus: the planned corpus (:func:`batch.corpus.plan_corpus`): its description and shard plan.
+        model: the resolved base model.
+        adapter: the resolved adapter, or ``None``.
+        gate: the pilot-gate record.
+
+    Returns:
+        The :class:`~batch.runfiles.Manifest`: the resume keys, the shard plan and provenance.
+    """
+    return Manifest(
+        manifest_version=mf.MANIFEST_VERSION, batch_id=batch_id, created_at=utc_now(),
+        corpus=corpus.describe(), corpus_fingerprint=corpus.fingerprint,
+        config=results_config(cfg), config_sha256=results_config_sha256(cfg), full_config=cfg.model_dump(mode="json"),
+        model={"name": model.name, "path": model.path, "source": model.source}, model_fingerprint=model.fingerprint,
+        adapter=adapter.ref if adapter else None, adapter_sha256=adapter.sha256 if adapter else None,
+        **(adapter.describe() if adapter else {"adapter_mode": None, "merged_model": None}),
+        pilot_gate=gate, shard_docs=cfg.batch.shard_docs, shard_target_bytes=cfg.batch.shard_target_bytes,
+        shards=corpus.shards, code=code_revision(), packages=package_versions(), attempts=[],
+    )
+
+
+def _init_ray() -> Any:
+    """Join ``RAY_ADDRESS`` (or the job's cluster) or start a small local Ray.
+
+    Returns:
+        The local session this call started (end it with :func:`batch._ray_local.stop`), else None.
+    """
+    return _ray_local.start(include_dashboard=False, object_store_memory=512 * 1024**2, log_to_driver=_verbose())
+
+
+def _verbose() -> bool:
+    """Whether Ray's and vLLM's own log lines are wanted (``docpilot --verbose`` / ``DOCPILOT_VERBOSE=1``)."""
+    return os.environ.get("DOCPILOT_VERBOSE", "") not in ("", "0")
+
+
+class _ShardRef:
+    """A planned shard that the pool reads only when it dispatches it (``len()`` = its documents, for deadlines)."""
+
+    def __init__(self, corpus: CorpusPlan, shard: dict[str, Any], max_doc_bytes: int):
+        self.corpus, self.shard, self.max_doc_bytes = corpus, shard, max_doc_bytes
+
+    def __len__(self) -> int:
+        return int(self.shard["n_docs"])
+
+    def load(self) -> list[Any]:
+        """The shard's documents, read from the corpus now."""
+        return self.corpus.read_shard(self.shard, self.max_doc_bytes)
+
+
+def plan_or_reuse(cfg: BatchConfig, where: Path, fmt: str, old: Manifest | None, batch_id: str) -> CorpusPlan:
+    """The corpus plan: the stored one when the corpus bytes are unchanged (a resume), else a new planning pass.
+
+    Raises:
+        InputError: ``old`` is a run folder of an earlier layout (``manifest_version`` 1), which is not resumed.
+    """
+    if old is not None and old.version < mf.MANIFEST_VERSION:
+        raise InputError(
+            f"batch {batch_id} was started by an earlier docpilot (run folder manifest_version {old.version}, "
+            f"shards/NNNNN.jsonl over a corpus read whole); this version plans and reads corpora in streams "
+            f"(manifest_version {mf.MANIFEST_VERSION}) and cannot resume it. Finish it with the docpilot that started it, "
+            "or start a new batch id (its complete shards stay readable: `docpilot status` and the export re-check)")
+    if old is not None and old.corpus.get("format") == fmt:
+        fingerprint = quick_fingerprint(where, fmt, old.corpus)
+        if fingerprint is not None and fingerprint == old.corpus_fingerprint:
+            log.info("batch %s: corpus unchanged (%s); reusing its shard plan", batch_id, fingerprint[:19])
+            return CorpusPlan.from_manifest({"corpus": old.corpus, "shards": old.shards}, str(where))
+    t0 = time.monotonic()
+    plan = plan_corpus(cfg.corpus, cfg.batch.shard_docs, cfg.batch.shard_target_bytes, where, cfg.classify.max_doc_bytes)
+    log.info("planned %s: %d rows, %d distinct ids, %d shards in %.1f s", where, plan.input_rows, plan.distinct_ids,
+             len(plan.shards), time.monotonic() - t0)
+    return plan
+
+
+def export_batch(run_dir: Path, dest: storage.Dest) -> storage.Dest:
+    """Copy the finished run with SHA256SUMS and re-check the copy (an earlier attempt's copy is re-checked, not overwritten).
+
+    ``dest`` is a folder or an object-storage URL; a URL copy is read back from the store for the
+    re-check, and an incomplete one (an interrupted upload: no SHA256SUMS) is completed.
+
+    Raises:
+        VerificationError: the copy fails its re-check.
+    """
+    if export_complete(dest):
+        log.info("export %s exists (an earlier attempt); re-checking it", dest)
+    export_checked(run_dir, dest, check_export, f"export {dest}")
+    return dest
+
+
+@dataclass
+class BatchRun:
+    """One attempt of one batch, its run folder locked by this process.
+
+    Attributes:
+        options: the command's options.
+        cfg: the batch config.
+        corpus_path, corpus_format: where the corpus is (:func:`batch.corpus.locate_corpus`).
+        model: the resolved base model; adapter: the resolved adapter or ``None``.
+        gate_record: the pilot-gate record for the manifest and summary.
+        batch_id, run_dir: the run folder.
+        t_start: ``time.monotonic()`` when the command started (wall time in the summary).
+        engine_actor: PRIVATE (bench and tests): an actor class run in place of the vLLM engine actor.
+    """
+
+    options: BatchOptions
+    cfg: BatchConfig
+    corpus_path: Path
+    corpus_format: str
+    model: ModelRef
+    adapter: BatchAdapter | None
+    gate_record: dict[str, Any]
+    batch_id: str
+    run_dir: Path
+    t_start: float
+    engine_actor: Any = None
+    lease_ends_at: Any = None
+
+    def _export_dest(self) -> storage.Dest:
+        root = storage.as_dest(self.options.export_dir or self.cfg.batch.export_dir or exports_dir())
+        return storage.join(root, self.batch_id)
+
+    def run(self) -> dict[str, Any]:
+        """Plan (or reuse the plan), run the shards without a file, merge, summarize, export and re-check.
+
+        Returns:
+            The summary written to ``summary.json``, with ``run_dir`` and ``export_dir`` added.
+
+        Raises:
+            InputError: a resume whose corpus, config, model, adapter or merged model changed.
+            VerificationError: merged results that break the invariants, or an export that fails its re-check.
+        """
+        from batch.plan import lease_end
+
+        self.lease_ends_at = lease_end(self.options.lots_config, self.options.lease_ends)
+        old = mf.read_manifest(self.run_dir)
+        corpus = plan_or_reuse(self.cfg, self.corpus_path, self.corpus_format, old, self.batch_id)
+        new = build_manifest(self.batch_id, self.cfg, corpus, self.model, self.adapter, self.gate_record)
+        manifest = new if old is None else self._resumable(old, new)
+        log.info("batch %s: %d distinct ids (%d input rows) in %d shards, run folder %s",
+                 self.batch_id, corpus.distinct_ids, corpus.input_rows, len(manifest.shards), self.run_dir)
+        done = mf.scan_done(self.run_dir, manifest)
+        pending = [s["index"] for s in manifest.shards if s["index"] not in done]
+        dest = self._export_dest()
+        if not pending and (self.run_dir / mf.SUMMARY).is_file() and export_complete(dest):
+            log.info("batch %s is already complete: %d shards; re-checking it, writing nothing", self.batch_id, len(done))
+            self._merge(manifest, write=False)
+            summary = json.loads((self.run_dir / mf.SUMMARY).read_text(encoding="utf-8"))
+            summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export_batch(self.run_dir, dest))
+            return summary
+        attempt = {"started_at": utc_now(), "pid": os.getpid(), "host": socket.gethostname(),
+                   "pilot_gate": self.gate_record, "cpu_actors": self.cfg.batch.cpu_actors,
+                   "lease_ends_at": self.lease_ends_at.isoformat() if self.lease_ends_at else None}
+        manifest.add_attempt(attempt)
+        mf.write_manifest(self.run_dir, manifest)
+        progress = Progress(self.run_dir, self.batch_id, total=corpus.distinct_ids)
+        progress.start(done)
+        log.info("batch %s: %d shards complete, %d to run", self.batch_id, len(done), len(pending))
+        try:
+            summary = self._run_and_merge(corpus, manifest, pending, progress, attempt)
+            export = export_batch(self.run_dir, dest)
+        except Exception as err:
+            progress.fail(f"{type(err).__name__}: {err}")
+            attempt.update(failed_at=utc_now(), error=f"{type(err).__name__}: {err}"[:2000])
+            mf.write_manifest(self.run_dir, manifest)
+            raise
+        summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export)
+        return summary
+
+    def _resumable(self, old: Manifest, new: Manifest) -> Manifest:
+        mf.check_resume(self.run_dir, old, new)  # a changed `model.adapter_mode` is a config change: refused there
+        if (old.merged_model or {}).get("fingerprint") != (new.merged_model or {}).get("fingerprint"):
+            raise InputError(f"batch {self.batch_id} cannot resume: the merged model changed: {old.merged_model} -> "
+                             f"{new.merged_model}. Rerun with the original merge, or start a new batch id")
+        return old
+
+    def _merge(self, manifest: Manifest, write: bool = True) -> dict[str, Any]:
+        counts, problems = merge_results(self.run_dir, manifest, write=write)  # results.jsonl + .parquet, streamed
+        if problems:
+            raise VerificationError(f"batch {self.batch_id}: merged results break the invariants: {'; '.join(problems)}")
+        return counts
+
+    def _run_and_merge(self, corpus: CorpusPlan, manifest: Manifest, pending: list[int], progress: Progress,
+                       attempt: dict[str, Any]) -> dict[str, Any]:
+        pool: dict[str, Any] = {"actors": 0}
+        t_pool = time.monotonic()
+        if pending:
+            with _ray_local.interrupts():  # SIGTERM / Ctrl-C inside Ray's blocking calls -> Interrupted (exit 130)
+                pool = self.run_shards(corpus, manifest, pending, progress)
+        t_end = t_merge = time.monotonic()
+        counts = self._merge(manifest)
+        processed, tokens = progress.processed, progress.processed_tokens
+        pool_s = max(t_end - t_pool, 1e-9)
+        adapter = self.adapter
+        summary = counts
+        summary.update({
+            "batch_id": self.batch_id,
+            "corpus": corpus.describe(),
+            "model_fingerprint": self.model.fingerprint,
+            "adapter": adapter.ref if adapter else None,
+            **(adapter.describe() if adapter else {"adapter_mode": None, "merged_model": None}),
+            "pilot_gate": self.gate_record,
+            "this_attempt": {
+                "processed_docs": processed, "processed_tokens": tokens,
+                "docs_per_s": round(processed / pool_s, 3), "tokens_per_s": round(tokens / pool_s, 1),
+                "pool_wall_s": round(pool_s, 2), "wall_s": round(t_end - self.t_start, 2),
+                "merge_s": round(time.monotonic() - t_merge, 2), **pool,
+            },
+            "attempts": len(manifest.attempts),
+            "finished_at": utc_now(),
+            "invariants": {"accepted_plus_rejected_eq_distinct_ids":
+                           counts["accepted"] + counts["rejected"] == corpus.distinct_ids, "problems": []},
+        })
+        write_json_atomic(self.run_dir / mf.SUMMARY, summary)
+        attempt.update(finished_at=utc_now(), processed_docs=processed, wall_s=round(time.monotonic() - self.t_start, 2))
+        mf.write_manifest(self.run_dir, manifest)
+        progress.finish()
+        return summary
+
+    def run_shards(self, corpus: CorpusPlan, manifest: Manifest, pending: list[int], progress: Progress) -> dict[str, Any]:
+        """Run the ``pending`` shards over engine actors; each completed shard is written and counted at once.
+
+        Returns:
+            ``{actors, actors_started, retries, errors, first_shard_s}`` of the pool.
+        """
+        from batch._actor import actor_class, reap
+        from batch._placement import actor_options
+        from batch._pool import Deadlines, run_pool
+        from batch.lease import LeaseWatch
+
+        cfg, run_dir, adapter = self.cfg, self.run_dir, self.adapter
+        local_ray = _init_ray()
+        try:
+            if progress.previous_actors:
+                reap(progress.previous_actors)  # engine processes an earlier, killed attempt left behind
+            n_actors, options = actor_options(cfg.batch.cpu_actors, cfg.batch.actor_num_cpus, cfg.batch.cpu_bind)
+            n_actors = min(n_actors, len(pending))
+            cls = self.engine_actor if self.engine_actor is not None else actor_class()
+            handle = adapter.handle() if adapter else None
+            plan = {s["index"]: s for s in manifest.shards}
+            shards = [(i, _ShardRef(corpus, plan[i], cfg.classify.max_doc_bytes)) for i in pending]
+            bar = progress_bar(progress.total, progress.done, f"batch {self.batch_id}", disable=self.options.no_progress)
+            lease = LeaseWatch(self.lease_ends_at, run_dir, self.batch_id)
+            lease.tick(progress, bar, force=True)
+            actors: dict[int, dict[str, Any]] = {}
+
+            def on_event(name: str, detail: dict[str, Any]) -> None:
+                if name == "actor-ready":
+                    actors[detail["slot"]] = detail
+                    progress.update(actors=list(actors.values()))
+                elif name == "retry":
+                    progress.update(last_error=detail["error"], retries=progress.retries + 1)
+
+            def on_done(index: int, rows: list[Any]) -> None:
+                results = [Result.of(r) for r in rows]  # rows cross Ray as dicts (cheaper to pickle than models)
+                mf.write_shard(run_dir, index, results, manifest.version)
+                progress.shard_done(results)
+                lease.tick(progress, bar)
+                bar.update(len(results))
+
+            actor_model, actor_fingerprint = (adapter.engine_model(cfg.model, manifest.model_fingerprint) if adapter
+                                              else (cfg.model, manifest.model_fingerprint))
+            deadlines = Deadlines(cfg.batch.shard_timeout_base_s, cfg.batch.shard_timeout_per_doc_s,
+                                  cfg.batch.actor_start_timeout_s, cfg.batch.actor_place_timeout_s)
+            with logging_redirect():
+                stats = run_pool(lambda slot: cls.options(**options[slot]).remote(
+                                     actor_model, cfg.engine, cfg.classify, handle, actor_fingerprint),
+                                 n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event, deadlines)
+            lease.tick(progress, bar, force=True)
+            bar.close()
+            return {"actors": n_actors, "actors_started": stats.actors_started, "retries": stats.retries,
+                    "errors": stats.errors, "first_shard_s": stats.first_ready_s}
+        finally:
+            _ray_local.stop(local_ray)  # a local Ray leaves no process behind; a joined cluster is left alone

@@ -1,0 +1,159 @@
+"""The two JSON files of a batch run folder that several modules read: ``manifest.json`` and ``progress.json``.
+
+Both are pydantic models over the same JSON as before: a file is read with
+:meth:`Manifest.read` / :meth:`ProgressFile.read` and written with ``write``; the JSON holds
+exactly the keys that were read or set (``exclude_unset``), fields a later docpilot adds are
+kept (``extra="allow"``), and keys are sorted (:func:`classify.runrecords.write_json_atomic`).
+Nested parts whose layout belongs to another module (the corpus description and shard plan of
+:mod:`batch.corpus`, the config sections, each attempt record) stay JSON objects.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from classify.runrecords import write_json_atomic
+
+
+class _RunFile(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    @classmethod
+    def of(cls, data: Any) -> Any:
+        """``data`` as this model: an instance as is, a JSON object validated."""
+        return data if isinstance(data, cls) else cls.model_validate(data)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object written to disk: the keys read or set, and unknown keys kept."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def write(self, path: Path) -> None:
+        """Write the file atomically (indented, keys sorted)."""
+        write_json_atomic(path, self.to_json())
+
+
+class Manifest(_RunFile):
+    """``manifest.json``: what a batch is (resume keys, shard plan, provenance) and one record per attempt.
+
+    Attributes:
+        manifest_version: the run folder layout (absent in the first layout: :attr:`version` is 1).
+        batch_id: the run folder's name.
+        created_at: UTC ISO 8601.
+        corpus: :meth:`batch.corpus.CorpusPlan.describe` (``path``, ``format``, ``input_rows``,
+            ``distinct_ids``, ``duplicate_rows``, ``fingerprint``, ...).
+        corpus_fingerprint, config_sha256, model_fingerprint, adapter_sha256: the resume keys
+            (:data:`batch.manifest.RESUME_KEYS`).
+        config: the config sections that decide results (:func:`batch._config.results_config`).
+        full_config: the whole batch config.
+        model: ``{name, path, source}`` of the base model.
+        adapter: ``name@version`` or ``None``; ``adapter_mode``, ``merged_model``: how engines ran it.
+        pilot_gate: the gate record (``key``, ``passed``, ``override``, ``pilot_run_id``, ``checked_at``).
+        shard_docs, shard_target_bytes: the plan's limits.
+        shards: the shard plan, one JSON object per shard (``index``, ``n_docs``, ``ids_sha256``, ...).
+        code, packages: provenance.
+        attempts: one object per attempt (``started_at``, ``pid``, ``host``, then ``finished_at`` or
+            ``failed_at`` and ``error``), appended by the driver.
+    """
+
+    manifest_version: int | None = None
+    batch_id: str | None = None
+    created_at: str | None = None
+    corpus: dict[str, Any] = {}
+    corpus_fingerprint: str | None = None
+    config: dict[str, Any] = {}
+    config_sha256: str | None = None
+    full_config: dict[str, Any] | None = None
+    model: dict[str, Any] = {}
+    model_fingerprint: str | None = None
+    adapter: str | None = None
+    adapter_sha256: str | None = None
+    adapter_mode: str | None = None
+    merged_model: dict[str, Any] | None = None
+    pilot_gate: dict[str, Any] = {}
+    shard_docs: int | None = None
+    shard_target_bytes: int | None = None
+    shards: list[dict[str, Any]] = []
+    code: dict[str, Any] | None = None
+    packages: dict[str, Any] | None = None
+    attempts: list[dict[str, Any]] = []
+
+    @property
+    def version(self) -> int:
+        """The run folder layout (1 when ``manifest_version`` is absent: the first layout)."""
+        return int(self.manifest_version or 1)
+
+    @property
+    def categories(self) -> list[str]:
+        """The allowed categories of the batch's ``classify`` section."""
+        return list(self.config["classify"]["categories"])
+
+    def add_attempt(self, attempt: dict[str, Any]) -> None:
+        """Append an attempt record (kept by reference: update it in place, then :meth:`write` again)."""
+        self.attempts = [*self.attempts, attempt]
+
+    @classmethod
+    def read(cls, path: Path) -> Manifest | None:
+        """The manifest at ``path``, or ``None`` when there is no file.
+
+        Raises:
+            json.JSONDecodeError, pydantic.ValidationError: a damaged file.
+        """
+        return cls.model_validate(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
+
+
+class ProgressFile(_RunFile):
+    """``progress.json``: one attempt's counts, rate and state, rewritten by the driver (:class:`batch._progress.Progress`).
+
+    Attributes:
+        batch_id: the batch.
+        state: ``starting``, ``running``, ``done`` or ``failed`` (``not started`` when there is no file).
+        total: distinct ids in the corpus; done, accepted, rejected: ids in complete shards.
+        processed_this_attempt: ids classified by this attempt.
+        docs_per_s: this attempt's rate; eta_s: seconds left at that rate (``None``: unknown).
+        elapsed_s: seconds since the attempt started running.
+        retries: shard retries; last_error: the latest error text.
+        actors: one object per engine actor (``slot``, ``pid``, ``node``, ``procs``, ...).
+        pid, host: the driver process.
+        started_at, updated_at: UTC ISO 8601.
+        lease: the latest lease verdict (:class:`batch.lease.LeaseWatch`), or ``None``.
+    """
+
+    batch_id: str | None = None
+    state: str | None = "not started"
+    total: int | None = None
+    done: int | None = None
+    accepted: int | None = None
+    rejected: int | None = None
+    processed_this_attempt: int | None = None
+    docs_per_s: int | float | None = None  # int | float: a number is written back as it was read
+    eta_s: int | float | None = None  # int | float: a number is written back as it was read
+    elapsed_s: int | float | None = None  # int | float: a number is written back as it was read
+    retries: int | None = 0
+    last_error: str | None = None
+    actors: list[dict[str, Any]] | None = []
+    pid: int | None = None
+    host: str | None = None
+    started_at: str | None = None
+    updated_at: str | None = None
+    lease: dict[str, Any] | None = None
+
+    @classmethod
+    def read(cls, path: Path) -> ProgressFile:
+        """The file at ``path``; an empty record (state ``not started``) when there is none.
+
+        Raises:
+            json.JSONDecodeError, pydantic.ValidationError: a damaged file.
+        """
+        return cls.model_validate(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else cls()
+
+    @classmethod
+    def read_or_none(cls, path: Path) -> ProgressFile | None:
+        """Like :meth:`read`, but ``None`` for a missing, unreadable or damaged file."""
+        try:
+            return cls.read(path) if path.is_file() else None
+        except (OSError, ValueError):  # json.JSONDecodeError and pydantic.ValidationError are ValueErrors
+            return None
