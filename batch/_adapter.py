@@ -33,6 +33,11 @@ class BatchAdapter:
         """The adapter's content hash from its registry card."""
         return self.resolved.sha256
 
+    @property
+    def temperature(self) -> float:
+        """The card's score temperature (``calibration.temperature``, 1.0 without one), applied in both modes."""
+        return self.resolved.handle().temperature
+
     def handle(self) -> Any:
         """The LoRA handle the engines apply per request; ``None`` in merged mode (the weights hold the adapter)."""
         return None if self.merged is not None else self.resolved.handle()

@@ -257,11 +257,31 @@ class BatchRun:
             "invariants": {"accepted_plus_rejected_eq_distinct_ids":
                            counts["accepted"] + counts["rejected"] == corpus.distinct_ids, "problems": []},
         })
+        summary.update(self._quality(corpus))
         write_json_atomic(self.run_dir / mf.SUMMARY, summary)
         attempt.update(finished_at=utc_now(), processed_docs=processed, wall_s=round(time.monotonic() - self.t_start, 2))
         mf.write_manifest(self.run_dir, manifest)
         progress.finish()
         return summary
+
+    def _quality(self, corpus: CorpusPlan) -> dict[str, Any]:
+        """The quality report (:func:`batch.quality.batch_report`): PNGs and ``quality.md`` in the run folder.
+
+        Returns:
+            ``{"quality": report}``, plus ``accuracy`` on a labelled corpus and ``review`` (flags per
+            category) when ``classify.review_below_score`` is set.
+        """
+        from batch.quality import batch_report
+
+        cfg = self.cfg
+        report = batch_report(self.run_dir, corpus, cfg.corpus.label_column, cfg.classify.categories,
+                              cfg.classify.review_below_score, self.batch_id)
+        out: dict[str, Any] = {"quality": report}
+        if "labelled" in report:
+            out["accuracy"] = report["labelled"]["accuracy"]
+        if "review" in report:
+            out["review"] = report["review"]
+        return out
 
     def run_shards(self, corpus: CorpusPlan, manifest: Manifest, pending: list[int], progress: Progress) -> dict[str, Any]:
         """Run the ``pending`` shards over engine actors; each completed shard is written and counted at once.
@@ -310,7 +330,8 @@ class BatchRun:
                                   cfg.batch.actor_start_timeout_s, cfg.batch.actor_place_timeout_s)
             with logging_redirect():
                 stats = run_pool(lambda slot: cls.options(**options[slot]).remote(
-                                     actor_model, cfg.engine, cfg.classify, handle, actor_fingerprint),
+                                     actor_model, cfg.engine, cfg.classify, handle, actor_fingerprint,
+                                     adapter.temperature if adapter else None),  # merged mode: no handle carries T
                                  n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event, deadlines)
             lease.tick(progress, bar, force=True)
             bar.close()

@@ -170,5 +170,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['rejected']} rejected ({summary['input_rows']} input rows, {summary['duplicate_rows']} duplicate rows); "
           f"this attempt {t['processed_docs']} docs at {t['docs_per_s']} docs/s in {t['wall_s']} s")
     print(f"results: {summary['run_dir']}/results.jsonl  summary: {summary['run_dir']}/summary.json")
+    if summary.get("accuracy") is not None:
+        lab = summary["quality"]["labelled"]
+        print(f"accuracy against the corpus labels: {100 * summary['accuracy']:.1f}% ({lab['correct']}/{lab['documents']})")
+    if summary.get("quality"):
+        print(f"quality report: {summary['run_dir']}/quality.md ({', '.join(summary['quality']['files'][:-1])})")
     print(f"export (SHA256SUMS verified): {summary['export_dir']}")
     return 0

@@ -408,3 +408,69 @@ def test_a_labelled_pilot_writes_the_confusion_matrix_accuracy_and_review_counts
         assert (outcome.run_dir / name).is_file() and (outcome.export_dir / name).is_file(), name
     rows = [json.loads(line) for line in (outcome.run_dir / "results.jsonl").read_text().splitlines()]
     assert [r.get("review") for r in rows if r["id"] in ("doc03.txt", "doc04.txt", "doc12.png")] == [True, False, None]
+
+
+# --- batches over a labelled and an unlabelled corpus (real local Ray, the instant bench engine) -------------------
+
+@pytest.fixture(scope="module")
+def instant_ray():
+    import ray
+    from ray import cloudpickle
+
+    import bench.instant_engine as instant
+
+    cloudpickle.register_pickle_by_value(instant)
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _batch(tmp_path, monkeypatch, corpus, batch_id, classify=None):
+    from pathlib import Path
+
+    from batch.driver import parse_args, run_batch
+    from bench.instant_engine import remote_class
+
+    monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("DOCPILOT_EXPORTS", str(tmp_path / "exports"))
+    data = json.loads((Path(__file__).resolve().parent.parent / "config" / "docpilot.json").read_text())
+    data["classify"].update(classify or {})
+    config = tmp_path / f"{batch_id}.json"
+    config.write_text(json.dumps(data))
+    args = parse_args(["--config", str(config), "--corpus", str(corpus), "--batch-id", batch_id,
+                       "--skip-pilot-gate", "--no-progress"])
+    return run_batch(args, _engine_actor=remote_class())
+
+
+@pytest.mark.ray
+def test_a_labelled_batch_reports_accuracy_and_an_unlabelled_one_does_not(instant_ray, tmp_path, monkeypatch, bbc_dir):
+    import csv
+
+    with (bbc_dir / "test.csv").open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))[:60]
+    labelled = tmp_path / "labelled.csv"
+    with labelled.open("w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, ["text", "category"])
+        w.writeheader()
+        w.writerows(rows)
+    first = ClassifyConfig().categories[0]  # the instant engine answers the first category, score 1.0
+    summary = _batch(tmp_path, monkeypatch, labelled, "lab", {"review_below_score": 0.5})
+    n_first = sum(r["category"] == first for r in rows)
+    assert summary["accuracy"] == round(n_first / 60, 4)
+    assert summary["quality"]["labelled"]["per_category"][first]["correct"] == n_first
+    assert summary["review"]["flagged"] == 0 and summary["quality"]["label_column"] == "category"
+    run, export = tmp_path / "runs" / "lab", tmp_path / "exports" / "lab"
+    stored = json.loads((run / "summary.json").read_text())
+    assert stored["accuracy"] == summary["accuracy"]
+    for name in ("confusion_matrix.png", "category_distribution.png", "score_histogram.png", "quality.md"):
+        assert (run / name).is_file() and (export / name).is_file(), name
+
+    unlabelled = tmp_path / "plain.jsonl"
+    unlabelled.write_text("".join(json.dumps({"id": f"u{i}", "text": r["text"]}) + "\n" for i, r in enumerate(rows[:20])))
+    summary = _batch(tmp_path, monkeypatch, unlabelled, "plain")
+    run = tmp_path / "runs" / "plain"
+    assert "accuracy" not in summary and "labelled" not in summary["quality"] and "review" not in summary
+    text = (run / "quality.md").read_text()
+    assert not (run / "confusion_matrix.png").exists() and "no labels: no accuracy" in text and "labelled documents" not in text
+    assert (run / "category_distribution.png").is_file() and (run / "score_histogram.png").is_file()
+    assert all("review" not in json.loads(line) for line in (run / "results.jsonl").read_text().splitlines())
