@@ -124,21 +124,25 @@ class Tally(Ledger):
         return _summary_counts(self, corpus, duplicate_ids)
 
 
-def _parquet_schema() -> Any:
+REVIEW_COLUMN = ("review", "bool_")
+"""The extra ``results.parquet`` column of a batch with ``classify.review_below_score`` (null on rejected rows)."""
+
+
+def _parquet_schema(review: bool = False) -> Any:
     import pyarrow as pa
 
-    return pa.schema([(name, getattr(pa, kind)()) for name, kind in RESULT_COLUMNS])
+    return pa.schema([(name, getattr(pa, kind)()) for name, kind in (*RESULT_COLUMNS, *([REVIEW_COLUMN] if review else []))])
 
 
 class _ParquetRows:
-    """Rows appended in batches to a Parquet file (one row group per ~64k rows)."""
+    """Rows appended in batches to a Parquet file (one row group per ~64k rows); ``review``: add that column."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, review: bool = False):
         import pyarrow.parquet as pq
 
-        self.schema = _parquet_schema()
+        self.schema = _parquet_schema(review)
         self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
-        self.columns: dict[str, list[Any]] = {name: [] for name, _ in RESULT_COLUMNS}
+        self.columns: dict[str, list[Any]] = {name: [] for name in self.schema.names}
 
     def add(self, r: Result) -> None:
         for name, col in self.columns.items():
@@ -186,7 +190,7 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
         fd, name = tempfile.mkstemp(prefix=f".{RESULTS}.", suffix=".tmp", dir=run_dir)
         tmp_jsonl, out = Path(name), os.fdopen(fd, "wb")
         tmp_parquet = run_dir / f".{RESULTS_PARQUET}.tmp"
-        pq_rows = _ParquetRows(tmp_parquet)
+        pq_rows = _ParquetRows(tmp_parquet, (manifest.config.get("classify") or {}).get("review_below_score") is not None)
     counted = run_dir / RESULTS if not write else tmp_jsonl
     try:
         for shard in manifest.shards:
@@ -238,6 +242,8 @@ def _parquet_equals_jsonl(parquet: Path, jsonl: Path) -> list[str]:
     except Exception as err:  # noqa: BLE001 - pyarrow's errors
         return [f"{RESULTS_PARQUET}: cannot read: {err}"]
     names = [name for name, _ in RESULT_COLUMNS]
+    if pf.schema_arrow.names == [*names, REVIEW_COLUMN[0]]:  # a batch with classify.review_below_score
+        names.append(REVIEW_COLUMN[0])
     if pf.schema_arrow.names != names:
         return [f"{RESULTS_PARQUET}: columns {pf.schema_arrow.names} != {names}"]
     with jsonl.open("rb") as fh:

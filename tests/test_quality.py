@@ -464,6 +464,9 @@ def test_a_labelled_batch_reports_accuracy_and_an_unlabelled_one_does_not(instan
     assert stored["accuracy"] == summary["accuracy"]
     for name in ("confusion_matrix.png", "category_distribution.png", "score_histogram.png", "quality.md"):
         assert (run / name).is_file() and (export / name).is_file(), name
+    import pyarrow.parquet as pq
+
+    assert pq.read_schema(run / "results.parquet").names[-1] == "review"  # the threshold adds the column
 
     unlabelled = tmp_path / "plain.jsonl"
     unlabelled.write_text("".join(json.dumps({"id": f"u{i}", "text": r["text"]}) + "\n" for i, r in enumerate(rows[:20])))
@@ -474,3 +477,4 @@ def test_a_labelled_batch_reports_accuracy_and_an_unlabelled_one_does_not(instan
     assert not (run / "confusion_matrix.png").exists() and "no labels: no accuracy" in text and "labelled documents" not in text
     assert (run / "category_distribution.png").is_file() and (run / "score_histogram.png").is_file()
     assert all("review" not in json.loads(line) for line in (run / "results.jsonl").read_text().splitlines())
+    assert pq.read_schema(run / "results.parquet").names[-1] == "n_tokens"  # no threshold: the 8 columns as before
