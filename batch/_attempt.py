@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 from batch import _ray_local
 from batch import manifest as mf
 from batch._adapter import BatchAdapter
-from batch._config import BatchConfig, results_config, results_config_sha256
+from batch._config import BatchConfig
 from batch._progress import Progress, logging_redirect, progress_bar
 from batch.corpus import CorpusPlan, plan_corpus, quick_fingerprint
 from batch.merge import check_export, merge_results
-from batch.runfiles import Manifest
+from batch.runfiles import Manifest, build_manifest
 from classify import storage
 from classify.accounting import export_checked
 from classify.errors import InputError, VerificationError
@@ -32,39 +32,12 @@ from classify.export import export_complete
 from classify.model import ModelRef
 from classify.paths import exports_dir
 from classify.records import Result
-from classify.runrecords import code_revision, package_versions, utc_now, write_json_atomic
+from classify.runrecords import utc_now, write_json_atomic
 
 if TYPE_CHECKING:
     from batch.driver import BatchOptions
 
 log = logging.getLogger("docpilot.batch")
-
-
-def build_manifest(batch_id: str, cfg: BatchConfig, corpus: CorpusPlan, model: ModelRef, adapter: BatchAdapter | None,
-                   gate: dict[str, Any]) -> Manifest:
-    """The manifest this invocation would write for a new batch (see :mod:`batch.manifest`).
-
-    Args:
-        batch_id: the run folder's name.
-        cfg: the batch config.
-        corpus: the planned corpus (:func:`batch.corpus.plan_corpus`): its description and shard plan.
-        model: the resolved base model.
-        adapter: the resolved adapter, or ``None``.
-        gate: the pilot-gate record.
-
-    Returns:
-        The :class:`~batch.runfiles.Manifest`: the resume keys, the shard plan and provenance.
-    """
-    return Manifest(
-        manifest_version=mf.MANIFEST_VERSION, batch_id=batch_id, created_at=utc_now(),
-        corpus=corpus.describe(), corpus_fingerprint=corpus.fingerprint,
-        config=results_config(cfg), config_sha256=results_config_sha256(cfg), full_config=cfg.model_dump(mode="json"),
-        model={"name": model.name, "path": model.path, "source": model.source}, model_fingerprint=model.fingerprint,
-        adapter=adapter.ref if adapter else None, adapter_sha256=adapter.sha256 if adapter else None,
-        **(adapter.describe() if adapter else {"adapter_mode": None, "merged_model": None}),
-        pilot_gate=gate, shard_docs=cfg.batch.shard_docs, shard_target_bytes=cfg.batch.shard_target_bytes,
-        shards=corpus.shards, code=code_revision(), packages=package_versions(), attempts=[],
-    )
 
 
 def _init_ray() -> Any:

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from batch.runfiles import MANIFEST_VERSION as MANIFEST_VERSION  # the layout version, defined with the model
 from batch.runfiles import Manifest
 from classify.errors import InputError, VerificationError
 from classify.records import Document, Result, read_results
@@ -41,7 +42,6 @@ RESULTS = "results.jsonl"
 RESULTS_PARQUET = "results.parquet"
 SUMMARY = "summary.json"
 SHARDS = "shards"
-MANIFEST_VERSION = 2
 SHARDS_PER_FOLDER = 1000
 RESULT_COLUMNS = (("id", "string"), ("status", "string"), ("category", "string"), ("score", "float64"),
                   ("reason", "string"), ("input_sha256", "string"), ("n_chars", "int64"), ("n_tokens", "int64"))
