@@ -229,7 +229,8 @@ def test_unknown_adapter_404_and_unpiloted_409(client, bbc_docs):
     assert msg.startswith("adapter 'nope' not found in registry")
     _error(_classify(client, bbc_docs[:1], "tiny-lora@7"), 404, "adapter_not_found")
     msg = _error(_classify(client, bbc_docs[:1], "tiny-raw@1"), 409, "not_piloted")
-    assert msg.startswith("adapter tiny-raw@1 has not passed a pilot (card pilot status: not-run)")
+    assert msg.startswith("adapter tiny-raw@1 under this server's config (classification sha256 ")
+    assert "card pilot status: not-run) has not passed a pilot (never piloted)" in msg
 
 
 @pytest.mark.parametrize(
