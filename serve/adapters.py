@@ -108,10 +108,10 @@ class AdapterService:
                 or merged mode, and the gate is not skipped (409). The message gives the card's pilot status.
         """
         lora, merged = adapter_keys(self.model.fingerprint, adapter.sha256, self.classification_sha256)
-        card = adapter.card.get("pilot") or {}
+        card = adapter.info.pilot  # information only: it does not say under which config the pilot ran
         what = (f"adapter {adapter.ref} under this server's config (classification sha256 "
-                f"{self.classification_sha256[:12]}; card pilot status: {card.get('status', 'not-run')}"
-                f"{', run ' + card['run_id'] if card.get('run_id') else ''})")
+                f"{self.classification_sha256[:12]}; card pilot status: {card.status}"
+                f"{', run ' + card.run_id if card.run_id else ''})")
         gate = require_pilot(lora, what, self.skip_pilot_gate, also=(merged,))
         if gate["override"]:
             log.warning("!!! PILOT GATE SKIPPED: serving adapter %s (--skip-pilot-gate)", adapter.ref)
@@ -125,7 +125,7 @@ class AdapterService:
         """Every registry version with what the server thinks of it (cards only; files are not re-hashed)."""
         out = []
         for adapter in self.registry.list():
-            status = (adapter.card.get("pilot") or {}).get("status", "not-run")
+            status = adapter.info.pilot.status
             matches = adapter.base_fingerprint == self.model.fingerprint
             gate = self.gate_record(adapter) if matches else None
             passed = bool(gate and gate.get("verdict") == "pass")
@@ -137,7 +137,7 @@ class AdapterService:
                 "pilot_status": status,
                 "servable": matches and (passed or self.skip_pilot_gate),
                 "loaded": self.is_verified(adapter.ref, adapter.sha256),
-                "created": adapter.card.get("created"),
+                "created": adapter.info.created,
             })
         return out
 
