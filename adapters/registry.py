@@ -291,10 +291,8 @@ class Registry:
         name, version = self._locate(ref)
         with FileLock(str(self.root / name / f".{version}.lock"), timeout=30):
             adapter = self._load(name, version)
-            card = dict(adapter.card)
             at = utc_now()
-            history = list((card.get("pilot") or {}).get("history") or [])
-            history.append({"status": status, "run_id": run_id, "at": at})
-            card["pilot"] = {"status": status, "run_id": run_id, "at": at, "history": history}
-            write_json_atomic(adapter.path / CARD_FILE, card)
+            history = [*adapter.info.pilot.history, {"status": status, "run_id": run_id, "at": at}]
+            pilot = CardPilot(status=status, run_id=run_id, at=at, history=history)
+            write_json_atomic(adapter.path / CARD_FILE, {**adapter.card, "pilot": pilot.model_dump(mode="json")})
         return self._load(name, version)
