@@ -77,7 +77,10 @@ class Result(BaseModel):
     def row(self) -> dict[str, Any]:
         """The record as the JSON object written to shard files and ``results.jsonl`` (every field, JSON types;
         ``review`` only when set)."""
-        return self.model_dump(exclude=None if self.review is not None else {"review"})
+        row = dict(self.__dict__)  # the fields' values, already JSON types: model_dump's output at a tenth of its cost
+        if row.get("review") is None:
+            row.pop("review", None)
+        return row
 
     @classmethod
     def of(cls, row: Result | Mapping[str, Any]) -> Result:
