@@ -44,6 +44,11 @@ def write_pictures(report: Mapping[str, Any], folder: Path, run: str) -> list[st
 
 
 def _save(plt: Any, fig: Any, path: Path) -> str:
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in fig.axes:
+        if not len(ax.images):  # bar charts: document counts are whole numbers
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
