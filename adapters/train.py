@@ -257,7 +257,7 @@ def _publish(cfg: TrainConfig, registry: Registry, adapter_dir: Path, model_ref:
         "code_revision": code_revision(),
     }
     calibration = (summary["checks"].get("engine") or {}).get("calibration")
-    if calibration:  # the score temperature pilot, batch and serve apply (classify.scoring.card_temperature)
+    if calibration:  # the score temperature pilot, batch and serve apply (adapters.card.AdapterCard.temperature)
         card["calibration"] = calibration
     for _ in range(5):  # another publisher may take the next version between listing and renaming
         version = registry.next_version(cfg.output.adapter_name)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from classify.config import ClassifyConfig
-from classify.errors import AdapterError, EngineError
+from classify.errors import EngineError
 from classify.prompt import Prompt, build_prompt, category_first_tokens
 from classify.records import Document, Result
 
@@ -59,26 +59,6 @@ class AdapterHandle:
         from vllm.lora.request import LoRARequest
 
         return LoRARequest(self.name, self.int_id, self.path)
-
-
-def card_temperature(card: Mapping[str, Any] | None) -> float:
-    """The score temperature an adapter card holds (``card["calibration"]["temperature"]``).
-
-    Args:
-        card: the parsed ``card.json`` (``None``: no adapter).
-
-    Returns:
-        T > 0; 1.0 when there is no card, no ``calibration`` or no ``temperature`` in it.
-
-    Raises:
-        AdapterError: the card's temperature is not a finite number in (0, 100].
-    """
-    value = ((card or {}).get("calibration") or {}).get("temperature")
-    if value is None:
-        return 1.0
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not 0 < value <= 100:
-        raise AdapterError(f"adapter card `calibration.temperature` must be a number in (0, 100], got {value!r}")
-    return float(value)
 
 
 def softmax_at(logprobs: Mapping[Any, float], key: Any, temperature: float = 1.0) -> float:

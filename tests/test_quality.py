@@ -17,8 +17,7 @@ import pytest
 from classify.config import ClassifyConfig
 from classify.documents import document_from_text
 from classify.engine import Classifier
-from classify.errors import AdapterError
-from classify.scoring import AdapterHandle, Scorer, card_temperature, softmax_at
+from classify.scoring import AdapterHandle, Scorer, softmax_at
 
 CATS = ClassifyConfig().categories
 # first-token log-probs the fake engine answers with (already normalised over the categories)
@@ -91,20 +90,6 @@ def test_the_engine_applies_the_temperature_as_the_fit_does(t):
 
     fitted = apply_temperature([list(LOGPROBS.values())], t)[0]
     assert [softmax_at(LOGPROBS, k, t) for k in LOGPROBS] == pytest.approx(list(fitted), abs=1e-12)
-
-
-@pytest.mark.parametrize("card, expected", [
-    (None, 1.0), ({}, 1.0), ({"calibration": {}}, 1.0), ({"calibration": {"temperature": 1.7}}, 1.7),
-    ({"calibration": {"temperature": 2}}, 2.0),
-])
-def test_card_temperature_reads_the_card(card, expected):
-    assert card_temperature(card) == expected
-
-
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "2", True, 1e6])
-def test_card_temperature_refuses_a_bad_value(bad):
-    with pytest.raises(AdapterError, match=r"calibration.temperature` must be a number in \(0, 100\]"):
-        card_temperature({"calibration": {"temperature": bad}})
 
 
 def _registry_adapter(tmp_path, temperature):
