@@ -142,10 +142,14 @@ def test_smoke_training_checkpoints_publishes_and_serves_through_vllm(train_conf
     assert s["checks"]["checkpoints"]["checkpoints"] == ["step-000004", "step-000006"]  # keep_checkpoints = 2
     eng = s["checks"]["engine"]
     assert eng["accepted"] == eng["allowed"] == eng["rows"] == cfg.smoke.validation_rows
+    assert sum(v["rows"] for v in eng["per_category"].values()) == eng["rows"]
+    assert eng["calibration"]["fitted_on"] == f"validation split, n={cfg.smoke.validation_rows}"
     assert outcome.adapter is not None and outcome.adapter.ref == "bbc-news-smoke@1"
     resolved = Registry().resolve("bbc-news-smoke@latest", base_fingerprint=engine.model.fingerprint)
     card = resolved.card
     assert card["training"]["run_id"] == outcome.run_id and card["loss_curve"] == "loss_curve.png"
+    assert card["calibration"] == eng["calibration"] and resolved.handle().temperature == eng["calibration"]["temperature"]
+    assert (resolved.path / "reliability_validation_after.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (resolved.path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {"adapter_config.json", "adapter_model.safetensors"} <= set(card["files"])
     from classify.tabular import iter_csv
