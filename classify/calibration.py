@@ -240,7 +240,6 @@ def reliability_diagram(scores: Any, correct: Any, path: str | Path, title: str,
     for b in bins:
         if b["count"]:
             axc.text(b["lo"] + width / 2, b["count"], str(b["count"]), ha="center", va="bottom", fontsize=7)
-    axc.set_yscale("symlog")
     axc.set_ylabel("documents")
     axc.set_xlabel("score (probability of the chosen category)")
     fig.tight_layout()
