@@ -46,3 +46,24 @@ def test_comparison_reads_the_card_and_gives_an_honest_verdict(monkeypatch):
     won = baseline.comparison(_sections(0.988))
     assert won["figures"]["beats_baseline"] is True and "beats or matches" in won["markdown"]
     assert baseline.comparison({"baseline": _sections(0.9)["baseline"]}) is None
+
+
+def test_trials_table_marks_the_best_validation_run(tmp_path):
+    import json
+
+    from bench import trials
+
+    for name, lr, acc in (("a", 5e-4, 0.97), ("b", 1e-3, 0.985), ("c", 2e-3, None)):
+        run = tmp_path / name
+        run.mkdir()
+        cfg = {"training": {"max_steps": 200, "learning_rate": lr}, "lora": {"rank": 8}}
+        (run / "config.json").write_text(json.dumps({"config": cfg}))
+        if acc is not None:
+            eng = {"accuracy": acc, "rows": 200, "per_category": {"business": {"rows": 46, "right": 44}},
+                   "calibration": {"temperature": 1.3}}
+            (run / "summary.json").write_text(json.dumps({"checks": {"engine": eng}, "wall_s": 900, "run_wall_s": 1100,
+                                                          "cpu_s": 1700}))
+    md = trials.table([trials.load_trial(tmp_path / n) for n in "abc"])
+    assert "`training.learning_rate`" in md and "`lora.rank`" not in md  # only the settings that differ
+    assert "| b (chosen) | 0.001 | 98.5% (n=200) | business 44/46 | 1.3 | 900 | 1100 | 1700 |" in md
+    assert "| c | 0.002 | not finished |" in md and "a (chosen)" not in md
