@@ -9,13 +9,18 @@ its card supplies the training settings and throughput shown beside the accuracy
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import platform
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.common import accuracy, bbc_test, per_category_accuracy
 from classify.config import PilotConfig, load_config
+
+RESULTS_DIR = Path("bench/results")  # PNGs beside the results files of bench.run
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -51,6 +56,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         t0 = time.perf_counter()
         tuned = engine.classify(docs, adapter=adapter.handle())
         tuned_s = time.perf_counter() - t0
+        handle = adapter.handle()
+        # the raw (T = 1) scores of the same answers, for ECE before calibration
+        raw = tuned if handle.temperature == 1.0 else engine.classify(
+            docs, adapter=dataclasses.replace(handle, temperature=1.0))
     finally:
         engine.shutdown()
     cats = cfg.classify.categories
@@ -81,6 +90,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             "lora_layers": lora.get("layers"), "max_doc_tokens": tcfg.get("classify", {}).get("max_doc_tokens"),
         },
     }
+    figures["calibration"] = _calibration(tuned, raw, labels, handle.temperature, card, cfg.classify.review_below_score,
+                                          quick)
     err_base, err_tuned = 1 - acc_base, 1 - acc_tuned
     t = figures["training"]
     md = "\n".join([
@@ -100,8 +111,66 @@ def run(quick: bool = False) -> dict[str, Any]:
         f"on {t['lora_modules']} of layers {t['lora_layers'] or 'all'}, max_doc_tokens {t['max_doc_tokens']}, {t['dtype']}, "
         f"{t['threads']} thread(s): {t['tokens']} tokens in {t['cpu_s']} CPU-s / {t['wall_s']} wall-s = "
         f"{t['tokens_per_s_cpu']} tokens/s per CPU-second ({t['tokens_per_s_wall']} tokens/s wall, shared machine).",
+        "",
+        _calibration_md(figures["calibration"]),
     ])
     return {"title": "LoRA adapter vs zero-shot base (BBC News test set)", "figures": figures, "markdown": md}
+
+
+def _calibration(tuned: list[Any], raw: list[Any], labels: dict[str, str], temperature: float, card: dict[str, Any],
+                 review_below: float | None, quick: bool) -> dict[str, Any]:
+    """ECE (15 bins) of the raw and calibrated scores on these articles, with reliability and coverage PNGs."""
+    from bench.coverage import at_threshold, coverage_accuracy_plot
+    from classify.calibration import expected_calibration_error, reliability_diagram
+
+    def scored(results: list[Any]) -> tuple[list[float], list[bool]]:
+        rows = [r for r in results if r.status == "accepted"]
+        return [r.score for r in rows], [r.category == labels[r.id] for r in rows]
+
+    stem = f"{time.strftime('%Y-%m-%d', time.gmtime())}-{platform.node() or 'host'}-adapter" + ("-quick" if quick else "")
+    out = RESULTS_DIR
+    (s_raw, ok_raw), (s_cal, ok_cal) = scored(raw), scored(tuned)
+    figs = {
+        "temperature": temperature,
+        "fitted_on": (card.get("calibration") or {}).get("fitted_on"),
+        "validation_ece_before": (card.get("calibration") or {}).get("ece_before"),
+        "validation_ece_after": (card.get("calibration") or {}).get("ece_after"),
+        "test_ece_before": round(expected_calibration_error(s_raw, ok_raw), 4),
+        "test_ece_after": round(expected_calibration_error(s_cal, ok_cal), 4),
+        "review_thresholds": [at_threshold(s_cal, ok_cal, t) for t in sorted({0.5, 0.7, 0.9, review_below or 0.9})],
+    }
+    figs["reliability_png_before"] = str(reliability_diagram(
+        s_raw, ok_raw, out / f"{stem}-reliability-raw.png", f"Adapter scores on {len(s_raw)} test articles, raw (T = 1)"))
+    figs["reliability_png_after"] = str(reliability_diagram(
+        s_cal, ok_cal, out / f"{stem}-reliability-calibrated.png",
+        f"Adapter scores on {len(s_cal)} test articles, calibrated (T = {temperature:.3g})"))
+    figs["coverage_png"] = str(coverage_accuracy_plot(
+        {f"calibrated (T = {temperature:.3g})": (s_cal, ok_cal), "raw (T = 1)": (s_raw, ok_raw)},
+        out / f"{stem}-coverage-accuracy.png", f"Coverage vs accuracy, adapter on {len(s_cal)} BBC test articles",
+        thresholds=(review_below or 0.9,)))
+    return figs
+
+
+def _calibration_md(c: dict[str, Any]) -> str:
+    """Markdown lines for :func:`_calibration`'s figures."""
+    lines = [
+        f"Calibration: temperature T = {c['temperature']:.3g} from the card (fitted on {c['fitted_on'] or 'nothing: no card value'}); "
+        f"ECE (15 bins) on these test articles {c['test_ece_before']:.2%} raw -> {c['test_ece_after']:.2%} calibrated"
+        + (f" (validation split: {c['validation_ece_before']:.2%} -> {c['validation_ece_after']:.2%})."
+           if c["validation_ece_before"] is not None else "."),
+        f"Reliability diagrams: `{c['reliability_png_before']}`, `{c['reliability_png_after']}`; "
+        f"coverage-accuracy curve: `{c['coverage_png']}`.",
+        "",
+        "| review below score | accepted (coverage) | accuracy accepted | to review | accuracy of those |",
+        "|---|---|---|---|---|",
+    ]
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1%}"
+
+    for t in c["review_thresholds"]:
+        lines.append(f"| {t['threshold']:g} | {t['accepted']} ({t['coverage']:.1%}) | {fmt(t['accuracy_accepted'])} | "
+                     f"{t['review']} | {fmt(t['accuracy_review'])} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
