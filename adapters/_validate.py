@@ -162,8 +162,18 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
         "rows": len(rows), "accepted": len(accepted), "allowed": len(allowed), "accuracy": round(accuracy, 4),
         "min_validation_accuracy": cfg.checks.min_validation_accuracy, "per_category": per_category,
         "rejected": [{"id": r.id, "reason": r.reason} for r in results if r.status != "accepted"][:5],
-        "calibration": fit_calibration(captured, rows, cfg.classify.categories, adapter_dir),
+        "calibration": _calibration_or_none(captured, rows, cfg.classify.categories, adapter_dir),
     }
+
+
+def _calibration_or_none(captured: dict[str, list[float]], rows: list[Row], categories: tuple[str, ...],
+                         out_dir: Path) -> dict[str, Any] | None:
+    """:func:`fit_calibration`, or ``None`` with a warning when it fails (the adapter is kept, scores stay raw)."""
+    try:
+        return fit_calibration(captured, rows, categories, out_dir)
+    except (ValueError, OSError, ImportError) as err:
+        log.warning("calibration: no temperature fitted (%s: %s); scores stay uncalibrated (T = 1)", type(err).__name__, err)
+        return None
 
 
 def _capture_logprobs(scorer: Any) -> dict[str, list[float]]:
