@@ -24,7 +24,6 @@ shard files into the results and re-checking them is :mod:`batch.merge`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 from batch.runfiles import MANIFEST_VERSION as MANIFEST_VERSION  # the layout version, defined with the model
 from batch.runfiles import Manifest
 from classify.errors import InputError, VerificationError
+from classify.files import ids_sha256
 from classify.records import Document, Result, read_results
 from classify.runrecords import write_jsonl_atomic
 
@@ -49,11 +49,6 @@ RESULT_COLUMNS = (("id", "string"), ("status", "string"), ("category", "string")
 
 RESUME_KEYS = ("corpus_fingerprint", "config_sha256", "model_fingerprint", "adapter_sha256")
 """Manifest fields that must be unchanged for a batch id to resume."""
-
-
-def ids_sha256(ids: list[str]) -> str:
-    """sha256 hex digest of ids joined by newlines (a shard's identity in the plan)."""
-    return hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def plan_shards(docs: list[Document] | tuple[Document, ...], shard_docs: int) -> list[dict[str, Any]]:
