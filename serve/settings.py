@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, CliSuppress, SettingsConfigDict
+from pydantic_settings import BaseSettings, CliSuppress, SettingsConfigDict, SettingsError
 
 from classify.config import format_validation_error
 from classify.errors import ConfigError
@@ -116,3 +116,5 @@ def load_settings(**overrides: object) -> ServeSettings:
         return ServeSettings(**given)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, "serve settings")) from None
+    except SettingsError as err:  # a DOCPILOT_* variable that is not parseable at all, e.g. DOCPILOT_ADAPTERS=a@1 (not JSON)
+        raise ConfigError(f"serve settings: {err} (a list variable takes JSON: DOCPILOT_ADAPTERS='[\"name@1\"]')") from None

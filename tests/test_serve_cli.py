@@ -87,6 +87,12 @@ def test_bad_values_are_config_errors(argv, message):
         parse_settings(argv)
 
 
+def test_unparseable_list_variable_is_a_config_error(monkeypatch):
+    monkeypatch.setenv("DOCPILOT_ADAPTERS", "bbc-news@1")  # not JSON: pydantic-settings raises SettingsError
+    with pytest.raises(ConfigError, match='field "adapters".*DOCPILOT_ADAPTERS'):
+        parse_settings([])
+
+
 @pytest.mark.parametrize("flag", ["--bogus", "--api-token"])
 def test_unknown_flag_and_help_exit_like_argparse(capsys, flag):
     with pytest.raises(SystemExit) as bad:
