@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     if not corpus.exists():
         raise InputError(f"corpus {corpus} does not exist (pass --corpus)")
     if args.address.startswith("ray://") or "://" not in args.address:
-        raise ConfigError(f"`--address` must be the job server's http://host:port (dashboard), got {args.address!r}")
+        raise ConfigError(f"`--address` (default: $RAY_ADDRESS) must be the job server's http://host:port (dashboard, e.g. "
+                          f"http://HEAD:8265; not the HEAD:6379 address `make batch` joins), got {args.address!r}")
     if args.batch_id:
         batch_id = args.batch_id
     else:
