@@ -81,7 +81,11 @@ def format_validation_error(err: ValidationError, source: str,
         field = ".".join(str(p) for p in loc) or "(root)"
         got = item.get("input")
         shown = json.dumps(got)[:80] if isinstance(got, (str, int, float, bool, list)) else type(got).__name__
-        lines.append(f"{source}: `{field}` {problem_message(item)}, got {shown}")
+        problem = problem_message(item)
+        if ", got " in problem:  # a validator's own message that already shows the value (and may name its fields)
+            lines.append(f"{source}: {problem}" if field == "(root)" and problem.startswith("`") else f"{source}: `{field}` {problem}")
+            continue
+        lines.append(f"{source}: `{field}` {problem}, got {shown}")
     return "\n".join(lines)
 
 

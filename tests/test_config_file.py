@@ -104,6 +104,10 @@ def test_old_per_command_files_still_load_with_the_migration_message(tmp_path, c
                                        r"batch, train; see docs/config.md\)"),
         (PilotConfig, {"pilot": {}, "thresholds": {}}, r"`thresholds` must be inside `pilot`, not at the top level"),
         (TrainConfig, {"train": 3}, r"`train` must be an object with data, lora, training, smoke, checks, output, got int"),
+        # a model validator's own message: named once, its value shown once (no "`(root)`", no second ", got dict")
+        (TrainConfig, {"train": {"lora": {"rank": 32}}}, r"`lora.rank` must be <= engine.max_lora_rank \(16\), got 32$"),
+        (TrainConfig, {"train": {"training": {"max_steps": 5, "epochs": 1}}},
+         r"`train.training` exactly one of `max_steps` and `epochs` must be set, got max_steps=5, epochs=1.0$"),
     ],
 )
 def test_errors_name_the_field_as_written_in_the_file(tmp_path, cls, data, message):
