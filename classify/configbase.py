@@ -25,6 +25,7 @@ UNKNOWN_FIELD = "is not a known field (check the spelling; unknown fields are re
 
 _REPHRASE = (
     ("Input should be", "must be"),
+    ("Input should have", "must have"),  # e.g. a datetime without its timezone
     ("String should have", "must have"),
     ("List should have", "must have"),
     ("String should match", "must match"),
