@@ -187,8 +187,9 @@ def load_config(cls: type[M], path: str | Path, overrides: dict[str, Any] | None
         node = data
         *parents, leaf = dotted.split(".")
         for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
+            node = node.setdefault(key, {}) if isinstance(node, dict) else None
+        if isinstance(node, dict):  # else a section that is not an object (null, a list): validation names it
+            node[leaf] = value
     if command:
         return validate_view(cls, data, str(path), nested)  # type: ignore[return-value]
     return parse_config(cls, data, str(path))

@@ -124,3 +124,10 @@ def test_overrides_apply_to_the_view_and_a_missing_old_file_points_at_the_new_on
     with pytest.raises(ConfigError, match=r"config file .*pilot.json does not exist \(docpilot now reads one "
                                           r"config/docpilot.json for every command; see docs/config.md\)"):
         load_config(PilotConfig, tmp_path / "pilot.json")
+
+
+@pytest.mark.parametrize("data", [{"batch": None}, {"batch": [1]}, [{"batch": {}}]])
+def test_an_override_into_a_section_that_is_not_an_object_is_a_config_error(tmp_path, data):
+    path = _write(tmp_path, data)  # e.g. `docpilot batch --cpu-actors 2` with "batch": null in the file
+    with pytest.raises(ConfigError, match=rf"{path}: `(batch|\(root\))` must be a valid dictionary"):
+        load_batch_config(path, {"batch.cpu_actors": 2})
