@@ -105,9 +105,10 @@ def command_view(cls: type[CommandConfig], data: Any, source: str) -> Any:
     section, own = cls.file_section, own_fields(cls)
     if section is not None:
         flat = [k for k in own if k in data]
-        if flat and section in data:
+        one_file = [k for k in FILE_SECTIONS if k not in SHARED_SECTIONS and k in data]  # never in an old per-command file
+        if flat and one_file:
             raise ConfigError(f"{source}: {', '.join(f'`{k}`' for k in flat)} must be inside `{section}`, "
-                              f"not at the top level (`{section}` is given too); see docs/config.md")
+                              f"not at the top level ({', '.join(f'`{k}`' for k in one_file)} given too); see docs/config.md")
         if flat:
             log.warning(migration_message(source, cls))
             return data

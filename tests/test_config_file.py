@@ -103,6 +103,8 @@ def test_old_per_command_files_still_load_with_the_migration_message(tmp_path, c
         (BatchConfig, {"clasify": {}}, r"`clasify` is not a known section \(allowed: model, engine, classify, pilot, corpus, "
                                        r"batch, train; see docs/config.md\)"),
         (PilotConfig, {"pilot": {}, "thresholds": {}}, r"`thresholds` must be inside `pilot`, not at the top level"),
+        # a one-file config (it has `corpus`) with a stray top-level `seed` is not taken for an old pilot.json
+        (PilotConfig, {"corpus": {}, "seed": 1}, r"`seed` must be inside `pilot`, not at the top level \(`corpus` given too\)"),
         (TrainConfig, {"train": 3}, r"`train` must be an object with data, lora, training, smoke, checks, output, got int"),
         # a model validator's own message: named once, its value shown once (no "`(root)`", no second ", got dict")
         (TrainConfig, {"train": {"lora": {"rank": 32}}}, r"`lora.rank` must be <= engine.max_lora_rank \(16\), got 32$"),
