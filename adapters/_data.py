@@ -41,7 +41,7 @@ def _read_rows(path: Path, cfg: DataSection) -> list[dict[str, Any]]:
                 if missing:
                     raise InputError(
                         f"{path}: training data has no column(s) {missing} (header: {header}); "
-                        "set data.text_column / data.category_column"
+                        "set train.data.text_column / train.data.category_column"
                     )
                 return list(reader)
         except (OSError, UnicodeDecodeError, csv.Error) as err:
@@ -60,7 +60,7 @@ def _read_rows(path: Path, cfg: DataSection) -> list[dict[str, Any]]:
             raise InputError(f"{path}:{n}: not valid JSON: {err}") from None
         missing = [c for c in (cfg.text_column, cfg.category_column) if not isinstance(record, dict) or c not in record]
         if missing:
-            raise InputError(f"{path}:{n}: training record has no key(s) {missing}; set data.text_column / data.category_column")
+            raise InputError(f"{path}:{n}: training record has no key(s) {missing}; set train.data.text_column / train.data.category_column")
         rows.append(record)
     return rows
 
@@ -81,7 +81,7 @@ def load_rows(cfg: DataSection, categories: tuple[str, ...]) -> tuple[list[Row],
     """
     path = cfg.resolved_path()
     if not path.is_file():
-        raise InputError(f"training data {path} does not exist (data.path in the train config)")
+        raise InputError(f"training data {path} does not exist (`train.data.path` in the config file)")
     raw = _read_rows(path, cfg)
     if not raw:
         raise InputError(f"{path}: training data has no rows")

@@ -80,7 +80,7 @@ GOOD = [("Shares rose sharply on Monday after profits beat forecasts.", "busines
          r"bad training data, nothing was trained: 1 row\(s\) have a `category` outside \['business', 'entertainment', 'politics', 'sport', 'tech'\]: data-0012 \('movies'\)$"),
         (GOOD + [("   ", "sport")], "text,category",
          r"bad training data, nothing was trained: 1 row\(s\) have unusable `text`: data-0012 \(empty document: only whitespace\)$"),
-        (GOOD, "body,category", r"training data has no column\(s\) \['text'\] \(header: \['body', 'category'\]\); set data.text_column / data.category_column$"),
+        (GOOD, "body,category", r"training data has no column\(s\) \['text'\] \(header: \['body', 'category'\]\); set train.data.text_column / train.data.category_column$"),
     ],
 )
 def test_bad_training_data_stops_before_training_with_a_support_note(train_config, tmp_path, rows, header, message):
