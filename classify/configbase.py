@@ -83,6 +83,9 @@ def format_validation_error(err: ValidationError, source: str,
         got = item.get("input")
         shown = json.dumps(got)[:80] if isinstance(got, (str, int, float, bool, list)) else type(got).__name__
         problem = problem_message(item)
+        if item.get("type") == "missing":  # its "input" is the enclosing object: nothing to show
+            lines.append(f"{source}: `{field}` {problem}")
+            continue
         if ", got " in problem:  # a validator's own message that already shows the value (and may name its fields)
             lines.append(f"{source}: {problem}" if field == "(root)" and problem.startswith("`") else f"{source}: `{field}` {problem}")
             continue
