@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from classify.errors import InputError
 from classify.runrecords import code_revision, package_versions, utc_now, write_json_atomic
 
 if TYPE_CHECKING:
@@ -109,9 +110,18 @@ class Manifest(_RunFile):
         """The manifest at ``path``, or ``None`` when there is no file.
 
         Raises:
-            json.JSONDecodeError, pydantic.ValidationError: a damaged file.
+            InputError: a damaged file (not JSON, not an object, or fields of the wrong type), named.
         """
-        return cls.model_validate(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError and pydantic's ValidationError are ValueErrors
+            errors = getattr(err, "errors", None)
+            first = (f"`{'.'.join(map(str, errors()[0]['loc'])) or '(root)'}`: {errors()[0]['msg']}" if errors
+                     else str(err).splitlines()[0])
+            raise InputError(f"{path} is damaged ({first}); it is the run's plan and cannot be rebuilt from it: "
+                             "start the batch under a new --batch-id (the shard files of this folder are not reused)") from err
 
 
 class ProgressFile(_RunFile):

@@ -71,7 +71,7 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
         state = "done"
     return {
         "batch_id": batch_id, "run_dir": str(run_dir), "state": state,
-        "done": sum(sizes[i] for i in complete), "total": manifest.corpus["distinct_ids"],
+        "done": sum(sizes[i] for i in complete), "total": manifest.corpus.get("distinct_ids"),
         "accepted": progress.accepted, "rejected": progress.rejected,
         "docs_per_s": progress.docs_per_s, "eta_s": progress.eta_s,
         "last_error": progress.last_error or (manifest.attempts[-1].get("error") if manifest.attempts else None),

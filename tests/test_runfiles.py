@@ -11,6 +11,7 @@ from batch import manifest as mf
 from batch._progress import Progress
 from batch.driver import BatchOptions, parse_args
 from batch.runfiles import Manifest, ProgressFile
+from classify.errors import InputError
 from classify.records import Result
 from classify.runrecords import write_json_atomic
 
@@ -38,7 +39,7 @@ def test_a_manifest_read_and_written_back_is_byte_identical(tmp_path):
 
 def test_a_damaged_manifest_is_refused_not_half_read(tmp_path):
     (tmp_path / mf.MANIFEST).write_text(json.dumps({**OLD, "shards": "not a list"}))
-    with pytest.raises(ValidationError):
+    with pytest.raises(InputError, match="manifest.json is damaged .*shards"):
         mf.read_manifest(tmp_path)
 
 
@@ -66,3 +67,14 @@ def test_batch_options_are_the_command_line():
     assert parse_args([]) == BatchOptions()  # the defaults of the flags and of the object agree
     with pytest.raises(ValidationError):
         BatchOptions(corpuss="typo")
+
+
+def test_damaged_manifest_is_an_input_error_naming_the_file(tmp_path):
+    from batch.runfiles import Manifest
+    from classify.errors import InputError
+
+    path = tmp_path / "manifest.json"
+    for text in ("{bad", "[1, 2]", '{"shards": 3}'):
+        path.write_text(text)
+        with pytest.raises(InputError, match=r"manifest.json is damaged"):
+            Manifest.read(path)
