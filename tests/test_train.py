@@ -172,7 +172,7 @@ def test_smoke_training_checkpoints_publishes_and_serves_through_vllm(train_conf
 
 
 def _run_train(config: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "adapters.train", "--config", str(config), "--smoke", "--no-publish", *extra],
+    return subprocess.Popen([sys.executable, "-m", "docpilot", "train", "--config", str(config), "--smoke", "--no-publish", *extra],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
