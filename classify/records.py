@@ -131,16 +131,6 @@ def read_results(path: Path) -> list[Result]:
     Raises:
         VerificationError: a line is not valid JSON (naming ``path:line``).
     """
-    import json
+    from classify.runrecords import read_jsonl
 
-    from classify.errors import VerificationError
-
-    out = []
-    with path.open("rb") as fh:
-        for n, line in enumerate(fh, start=1):
-            if line.strip():
-                try:
-                    out.append(Result.from_json(line))
-                except json.JSONDecodeError as err:
-                    raise VerificationError(f"{path}:{n}: not valid JSON: {err}") from None
-    return out
+    return read_jsonl(path, Result.from_json)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -100,19 +100,27 @@ def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     write_bytes_atomic(path, json_bytes(body))
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read a JSONL file into a list of objects.
+def read_jsonl(path: Path, parse: Callable[[bytes], Any] = json.loads) -> list[Any]:
+    """Read a JSONL file, one ``parse(line)`` per non-blank line, in order.
+
+    Lines are split on ``\\n`` only (a U+2028 inside a JSON string stays in its line).
+
+    Args:
+        path: the JSONL file.
+        parse: turns one line's bytes into a row (default :func:`json.loads`: a dict per line;
+            :meth:`classify.records.Result.from_json` for results).
 
     Raises:
-        VerificationError: a line is not valid JSON.
+        VerificationError: a line is not valid JSON (naming ``path:line``).
     """
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise VerificationError(f"{path}:{n}: not valid JSON: {err}") from None
+    with path.open("rb") as fh:
+        for n, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    rows.append(parse(line))
+                except json.JSONDecodeError as err:
+                    raise VerificationError(f"{path}:{n}: not valid JSON: {err}") from None
     return rows
 
 
