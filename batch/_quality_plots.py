@@ -11,18 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from classify.plots import pyplot, save_png
+
 CONFUSION_PNG = "confusion_matrix.png"
 DISTRIBUTION_PNG = "category_distribution.png"
 HISTOGRAM_PNG = "score_histogram.png"
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def write_pictures(report: Mapping[str, Any], folder: Path, run: str) -> list[str]:
@@ -36,7 +29,7 @@ def write_pictures(report: Mapping[str, Any], folder: Path, run: str) -> list[st
     Returns:
         The file names written, e.g. ``["category_distribution.png", "score_histogram.png", "confusion_matrix.png"]``.
     """
-    plt = _plt()
+    plt = pyplot()
     written = [_distribution(plt, report, folder / DISTRIBUTION_PNG, run), _histogram(plt, report, folder / HISTOGRAM_PNG, run)]
     if report.get("labelled"):
         written.append(_confusion(plt, report["labelled"], folder / CONFUSION_PNG, run))
@@ -49,10 +42,7 @@ def _save(plt: Any, fig: Any, path: Path) -> str:
     for ax in fig.axes:
         if not len(ax.images):  # bar charts: document counts are whole numbers
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path.name
+    return save_png(fig, path).name
 
 
 def _distribution(plt: Any, report: Mapping[str, Any], path: Path, run: str) -> str:

@@ -77,10 +77,9 @@ def coverage_accuracy_plot(curves: dict[str, tuple[Any, Any]], path: str | Path,
     Returns:
         The written path.
     """
-    import matplotlib
+    from classify.plots import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     first = True
@@ -101,9 +100,4 @@ def coverage_accuracy_plot(curves: dict[str, tuple[Any, Any]], path: str | Path,
     ax.set_xlim(0, 100)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower left")
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_png(fig, path)

@@ -208,10 +208,9 @@ def reliability_diagram(scores: Any, correct: Any, path: str | Path, title: str,
     Raises:
         ValueError: as :func:`calibration_bins`.
     """
-    import matplotlib
+    from classify.plots import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     bins = calibration_bins(scores, correct, n_bins)
     ece = expected_calibration_error(scores, correct, n_bins)
@@ -242,9 +241,4 @@ def reliability_diagram(scores: Any, correct: Any, path: str | Path, title: str,
             axc.text(b["lo"] + width / 2, b["count"], str(b["count"]), ha="center", va="bottom", fontsize=7)
     axc.set_ylabel("documents")
     axc.set_xlabel("score (probability of the chosen category)")
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_png(fig, path)
