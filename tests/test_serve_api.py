@@ -76,24 +76,24 @@ def registry(tmp_path, monkeypatch):
 
 
 def record_gate(adapter, verdict: str, run_id: str, cfg: PilotConfig | None = None,
-                fingerprint: str = MODEL.fingerprint) -> None:
+                fingerprint: str = MODEL.fingerprint, mode: str = "lora") -> None:
     """Record a pilot of ``adapter`` under ``cfg`` (default ``PilotConfig()``) in the pilot gate, keyed as
-    ``docpilot pilot`` keys it (LoRA mode)."""
+    ``docpilot pilot`` keys it (``mode``: the adapter mode piloted, LoRA by default)."""
     from classify.config import classification_sha256
     from classify.pilotgate import combo_key, record_pilot
 
     cfg = cfg or PilotConfig()
-    key = combo_key(fingerprint, adapter.sha256, classification_sha256(cfg.model, cfg.classify), "lora")
+    key = combo_key(fingerprint, adapter.sha256, classification_sha256(cfg.model, cfg.classify), mode)
     record_pilot(key, run_id, verdict, {"what": "test"})
 
 
 @pytest.fixture
 def make_client(registry):
-    """``make_client(factory=FakeEngine, **settings)`` -> a started TestClient (closed at teardown)."""
+    """``make_client(factory=FakeEngine, config=PilotConfig(), **settings)`` -> a started TestClient (closed at teardown)."""
     clients = []
 
-    def make(factory=FakeEngine, **settings):
-        app = create_app(load_settings(api_token=TOKEN, **settings), config=PilotConfig(), model=MODEL,
+    def make(factory=FakeEngine, config: PilotConfig | None = None, **settings):
+        app = create_app(load_settings(api_token=TOKEN, **settings), config=config or PilotConfig(), model=MODEL,
                          registry=registry, engine_factory=factory)
         client = TestClient(app)
         client.__enter__()

@@ -13,10 +13,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from classify.config import ClassifyConfig, PilotConfig, classification_sha256
-from classify.pilotgate import combo_key, record_pilot
 from serve.app import create_app
 from serve.settings import load_settings
-from tests.test_serve_api import AUTH, MODEL, TOKEN, FakeEngine
+from tests.test_serve_api import AUTH, MODEL, TOKEN, FakeEngine, record_gate
+from tests.test_serve_api import make_client as make_client  # noqa: F401  (fixture)
 from tests.test_serve_api import registry as registry  # noqa: F401  (fixture: ok@1 published)
 
 PILOTED = PilotConfig()
@@ -27,28 +27,13 @@ BODY = {"adapter": "ok@1", "documents": [{"id": "a", "text": "a new chip"}]}
 
 def pilot(adapter, cfg: PilotConfig, verdict: str = "pass", mode: str = "lora", run_id: str = "run-gate") -> None:
     """Record a pilot outcome exactly as ``docpilot pilot`` keys it (batch/pilot.py)."""
-    key = combo_key(MODEL.fingerprint, adapter.sha256, classification_sha256(cfg.model, cfg.classify), mode)
-    record_pilot(key, run_id, verdict, {"what": "test"})
+    record_gate(adapter, verdict, run_id, cfg, mode=mode)
 
 
 @pytest.fixture
-def serve(registry):  # noqa: F811
-    clients = []
-
-    def start(cfg: PilotConfig) -> TestClient:
-        app = create_app(load_settings(api_token=TOKEN), config=cfg, model=MODEL, registry=registry,
-                         engine_factory=FakeEngine)
-        client = TestClient(app)
-        client.__enter__()
-        clients.append(client)
-        deadline = time.time() + 10
-        while client.get("/readyz").json()["status"] == "loading" and time.time() < deadline:
-            time.sleep(0.02)
-        return client
-
-    yield start
-    for client in clients:
-        client.__exit__(None, None, None)
+def serve(make_client):  # noqa: F811
+    """``serve(cfg)`` -> a started client of a server whose config is ``cfg`` (fake engine)."""
+    return lambda cfg: make_client(config=cfg)
 
 
 def _servable(client: TestClient) -> bool:
