@@ -146,6 +146,8 @@ def reap(actor_infos: list[dict[str, Any]]) -> list[int]:
     import psutil
     import ray
 
+    from batch._ray_local import terminate_then_kill
+
     here = ray.util.get_node_ip_address() if ray.is_initialized() else None
     victims = []
     for info in actor_infos:
@@ -158,17 +160,7 @@ def reap(actor_infos: list[dict[str, Any]]) -> list[int]:
                     victims.append(proc)
             except (psutil.Error, KeyError, TypeError):
                 continue
-    for proc in victims:
-        try:
-            proc.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(victims, timeout=10)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
+    terminate_then_kill(victims, grace_s=10)
     if victims:
         log.warning("stopped %d leftover engine process(es) of dead actors: %s", len(victims), [p.pid for p in victims])
     return [p.pid for p in victims]

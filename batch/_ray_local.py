@@ -181,28 +181,43 @@ def _session_processes(session: LocalRay) -> list[Any]:
     return list(found.values())
 
 
+def terminate_then_kill(procs: list[Any], grace_s: float) -> list[Any]:
+    """SIGTERM ``procs`` (``psutil.Process``), SIGKILL those still running after ``grace_s`` seconds.
+
+    psutil checks pid reuse (start time) before it signals, so a recycled pid is never hit.
+
+    Args:
+        procs: the processes to stop (already gone ones are skipped).
+        grace_s: seconds to wait after SIGTERM, and again after SIGKILL.
+
+    Returns:
+        The processes that survived SIGKILL too (normally none).
+    """
+    import psutil
+
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    _, still = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in still:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    return psutil.wait_procs(still, timeout=grace_s)[1]
+
+
 def _end(procs: list[Any], reason: str) -> list[int]:
     """SIGTERM the processes of ``procs`` still running (same pid and start time), SIGKILL them after :data:`GRACE_S`."""
-    import psutil
 
     alive = [p for p in procs if _running(p)]
     if not alive:
         return []
     log.info("ray %s: ending %d leftover process(es) of the local Ray session: %s", reason, len(alive),
              ", ".join(sorted({_name(p) for p in alive})))
-    for proc in alive:
-        try:
-            proc.send_signal(signal.SIGTERM)  # psutil checks pid reuse (start time) before signalling
-        except psutil.Error:
-            pass
-    _, still = psutil.wait_procs(alive, timeout=GRACE_S)
-    for proc in still:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    _, unkillable = psutil.wait_procs(still, timeout=GRACE_S)
-    for proc in unkillable:
+    for proc in terminate_then_kill(alive, GRACE_S):
         log.warning("ray %s: process %d (%s) survived SIGKILL", reason, proc.pid, _name(proc))
     return [p.pid for p in alive]
 

@@ -206,3 +206,24 @@ def test_verbose_flag_before_or_after_the_command_or_env(monkeypatch, argv, env,
 
     monkeypatch.setenv("DOCPILOT_VERBOSE", env)
     assert _verbose(argv) == expected
+
+
+def test_terminate_then_kill_stops_polite_and_stubborn_processes():
+    import subprocess
+    import sys
+
+    import psutil
+
+    from batch._ray_local import terminate_then_kill
+
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stubborn = subprocess.Popen([sys.executable, "-c",
+                                 "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                 "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    assert stubborn.stdout.readline().strip() == "ready"  # its SIGTERM handler is in place
+    procs = [psutil.Process(polite.pid), psutil.Process(stubborn.pid)]
+    t0 = time.monotonic()
+    assert terminate_then_kill(procs, grace_s=2) == []
+    # psutil reaps its children and records how each ended (Popen.wait then only sees a reaped pid)
+    assert [p.returncode for p in procs] == [-signal.SIGTERM, -signal.SIGKILL]
+    assert time.monotonic() - t0 >= 2  # the stubborn one got its grace period before SIGKILL
