@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,13 @@ def free_answers(model: Any, tokenizer: Any, cfg: TrainConfig, rows: list[Row]) 
 
 def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_ref: Any, classifier: Any = None,
                    label: str = "candidate") -> dict[str, Any]:
-    """Classify validation rows through the real inference path (vLLM + LoRA) with the new adapter.
+    """Classify validation rows through the real inference path with the new adapter.
+
+    The path is the one pilot and batch take for one adapter (``model.adapter_mode``): ``merged``
+    (the default) merges the adapter into the base weights (peft ``merge_and_unload``, in a
+    temporary ``.check-merged`` folder beside ``adapter_dir``, removed afterwards) and runs vLLM
+    without LoRA, about twice as fast on a CPU; ``lora`` runs vLLM with the adapter as a LoRA
+    request. A ``classifier`` given by the caller is always used as a LoRA engine.
 
     Args:
         cfg: train config (its ``classify`` section scores the answers).
@@ -121,23 +128,27 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
     from classify.scoring import AdapterHandle, Scorer
 
     own = classifier is None
+    merged = own and cfg.model.adapter_mode == "merged"
+    merged_dir = adapter_dir.parent / ".check-merged"
     t0 = time.time()
     if own:
         # vLLM kills the engine when one model step exceeds this (default 300 s); a shared 2-core CPU can
         # need longer for a batch of 256-token prompts, and a lost check would waste the whole run.
         os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", str(ENGINE_STEP_TIMEOUT_S))
-        log.info("engine check: starting vLLM with LoRA on %s (about a minute on a 2-core CPU)", model_ref.name)
-        classifier = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=True, model=model_ref)
+        engine_model = _merge_for_check(cfg, adapter_dir, model_ref, merged_dir, label) if merged else model_ref
+        log.info("engine check: starting vLLM %s on %s (about a minute on a 2-core CPU)",
+                 "with the adapter merged in" if merged else "with LoRA", model_ref.name)
+        classifier = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=not merged, model=engine_model)
         log.info("engine check: vLLM ready in %.0f s", time.time() - t0)
     try:
-        if classifier.model.fingerprint != model_ref.fingerprint:
+        if not merged and classifier.model.fingerprint != model_ref.fingerprint:
             raise EngineError(
                 f"validation engine runs base model {classifier.model.fingerprint}, the adapter was trained on {model_ref.fingerprint}"
             )
         scorer = Scorer(classifier.llm.get_tokenizer(), cfg.classify, cfg.model.max_model_len)
         captured = _capture_logprobs(scorer)
         engine = Classifier(classifier.llm, scorer, classifier.model, classifier.lora_enabled)
-        handle = AdapterHandle(f"{label}", str(adapter_dir), lora_int_id(f"{label}:{adapter_dir}"))
+        handle = None if merged else AdapterHandle(f"{label}", str(adapter_dir), lora_int_id(f"{label}:{adapter_dir}"))
         docs = [document_from_text(r.id, r.text, cfg.classify.max_doc_bytes) for r in rows]
         results = []
         t1 = time.time()
@@ -150,6 +161,7 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
         if own:
             log.info("engine check: stopping vLLM")
             classifier.shutdown()
+            shutil.rmtree(merged_dir, ignore_errors=True)
     accepted = [r for r in results if r.status == "accepted"]
     allowed = [r for r in accepted if r.category in cfg.classify.categories]
     correct = sum(r.category == row.category for r, row in zip(results, rows, strict=True))
@@ -164,6 +176,33 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
         "rejected": [{"id": r.id, "reason": r.reason} for r in results if r.status != "accepted"][:5],
         "calibration": _calibration_or_none(captured, rows, cfg.classify.categories, adapter_dir),
     }
+
+
+def _merge_for_check(cfg: TrainConfig, adapter_dir: Path, model_ref: Any, out_dir: Path, label: str) -> Any:
+    """Merge the run's (not yet published) adapter into the base for the engine check.
+
+    Returns:
+        A :class:`classify.model.ModelRef` on ``out_dir`` (replaced if left by an earlier attempt).
+
+    Raises:
+        EnvironmentCheckError: not enough free disk for the merged weights.
+    """
+    from types import SimpleNamespace
+
+    from adapters import merge
+    from adapters.card import content_sha256
+    from classify.device import compute_dtype
+    from classify.files import tree_sha256
+    from classify.model import ModelRef
+
+    shutil.rmtree(out_dir, ignore_errors=True)
+    t0 = time.time()
+    candidate = SimpleNamespace(ref=label, path=adapter_dir, sha256=content_sha256(tree_sha256(adapter_dir)), card={},
+                                base_fingerprint=model_ref.fingerprint)
+    info = merge.merge_adapter(candidate, out_dir, dtype=compute_dtype(cfg.model), base=model_ref)
+    log.info("engine check: adapter merged into %s in %.0f s", model_ref.name, time.time() - t0)
+    return ModelRef(name=f"{model_ref.name}+{label}", path=str(out_dir.resolve()), fingerprint=info["fingerprint"],
+                    source=f"merged {label} for the end check")
 
 
 def _calibration_or_none(captured: dict[str, list[float]], rows: list[Row], categories: tuple[str, ...],

@@ -212,3 +212,23 @@ def test_kill_and_resume_in_a_new_process_ends_where_an_uninterrupted_run_ends(t
         assert (ref_w[key] - got_w[key]).abs().max().item() <= 1e-5, key
     ref_loss = [json.loads(x)["loss"] for x in (reference.run_dir / "adapter" / "loss.jsonl").read_text().splitlines()]
     assert [h["loss"] for h in history] == pytest.approx(ref_loss, abs=1e-4)
+
+
+@pytest.mark.slow  # a smoke run and a second vLLM engine (merged weights): about 2 min on the 2-core CPU
+@pytest.mark.engine
+def test_end_check_in_merged_mode_matches_the_lora_path(train_config, engine):
+    from adapters._data import load_rows, split_rows
+    from adapters._validate import through_engine
+
+    cfg = _quick(train_config)
+    run = train(cfg, smoke=True, publish=False).run_dir
+    smoke = cfg.for_smoke()
+    rows, _ = load_rows(smoke.data, smoke.classify.categories)
+    val = split_rows(rows, smoke.data, smoke.training.seed)[1][:6]
+    assert smoke.model.adapter_mode == "merged"  # the shipped default: pilot and batch merge one adapter
+    merged = through_engine(smoke, run / "adapter", val, engine.model, label="merged-check")
+    lora = through_engine(smoke, run / "adapter", val, engine.model, classifier=engine, label="lora-check")
+    assert not (run / ".check-merged").exists()  # the temporary merged weights are removed
+    assert merged["rows"] == merged["accepted"] == merged["allowed"] == 6
+    assert merged["per_category"] == lora["per_category"] and merged["accuracy"] == lora["accuracy"]
+    assert merged["calibration"]["temperature"] == pytest.approx(lora["calibration"]["temperature"], rel=0.05)
