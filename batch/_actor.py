@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any
 
+from batch._shard_io import RawShard, ShardOutput, as_documents
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig
 from classify.errors import EngineError
 from classify.records import Document
@@ -45,6 +46,7 @@ class EngineActor:
 
         self.adapter = adapter
         self.temperature = temperature
+        self.max_doc_bytes = classify_cfg.max_doc_bytes
         self.clf = build_engine(model_cfg, engine_cfg, classify_cfg, enable_lora=adapter is not None)
         if model_fingerprint and self.clf.model.fingerprint != model_fingerprint:
             raise EngineError(f"model on this node has fingerprint {self.clf.model.fingerprint}, "
@@ -91,8 +93,8 @@ class EngineActor:
                 "cpu_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
                 "procs": [{"pid": p.pid, "create_time": p.create_time()} for p in procs]}
 
-    def classify(self, docs: list[Document]) -> list[dict[str, Any]]:
-        """Classify one shard; one JSON-able result per document, in order.
+    def classify(self, shard: RawShard | list[Document]) -> ShardOutput:
+        """Classify one shard (raw JSONL bytes parsed here, or documents): its shard file's bytes and counts.
 
         Documents that cannot be classified (unreadable, empty, prompt too long) are rejected by
         the scorer before the engine sees them. An engine failure is never a document's reject
@@ -101,7 +103,8 @@ class EngineActor:
         Raises:
             EngineError: vLLM failed on this shard.
         """
-        return [r.model_dump(mode="json") for r in self.clf.classify(docs, self.adapter, temperature=self.temperature)]
+        docs = as_documents(shard, self.max_doc_bytes)
+        return ShardOutput.of(self.clf.classify(docs, self.adapter, temperature=self.temperature))
 
     def shutdown(self) -> None:
         """Stop the vLLM engine's worker processes (the watchdog first, so a clean stop is not a death)."""

@@ -22,6 +22,7 @@ from batch import manifest as mf
 from batch._adapter import BatchAdapter
 from batch._config import BatchConfig
 from batch._progress import Progress, logging_redirect, progress_bar
+from batch._shard_io import ShardOutput
 from batch.corpus import CorpusPlan, plan_corpus, quick_fingerprint
 from batch.merge import check_export, merge_results
 from batch.runfiles import Manifest, build_manifest
@@ -32,7 +33,7 @@ from classify.export import export_complete
 from classify.model import ModelRef
 from classify.paths import exports_dir
 from classify.records import Result
-from classify.runrecords import utc_now, write_json_atomic
+from classify.runrecords import utc_now, write_bytes_atomic, write_json_atomic
 
 if TYPE_CHECKING:
     from batch.driver import BatchOptions
@@ -63,9 +64,9 @@ class _ShardRef:
     def __len__(self) -> int:
         return int(self.shard["n_docs"])
 
-    def load(self) -> list[Any]:
-        """The shard's documents, read from the corpus now."""
-        return self.corpus.read_shard(self.shard, self.max_doc_bytes)
+    def load(self) -> Any:
+        """The shard read from the corpus now: raw JSONL bytes or documents (:meth:`CorpusPlan.shard_payload`)."""
+        return self.corpus.shard_payload(self.shard, self.max_doc_bytes)
 
 
 def plan_or_reuse(cfg: BatchConfig, where: Path, fmt: str, old: Manifest | None, batch_id: str) -> CorpusPlan:
@@ -290,12 +291,21 @@ class BatchRun:
                 elif name == "retry":
                     progress.update(last_error=detail["error"], retries=progress.retries + 1)
 
-            def on_done(index: int, rows: list[Any]) -> None:
-                results = [Result.of(r) for r in rows]  # rows cross Ray as dicts (cheaper to pickle than models)
-                mf.write_shard(run_dir, index, results, manifest.version)
-                progress.shard_done(results)
+            def on_done(index: int, out: ShardOutput | list[Any]) -> None:
+                if isinstance(out, ShardOutput):  # the shard file as the actor wrote it: check its ids, write it
+                    if out.ids_sha256 != plan[index]["ids_sha256"]:
+                        raise VerificationError(f"shard {index}: the engine actor returned {out.n_docs} results whose ids "
+                                                f"differ from the planned shard ({plan[index]['n_docs']} ids); nothing written")
+                    write_bytes_atomic(mf.shard_path(run_dir, index, manifest.version), out.body)
+                    progress.shard_counted(out.n_docs, out.accepted, out.rejected, out.n_tokens)
+                    n = out.n_docs
+                else:
+                    results = [Result.of(r) for r in out]  # rows as dicts (cheaper to pickle than models)
+                    mf.write_shard(run_dir, index, results, manifest.version)
+                    progress.shard_done(results)
+                    n = len(results)
                 lease.tick(progress, bar)
-                bar.update(len(results))
+                bar.update(n)
 
             actor_model, actor_fingerprint = (adapter.engine_model(cfg.model, manifest.model_fingerprint) if adapter
                                               else (cfg.model, manifest.model_fingerprint))

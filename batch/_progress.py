@@ -67,16 +67,18 @@ class Progress:
         self._t0 = time.monotonic()
         self.save()
 
-    def _count(self, rows: list[Result]) -> None:
-        self.done += len(rows)
-        self.accepted += sum(r.status == "accepted" for r in rows)
-        self.rejected += sum(r.status == "rejected" for r in rows)
-
     def shard_done(self, rows: list[Result]) -> None:
         """Count a shard completed in this attempt; save when the last save is :data:`SAVE_EVERY_S` old."""
-        self._count(rows)
-        self.processed += len(rows)
-        self.processed_tokens += sum(int(r.n_tokens or 0) for r in rows)
+        self.shard_counted(len(rows), sum(r.status == "accepted" for r in rows), sum(r.status == "rejected" for r in rows),
+                           sum(int(r.n_tokens or 0) for r in rows))
+
+    def shard_counted(self, n_docs: int, accepted: int, rejected: int, n_tokens: int) -> None:
+        """:meth:`shard_done` from counts (a shard whose results the actor counted); tokens are prompt tokens."""
+        self.done += n_docs
+        self.accepted += accepted
+        self.rejected += rejected
+        self.processed += n_docs
+        self.processed_tokens += n_tokens
         if time.monotonic() - self._saved_at >= SAVE_EVERY_S:
             self.save()
 

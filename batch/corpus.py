@@ -35,6 +35,7 @@ from typing import Any
 from batch._config import CorpusConfig
 from batch._corpus_scan import csv_rows, detect_format, dir_rows, jsonl_rows, parquet_docs, parquet_rows
 from batch._id_buckets import IdHashBuckets, fold_duplicates
+from batch._shard_io import RawShard
 from classify.documents import jsonl_line_document, read_file_document
 from classify.errors import InputError
 from classify.files import file_sha256
@@ -138,6 +139,21 @@ class CorpusPlan:
                 doc = Document(doc.id, None, doc.input_sha256, doc.n_chars, dups[str(key)], doc.source)
             out.append(doc)
         return out
+
+    def shard_payload(self, shard: dict[str, Any], max_doc_bytes: int) -> RawShard | list[Document]:
+        """What the driver sends an engine actor for ``shard``: its raw bytes for a JSONL corpus (parsed by the
+        actor, :class:`batch._shard_io.RawShard`), else :meth:`read_shard`'s documents.
+
+        A JSONL corpus with ``path`` records is read here: those files may not be visible on the actor's node.
+        """
+        if self.format != "jsonl" or self.reading.get("has_path_records"):
+            return self.read_shard(shard, max_doc_bytes)
+        path = Path(self.path)
+        with path.open("rb") as fh:
+            fh.seek(shard["offset"])
+            data = fh.read(shard["end"] - shard["offset"])
+        return RawShard(escape_surrogates(path.name), str(path), shard["row"], data, int(shard["n_docs"]),
+                        frozenset(shard.get("skip") or ()), dict(shard.get("dups") or {}))
 
     def _iter_shard(self, shard: dict[str, Any], max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
         path = Path(self.path)

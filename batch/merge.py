@@ -15,9 +15,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from batch._arrow_merge import (
+    results_schema,
+    shard_table,
+    tally_table,
+)
 from batch.manifest import (
     MANIFEST,
-    RESULT_COLUMNS,
     RESULTS,
     RESULTS_PARQUET,
     SUMMARY,
@@ -26,8 +30,7 @@ from batch.manifest import (
     shard_path,
 )
 from batch.runfiles import Manifest
-from classify.accounting import Ledger, account, recount_mismatches
-from classify.errors import VerificationError
+from classify.accounting import Ledger, account
 from classify.records import Result
 
 
@@ -84,7 +87,9 @@ def check_export(export_dir: Path) -> list[str]:
         summary = json.loads((export_dir / SUMMARY).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:  # json.JSONDecodeError and pydantic's ValidationError are ValueErrors
         return [f"cannot read the copy: {err}"]
-    return _check_export_streaming(export_dir, manifest, summary)
+    from batch._export_check import check_export_rows
+
+    return check_export_rows(export_dir, manifest, summary)
 
 
 class Tally(Ledger):
@@ -124,25 +129,18 @@ class Tally(Ledger):
         return _summary_counts(self, corpus, duplicate_ids)
 
 
-REVIEW_COLUMN = ("review", "bool_")
-"""The extra ``results.parquet`` column of a batch with ``classify.review_below_score`` (null on rejected rows)."""
-
-
-def _parquet_schema(review: bool = False) -> Any:
-    import pyarrow as pa
-
-    return pa.schema([(name, getattr(pa, kind)()) for name, kind in (*RESULT_COLUMNS, *([REVIEW_COLUMN] if review else []))])
-
-
 class _ParquetRows:
     """Rows appended in batches to a Parquet file (one row group per ~64k rows); ``review``: add that column."""
 
     def __init__(self, path: Path, review: bool = False):
         import pyarrow.parquet as pq
 
-        self.schema = _parquet_schema(review)
+        self.schema = results_schema(review)
         self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
         self.columns: dict[str, list[Any]] = {name: [] for name in self.schema.names}
+
+        self.tables: list[Any] = []  # whole shards (fast path) and converted row columns, in order
+        self.rows = 0
 
     def add(self, r: Result) -> None:
         for name, col in self.columns.items():
@@ -150,12 +148,29 @@ class _ParquetRows:
         if len(self.columns["id"]) >= 65_536:
             self.flush()
 
-    def flush(self) -> None:
+    def add_table(self, table: Any) -> None:
+        """Append a shard table of :func:`results_schema` (after the rows added before it)."""
+        self._columns_to_table()
+        self.tables.append(table)
+        self.rows += table.num_rows
+        if self.rows >= 65_536:
+            self.flush()
+
+    def _columns_to_table(self) -> None:
         import pyarrow as pa
 
         if self.columns["id"]:
-            self.writer.write_table(pa.table(self.columns, schema=self.schema))
+            self.tables.append(pa.table(self.columns, schema=self.schema))
+            self.rows += len(self.columns["id"])
             self.columns = {name: [] for name in self.columns}
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        self._columns_to_table()
+        if self.tables:
+            self.writer.write_table(pa.concat_tables(self.tables))
+            self.tables, self.rows = [], 0
 
     def close(self) -> None:
         self.flush()
@@ -192,19 +207,28 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
         tmp_parquet = run_dir / f".{RESULTS_PARQUET}.tmp"
         pq_rows = _ParquetRows(tmp_parquet, (manifest.config.get("classify") or {}).get("review_below_score") is not None)
     counted = run_dir / RESULTS if not write else tmp_jsonl
+    review = (manifest.config.get("classify") or {}).get("review_below_score") is not None
     try:
         for shard in manifest.shards:
             path = shard_path(run_dir, shard["index"], version)
             if not path.is_file():
                 problems.append(f"shard {shard['index']} has no file ({shard['n_docs']} ids missing from results)")
                 continue
-            ids = []
-            for line, row in result_lines(path):
-                ids.append(row.id)
-                tally.add(row)
+            body = path.read_bytes()
+            table = shard_table(body, review)
+            ids = tally_table(tally, table) if table is not None else None
+            if ids is not None:  # columnar: the bytes are the rows, Arrow counted them
                 if out is not None and pq_rows is not None:
-                    out.write(line if line.endswith(b"\n") else line + b"\n")
-                    pq_rows.add(row)
+                    out.write(body)
+                    pq_rows.add_table(table)
+            else:
+                ids = []
+                for line, row in result_lines(path):
+                    ids.append(row.id)
+                    tally.add(row)
+                    if out is not None and pq_rows is not None:
+                        out.write(line if line.endswith(b"\n") else line + b"\n")
+                        pq_rows.add(row)
             check_shard_ids(path, shard, ids)
         if out is not None and pq_rows is not None:
             out.flush()
@@ -231,74 +255,3 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
         os.replace(tmp_jsonl, run_dir / RESULTS)
         os.replace(tmp_parquet, run_dir / RESULTS_PARQUET)
     return tally.summary(manifest.corpus, duplicates), problems
-
-
-def _parquet_equals_jsonl(parquet: Path, jsonl: Path) -> list[str]:
-    """Compare ``results.parquet`` with ``results.jsonl`` row for row, streaming both."""
-    import pyarrow.parquet as pq
-
-    try:
-        pf = pq.ParquetFile(parquet)
-    except Exception as err:  # noqa: BLE001 - pyarrow's errors
-        return [f"{RESULTS_PARQUET}: cannot read: {err}"]
-    names = [name for name, _ in RESULT_COLUMNS]
-    if pf.schema_arrow.names == [*names, REVIEW_COLUMN[0]]:  # a batch with classify.review_below_score
-        names.append(REVIEW_COLUMN[0])
-    if pf.schema_arrow.names != names:
-        return [f"{RESULTS_PARQUET}: columns {pf.schema_arrow.names} != {names}"]
-    with jsonl.open("rb") as fh:
-        lines = (json.loads(ln) for ln in fh if ln.strip())
-        n = 0
-        for batch in pf.iter_batches(batch_size=65_536):
-            for prow in batch.to_pylist():
-                jrow = next(lines, None)
-                if jrow is None:
-                    return [f"{RESULTS_PARQUET} has more rows than {RESULTS} ({n} there)"]
-                if {k: jrow.get(k) for k in names} != prow:
-                    return [f"{RESULTS_PARQUET} row {n} differs from {RESULTS}: {prow} != {jrow}"]
-                n += 1
-        if next(lines, None) is not None:
-            return [f"{RESULTS_PARQUET} has fewer rows ({n}) than {RESULTS}"]
-    return []
-
-
-def _check_export_streaming(export_dir: Path, manifest: Manifest, summary: dict[str, Any]) -> list[str]:
-    problems: list[str] = []
-    version = manifest.version
-    tally = Tally(manifest.categories)
-    shard_rows = 0
-    results = export_dir / RESULTS
-    try:
-        with results.open("rb") as fh:
-            merged = (Result.from_json(ln) for ln in fh if ln.strip())
-            for shard in manifest.shards:
-                path = shard_path(export_dir, shard["index"], version)
-                ids = []
-                for _, row in result_lines(path):
-                    ids.append(row.id)
-                    shard_rows += 1
-                    copied = next(merged, None)
-                    if copied is not None:
-                        tally.add(copied)
-                        if copied != row and len(problems) < 10:
-                            problems.append(f"{RESULTS} row {tally.total - 1} differs from {path.relative_to(export_dir)}")
-                check_shard_ids(path, shard, ids)
-            for copied in merged:
-                tally.add(copied)
-        duplicates = tally.duplicate_ids(results)
-    except (OSError, json.JSONDecodeError, VerificationError) as err:
-        tally.ids.close()
-        return [f"cannot read the copy: {err}"]
-    if duplicates:
-        problems.append(f"duplicate ids in results: {duplicates[:10]}")
-    problems += tally.problems
-    recount = tally.summary(manifest.corpus, duplicates)
-    problems += recount_mismatches(summary, recount, ("total", "accepted", "rejected", "input_rows", "duplicate_rows"))
-    if recount["accepted"] + recount["rejected"] != manifest.corpus["distinct_ids"]:
-        problems.append(f"accepted + rejected = {recount['accepted'] + recount['rejected']} "
-                        f"!= corpus distinct ids {manifest.corpus['distinct_ids']}")
-    if shard_rows != tally.total:
-        problems.append(f"shard files hold {shard_rows} rows but results.jsonl {tally.total}")
-    if version >= 2 or (export_dir / RESULTS_PARQUET).exists():
-        problems += _parquet_equals_jsonl(export_dir / RESULTS_PARQUET, results)
-    return problems

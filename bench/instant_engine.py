@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from batch._shard_io import RawShard, ShardOutput, as_documents
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig
-from classify.records import Document
+from classify.records import Document, Result
 
 
 class InstantEngineActor:
@@ -36,22 +37,24 @@ class InstantEngineActor:
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, classify_cfg: ClassifyConfig,
                  adapter: Any, model_fingerprint: str, temperature: float | None = None):
         self.category = classify_cfg.categories[0]
+        self.max_doc_bytes = classify_cfg.max_doc_bytes
 
     def info(self) -> dict[str, Any]:
         """Process id, no engine processes."""
         return {"pid": os.getpid(), "node": None, "cpu_bind": "none (instant bench engine)", "procs": []}
 
-    def classify(self, docs: list[Document]) -> list[dict[str, Any]]:
-        """One result per document, in order: accepted with the first category, or rejected with the reader's reason."""
+    def classify(self, shard: RawShard | list[Document]) -> ShardOutput:
+        """Like the real actor: parse the shard here, one result per document in order (accepted with the first
+        category, or rejected with the reader's reason), returned as the shard file's bytes and counts."""
         out = []
-        for d in docs:
+        for d in as_documents(shard, self.max_doc_bytes):
             if d.reject_reason:
-                out.append({"id": d.id, "status": "rejected", "category": None, "score": None, "reason": d.reject_reason,
-                            "input_sha256": d.input_sha256, "n_chars": d.n_chars, "n_tokens": 0})
+                out.append(Result(id=d.id, status="rejected", reason=d.reject_reason, input_sha256=d.input_sha256,
+                                  n_chars=d.n_chars))
             else:
-                out.append({"id": d.id, "status": "accepted", "category": self.category, "score": 1.0, "reason": None,
-                            "input_sha256": d.input_sha256, "n_chars": d.n_chars, "n_tokens": 0})
-        return out
+                out.append(Result(id=d.id, status="accepted", category=self.category, score=1.0,
+                                  input_sha256=d.input_sha256, n_chars=d.n_chars))
+        return ShardOutput.of(out)
 
     def shutdown(self) -> None:
         """Nothing to stop."""

@@ -96,8 +96,12 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def write_jsonl_atomic(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     """Write one JSON object per line, atomically (lone surrogates escaped: :func:`json_bytes`)."""
-    body = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows)
-    write_bytes_atomic(path, json_bytes(body))
+    write_bytes_atomic(path, jsonl_body(rows))
+
+
+def jsonl_body(rows: Iterable[dict[str, Any]]) -> bytes:
+    """One JSON object per line, keys sorted, UTF-8 (lone surrogates escaped: :func:`json_bytes`): a shard file's bytes."""
+    return json_bytes("".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows))
 
 
 def read_jsonl(path: Path, parse: Callable[[bytes], Any] = json.loads) -> list[Any]:

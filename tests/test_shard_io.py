@@ -1,0 +1,133 @@
+"""The corpus-scale transfer and merge paths: raw JSONL shards parsed in the actor, shard files sent back as
+bytes, and the Arrow merge / export check giving exactly the per-row counts (no engine, no Ray)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from batch._arrow_merge import equal_rows, results_schema, shard_table, tally_table
+from batch._config import CorpusConfig
+from batch._shard_io import RawShard, ShardOutput, as_documents
+from batch.corpus import plan_corpus
+from batch.merge import Tally
+from classify.files import ids_sha256
+from classify.records import Result
+from classify.runrecords import jsonl_body
+
+CATS = ["business", "sport", "tech"]
+
+
+def _rows() -> list[Result]:
+    return [
+        Result(id="a", status="accepted", category="sport", score=0.9, input_sha256="x", n_chars=5, n_tokens=7),
+        Result(id="b", status="rejected", reason="empty document: no text", input_sha256="y"),
+        Result(id="c\u00e9", status="accepted", category="tech", score=0.4, n_chars=3, n_tokens=4),
+        Result(id="d", status="accepted", category="sport", score=1.0, n_chars=2, n_tokens=1),
+        Result(id="e", status="rejected", reason="over size limit: 9 bytes", n_tokens=0),
+    ]
+
+
+def _per_row(rows: list[Result]) -> Tally:
+    tally = Tally(CATS)
+    for r in rows:
+        tally.add(r)
+    return tally
+
+
+def _state(t: Tally) -> dict:
+    return {"counts": t.counts(), "per_category": list(t.per_category.items()), "problems": t.problems, "ids": t.ids.count}
+
+
+def test_arrow_tally_counts_exactly_what_the_row_by_row_tally_counts():
+    rows = _rows()
+    body = jsonl_body([r.row() for r in rows])
+    table = shard_table(body, review=False)
+    assert table is not None and table.num_rows == 5
+    fast = Tally(CATS)
+    assert tally_table(fast, table) == [r.id for r in rows]
+    assert _state(fast) == _state(_per_row(rows))
+    assert fast.counts()["by_category"] == {"business": 0, "sport": 2, "tech": 1}
+    assert fast.counts()["reject_reasons"] == {"empty document": 1, "over size limit": 1}
+
+
+@pytest.mark.parametrize("edit", [
+    lambda b: b.replace(b"\n", b"\n\n", 1),  # a blank line
+    lambda b: b[:-1],  # no last newline
+    lambda b: b.replace(b'"n_chars": 5', b'"n_chars": "5"'),  # a wrong type
+    lambda b: b.replace(b'"id": "a"', b'"id": "a", "extra": 1'),  # an unknown field
+    lambda b: b.replace(b'"id": "a", ', b""),  # no id
+    lambda b: b.replace(b"{", b"[", 1),  # not an object
+])
+def test_a_shard_off_the_fast_path_is_left_to_the_per_row_reader(edit):
+    body = jsonl_body([r.row() for r in _rows()])
+    assert shard_table(body, review=False) is not None
+    assert shard_table(edit(body), review=False) is None
+
+
+@pytest.mark.parametrize("bad", [
+    {"status": "maybe"},
+    {"status": "accepted", "category": "movies"},
+    {"status": "accepted", "category": None},
+    {"status": "rejected", "reason": ""},
+    {"status": "rejected", "reason": None, "category": None},
+])
+def test_a_row_the_accounting_check_flags_sends_the_shard_to_the_per_row_tally(bad):
+    rows = [r.row() for r in _rows()]
+    rows[3] = {**rows[3], **bad}
+    table = shard_table(jsonl_body(rows), review=False)
+    assert table is not None
+    tally = Tally(CATS)
+    assert tally_table(tally, table) is None
+    assert tally.total == 0 and tally.ids.count == 0  # nothing was counted
+
+
+def test_review_column_rows_parse_with_the_review_schema():
+    rows = [Result(id="a", status="accepted", category="tech", score=0.3, review=True),
+            Result(id="b", status="rejected", reason="empty document")]
+    body = jsonl_body([r.row() for r in rows])
+    assert shard_table(body, review=False) is None  # `review` is not a column of a batch without the threshold
+    table = shard_table(body, review=True)
+    assert table.column("review").to_pylist() == [True, None]
+
+
+def test_equal_rows_follows_parquet_batches_across_shard_boundaries(tmp_path):
+    rows = [Result(id=f"d{i}", status="accepted", category="tech", score=0.5, n_tokens=i).row() for i in range(10)]
+    tables = [shard_table(jsonl_body(rows[a:b]), review=False) for a, b in ((0, 3), (3, 4), (4, 10))]
+    path = tmp_path / "r.parquet"
+    pq.write_table(pa.concat_tables(tables), path, row_group_size=4)
+
+    def batches():
+        return pq.ParquetFile(path).iter_batches(batch_size=4)
+
+    assert equal_rows(batches(), iter(tables)) is None
+    changed = [*rows[:6], {**rows[6], "score": 0.25}, *rows[7:]]
+    other = [shard_table(jsonl_body(changed[a:b]), review=False) for a, b in ((0, 3), (3, 4), (4, 10))]
+    assert equal_rows(batches(), iter(other)) == "rows 4..9 differ"
+    assert equal_rows(batches(), iter(tables[:2])) == "the Parquet file has more rows"
+    assert results_schema(False).names == pq.ParquetFile(path).schema_arrow.names
+
+
+def test_a_raw_jsonl_shard_parses_to_the_documents_the_driver_would_read(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    lines = [{"id": f"d{i}", "text": f"document number {i} " * 20} for i in range(40)]
+    lines[5] = {"id": "d3", "text": "a second d3"}  # a duplicated id: folded into its first occurrence
+    lines[9] = {"id": "d9", "text": ""}
+    corpus.write_text("".join(json.dumps(x) + "\n" for x in lines) + "not json\n")
+    plan = plan_corpus(CorpusConfig(path=str(corpus)), 8, 1 << 20)
+    assert len(plan.shards) >= 2
+    for shard in plan.shards:
+        payload = plan.shard_payload(shard, 10_000)
+        assert isinstance(payload, RawShard) and len(payload) == shard["n_docs"]
+        assert as_documents(payload, 10_000) == plan.read_shard(shard, 10_000)
+
+
+def test_shard_output_is_the_shard_file_and_its_counts():
+    rows = _rows()
+    out = ShardOutput.of(rows)
+    assert out.body == jsonl_body([r.row() for r in rows])
+    assert (out.n_docs, out.accepted, out.rejected, out.n_tokens) == (5, 3, 2, 12)
+    assert out.ids_sha256 == ids_sha256([r.id for r in rows])
