@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from batch._config import CorpusConfig
 from classify.documents import document_from_text, jsonl_line_id
 from classify.errors import InputError
@@ -93,25 +95,69 @@ def jsonl_rows(path: Path, digest: Any, reading: dict[str, Any]) -> Iterator[Row
     name = escape_surrogates(path.name)
     pos = 0
     extra = hashlib.sha256()  # files named by `path` records
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            digest.update(raw)
-            pos += len(raw)
-            if not raw.strip():
-                continue
+    for lineno, raw in enumerate(_lines(path, digest), start=1):
+        pos += len(raw)
+        if not raw.strip():
+            continue
+        doc_id = fast_line_id(raw)
+        record = None
+        if doc_id is None:  # anything unusual: the full reader (its id rules and reasons)
             doc_id, record, _ = jsonl_line_id(name, lineno, raw)
-            size = len(raw)
-            if record is not None and "text" not in record and isinstance(record.get("path"), str):
-                reading["has_path_records"] = True
-                target = (path.parent / record["path"])
-                try:
-                    size = target.stat().st_size
-                    extra.update(f"{lineno}\t{file_sha256(target)}\n".encode())
-                except (OSError, UnicodeEncodeError) as err:
-                    extra.update(f"{lineno}\t{type(err).__name__}\n".encode())
-            yield Row(lineno, doc_id, size, pos, next_key=lineno + 1)
+        size = len(raw)
+        if record is not None and "text" not in record and isinstance(record.get("path"), str):
+            reading["has_path_records"] = True
+            target = (path.parent / record["path"])
+            try:
+                size = target.stat().st_size
+                extra.update(f"{lineno}\t{file_sha256(target)}\n".encode())
+            except (OSError, UnicodeEncodeError) as err:
+                extra.update(f"{lineno}\t{type(err).__name__}\n".encode())
+        yield Row(lineno, doc_id, size, pos, next_key=lineno + 1)
     if reading.get("has_path_records"):
         digest.update(b"\npath records\n" + extra.hexdigest().encode())
+
+
+CHUNK_BYTES = 8 << 20
+"""Bytes read (and hashed) at a time by the JSONL scan."""
+
+
+def _lines(path: Path, digest: Any) -> Iterator[bytes]:
+    """The file's lines (with their ``\\n``), read and fed to ``digest`` in :data:`CHUNK_BYTES` blocks."""
+    rest = b""
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK_BYTES):
+            digest.update(chunk)
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                yield line + b"\n"
+    if rest:
+        yield rest
+
+
+class _LineKeys(msgspec.Struct):
+    """The keys the plan pass needs from a JSONL line; ``text`` and ``path`` stay undecoded."""
+
+    id: Any = msgspec.UNSET
+    text: msgspec.Raw = msgspec.Raw(b"")
+    path: msgspec.Raw = msgspec.Raw(b"")
+
+
+_KEYS = msgspec.json.Decoder(_LineKeys)
+
+
+def fast_line_id(raw: bytes) -> str | None:
+    """The id of a plain JSONL record (an object with a string or integer ``id`` and a ``text``), without
+    decoding its text; ``None`` for any other line, which :func:`classify.documents.jsonl_line_id` then reads
+    (it gives the same id for the lines answered here: ``str(id)`` with lone surrogates escaped)."""
+    try:
+        keys = _KEYS.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    value = keys.id
+    if not keys.text or value == "" or not (type(value) is str or type(value) is int):
+        return None
+    return escape_surrogates(str(value))
 
 
 def csv_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, Any]) -> Iterator[Row]:

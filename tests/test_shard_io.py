@@ -131,3 +131,17 @@ def test_shard_output_is_the_shard_file_and_its_counts():
     assert out.body == jsonl_body([r.row() for r in rows])
     assert (out.n_docs, out.accepted, out.rejected, out.n_tokens) == (5, 3, 2, 12)
     assert out.ids_sha256 == ids_sha256([r.id for r in rows])
+
+
+@pytest.mark.parametrize("line", [
+    b'{"id": "a", "text": "x"}\n', b'{"id": 5, "text": "x"}\n', b'{"id": true, "text": "x"}\n', b'{"id": "", "text": "x"}\n',
+    b'{"text": "x"}\n', b'{"id": "\\ud800", "text": "x"}\n', b'{"id": "a\\u00e9", "text": 5}\n', b'[1]\n',
+    b'{"id": "a", "path": "f.txt"}\n', b'{"id": 1.0, "text": "x"}\n', b'{"id": 123456789012345678901234567890, "text": "x"}\n',
+    b'{"id": "a", "text": "x", "id": "b"}\n', b'not json\n', b'{"id": "a", "text": null}\n', b'{"id": null, "text": "x"}\n',
+])
+def test_the_plan_pass_fast_id_agrees_with_the_full_reader(line):
+    from batch._corpus_scan import fast_line_id
+    from classify.documents import jsonl_line_id
+
+    fast = fast_line_id(line)
+    assert fast is None or fast == jsonl_line_id("c.jsonl", 1, line)[0]
