@@ -68,7 +68,7 @@ def _child(corpus: str, work: str, batch_id: str) -> None:
 
     config = Path(work) / "batch.json"
     data = json.loads((ROOT / "config" / "docpilot.json").read_text())
-    data["batch"]["cpu_actors"] = 1
+    data["batch"]["cpu_actors"] = int(os.environ.get("DOCPILOT_SCALE_ACTORS", "2"))
     config.write_text(json.dumps(data))
     args = driver.parse_args(["--config", str(config), "--corpus", corpus, "--batch-id", batch_id,
                               "--skip-pilot-gate", "--no-progress"])

@@ -112,9 +112,8 @@ def has_visible_char(text: str) -> bool:
         cp = ord(ch)
         if unicodedata.category(ch) in INVISIBLE_CATEGORIES:
             continue
-        if any(lo <= cp <= hi for lo, hi in DEFAULT_IGNORABLE_RANGES):
-            continue
-        return True
+        if cp < 0x80 or not any(lo <= cp <= hi for lo, hi in DEFAULT_IGNORABLE_RANGES):  # no ASCII is ignorable
+            return True
     return False
 
 
@@ -129,6 +128,8 @@ def wide_encoding(head: bytes) -> tuple[str, str] | None:
         ``None`` when the bytes do not look like UTF-16 or UTF-32. Without a byte-order mark only UTF-16
         whose first two characters are ASCII is recognised (a zero byte beside each ASCII byte).
     """
+    if head and 0 < head[0] < 0x80 and (len(head) < 2 or head[1]):
+        return None  # the common case, an ASCII first byte: no mark starts so, and UTF-16 would have a zero beside it
     for bom, name, iconv in _BOMS:
         if head.startswith(bom):
             return f"{name} (byte-order mark {bom.hex(' ').upper()})", iconv
