@@ -83,8 +83,7 @@ def tally_table(tally: Any, table: Any) -> list[str] | None:
     if rej_reasons.null_count or (len(rej_reasons) and pc.any(pc.equal(rej_reasons, "")).as_py()):
         return None
     ids = table.column("id").to_pylist()
-    for n, doc_id in enumerate(ids, start=tally.total):
-        tally.ids.add(doc_id, n)
+    tally.ids.add_many(ids, tally.total)
     tally.total += table.num_rows
     tally.accepted += n_acc
     tally.rejected += n_rej

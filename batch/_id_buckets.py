@@ -5,10 +5,10 @@ then the candidate rows' real ids compared and each duplicated id folded into on
 from __future__ import annotations
 
 import bisect
-import hashlib
 import shutil
 import tempfile
 from array import array
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ N_BUCKETS = 64
 class IdHashBuckets:
     """Find repeated ids among millions in flat memory: 64-bit id hashes bucketed on disk, each bucket sorted alone.
 
-    ``add(id, row)`` appends ``(hash64(id), row)`` to one of :data:`N_BUCKETS` bucket files (buffered);
+    ``add(id, row)`` appends ``(hash64(id), row)`` (Python's string hash) to one of :data:`N_BUCKETS` bucket files (buffered);
     :meth:`candidate_rows` loads one bucket at a time (16 bytes per row / 64), sorts it with numpy and
     returns the rows whose hash occurs more than once. Equal hashes with different ids are possible
     (rarely): callers compare the real ids of the candidates.
@@ -40,19 +40,28 @@ class IdHashBuckets:
 
     @staticmethod
     def hash64(doc_id: str) -> int:
-        """A stable 64-bit hash of an id (blake2b, 8 bytes)."""
-        return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+        """A 64-bit hash of an id: Python's own string hash (SipHash), fixed within this process, which is all the
+        buckets need (they live and die with this object); equal hashes are re-checked on the real ids."""
+        return hash(doc_id) & 0xFFFF_FFFF_FFFF_FFFF
 
     def add(self, doc_id: str, row: int) -> None:
         """Record that row number ``row`` (any int below 2**64) has id ``doc_id``."""
-        h = self.hash64(doc_id)
-        buf = self.buffers[h & (N_BUCKETS - 1)]
-        buf.append(h)
-        buf.append(row)
-        self.count += 1
-        if len(buf) >= 8192:
-            buf.tofile(self.files[h & (N_BUCKETS - 1)])
-            del buf[:]
+        self.add_many((doc_id,), row)
+
+    def add_many(self, ids: Iterable[str], first_row: int) -> None:
+        """Record ``ids`` as rows ``first_row``, ``first_row + 1``, ... (the per-shard form of :meth:`add`)."""
+        buffers, files = self.buffers, self.files
+        row = first_row
+        for doc_id in ids:
+            h = hash(doc_id) & 0xFFFF_FFFF_FFFF_FFFF
+            buf = buffers[h & (N_BUCKETS - 1)]
+            buf.append(h)
+            buf.append(row)
+            row += 1
+            if len(buf) >= 8192:
+                buf.tofile(files[h & (N_BUCKETS - 1)])
+                del buf[:]
+        self.count += row - first_row
 
     def candidate_rows(self) -> list[int]:
         """Rows whose id hash occurs more than once, ascending; closes and removes the bucket files."""
