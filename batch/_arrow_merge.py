@@ -104,31 +104,52 @@ def table_results(table: Any) -> Iterator[Result]:
         yield Result.model_construct(**row)
 
 
+class RowMatcher:
+    """Follows a Parquet file's record batches and compares them with tables of the same rows, one at a time,
+    in bounded memory (one Parquet batch and one table).
+
+    Args:
+        parquet_batches: the file's record batches, in order.
+    """
+
+    def __init__(self, parquet_batches: Iterator[Any]):
+        self.batches = parquet_batches
+        self.pending: list[Any] = []
+        self.have = 0
+        self.row = 0
+
+    def take(self, table: Any) -> str | None:
+        """Compare the next ``table.num_rows`` rows of the file with ``table``: ``None`` when equal, else what differs."""
+        import pyarrow as pa
+
+        while self.have < table.num_rows:
+            batch = next(self.batches, None)
+            if batch is None:
+                return f"the Parquet file ends before row {self.row + table.num_rows}"
+            self.pending.append(batch)
+            self.have += batch.num_rows
+        got = pa.Table.from_batches(self.pending).combine_chunks()
+        if not got.slice(0, table.num_rows).equals(table):
+            return f"rows {self.row}..{self.row + table.num_rows - 1} differ"
+        rest = got.slice(table.num_rows)
+        self.pending, self.have = ([*rest.to_batches()] if rest.num_rows else []), rest.num_rows
+        self.row += table.num_rows
+        return None
+
+    def finish(self) -> str | None:
+        """``None`` when the file holds no row past those compared."""
+        return "the Parquet file has more rows" if self.have or next(self.batches, None) is not None else None
+
+
 def equal_rows(parquet_batches: Iterator[Any], tables: Iterator[Any]) -> str | None:
-    """Compare a Parquet file's record batches with a sequence of tables holding the same rows, in bounded memory.
+    """Compare a Parquet file's record batches with a sequence of tables holding the same rows (:class:`RowMatcher`).
 
     Returns:
         ``None`` when the rows and their order are equal, else a short description of the first difference
         (the caller then names the row with its per-row comparison).
     """
-    import pyarrow as pa
-
-    pending: list[Any] = []
-    have = 0
-    row = 0
+    matcher = RowMatcher(parquet_batches)
     for table in tables:
-        while have < table.num_rows:
-            batch = next(parquet_batches, None)
-            if batch is None:
-                return f"the Parquet file ends before row {row + table.num_rows}"
-            pending.append(batch)
-            have += batch.num_rows
-        got = pa.Table.from_batches(pending).combine_chunks()
-        if not got.slice(0, table.num_rows).equals(table):
-            return f"rows {row}..{row + table.num_rows - 1} differ"
-        rest = got.slice(table.num_rows)
-        pending, have = ([*rest.to_batches()] if rest.num_rows else []), rest.num_rows
-        row += table.num_rows
-    if have or next(parquet_batches, None) is not None:
-        return "the Parquet file has more rows"
-    return None
+        if (diff := matcher.take(table)) is not None:
+            return diff
+    return matcher.finish()

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from batch._arrow_merge import REVIEW_COLUMN, equal_rows, shard_table, tally_table
+from batch._arrow_merge import REVIEW_COLUMN, RowMatcher, shard_table, tally_table
 from batch.manifest import RESULT_COLUMNS, RESULTS, RESULTS_PARQUET, check_shard_ids, result_lines, shard_path
 from batch.merge import Tally
 from batch.runfiles import Manifest
@@ -40,6 +40,9 @@ def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, A
 def _check_export_fast(export_dir: Path, manifest: Manifest, summary: dict[str, Any]) -> list[str] | None:
     """The columnar check, or ``None`` when any shard or file needs the per-row check to name a problem."""
     review = (manifest.config.get("classify") or {}).get("review_below_score") is not None
+    matcher = _parquet_matcher(export_dir / RESULTS_PARQUET, manifest, review)
+    if matcher is False:
+        return None
     tally = Tally(manifest.categories)
     results = export_dir / RESULTS
     try:
@@ -51,33 +54,33 @@ def _check_export_fast(export_dir: Path, manifest: Manifest, summary: dict[str, 
                     return _abandon(tally)
                 table = shard_table(body, review)
                 ids = tally_table(tally, table) if table is not None else None
-                if ids is None:
+                if ids is None or (matcher is not None and matcher.take(table) is not None):
                     return _abandon(tally)
                 check_shard_ids(path, shard, ids)
-            if fh.read(1):
+            if fh.read(1) or (matcher is not None and matcher.finish() is not None):
                 return _abandon(tally)
         duplicates = tally.duplicate_ids(results)
     except (OSError, VerificationError):
         return _abandon(tally)
     problems = [f"duplicate ids in results: {duplicates[:10]}"] if duplicates else []
     problems += _recount(tally, manifest, summary, duplicates)
-    if problems:
-        return None  # the per-row check words them (and finds any other)
-    parquet = export_dir / RESULTS_PARQUET
-    if manifest.version >= 2 or parquet.exists():
-        import pyarrow.parquet as pq
+    return None if problems else []  # problems: the per-row check words them (and finds any other)
 
-        try:
-            pf = pq.ParquetFile(parquet)
-        except Exception:  # noqa: BLE001 - pyarrow's errors; the per-row check words them
-            return None
-        shards = (shard_table(shard_path(export_dir, s["index"], manifest.version).read_bytes(), review)
-                  for s in manifest.shards)
-        if pf.schema_arrow.names != [name for name, _ in RESULT_COLUMNS] + ([REVIEW_COLUMN[0]] if review else []):
-            return None
-        if equal_rows(pf.iter_batches(batch_size=65_536), shards) is not None:
-            return None
-    return []
+
+def _parquet_matcher(parquet: Path, manifest: Manifest, review: bool) -> RowMatcher | None | bool:
+    """A :class:`RowMatcher` over ``results.parquet``; ``None`` when the copy needs none (a version 1 folder
+    without one), ``False`` when the file is unreadable or has other columns (the per-row check words it)."""
+    if manifest.version < 2 and not parquet.exists():
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(parquet)
+    except Exception:  # noqa: BLE001 - pyarrow's errors
+        return False
+    if pf.schema_arrow.names != [name for name, _ in RESULT_COLUMNS] + ([REVIEW_COLUMN[0]] if review else []):
+        return False
+    return RowMatcher(pf.iter_batches(batch_size=65_536))
 
 
 def _abandon(tally: Tally) -> None:
