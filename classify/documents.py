@@ -28,6 +28,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
+
 from classify.records import Document
 from classify.textcheck import check_bytes, checked_id, escape_surrogates, refuse_wide_file, surrogate_reason
 
@@ -145,6 +147,19 @@ def iter_jsonl(path: Path, max_doc_bytes: int) -> Iterator[tuple[Document, dict]
                 yield jsonl_line_document(path, name, lineno, raw_line, max_doc_bytes)
 
 
+_DECODER = msgspec.json.Decoder()
+
+
+def _loads(raw: bytes) -> object:
+    """``json.loads(raw)``, through msgspec's faster decoder when it accepts the line (it gives the same value
+    for a plain record); anything it refuses (lone surrogates, NaN, huge integers, bad JSON) goes to ``json.loads``,
+    whose value or error message is the reference."""
+    try:
+        return _DECODER.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return json.loads(raw)
+
+
 def jsonl_line_id(name: str, lineno: int, raw_line: bytes) -> tuple[str, dict | None, str | None]:
     """The id one JSONL line gives its document, without reading the document (the batch plan pass).
 
@@ -160,7 +175,7 @@ def jsonl_line_id(name: str, lineno: int, raw_line: bytes) -> tuple[str, dict | 
     """
     where = f"{name}#L{lineno}"
     try:
-        record = json.loads(raw_line)
+        record = _loads(raw_line)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         return where, None, f"line {lineno} is not valid JSON: {err}"
     if not isinstance(record, dict) or "id" not in record or record["id"] == "":
