@@ -2,7 +2,7 @@
 
 Each size runs in a fresh subprocess (so the driver's peak RSS is its own): a synthetic JSONL
 corpus is written to a temporary folder (not the repository), ``run_batch`` runs it end to end
-with :class:`bench.instant_engine.InstantEngineActor` in place of vLLM (plan, Ray pool, shard
+with :data:`ACTORS` :class:`bench.instant_engine.InstantEngineActor` in place of vLLM (plan, Ray pool, shard
 files, streaming merge to ``results.jsonl`` + ``results.parquet``, summary, export with
 SHA256SUMS and its re-check), then half of the shard files (every other one) and the results
 are removed and the same batch id is run again: "resume start" is the time from the call until
@@ -30,6 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {"100k": (100_000, 430), "1m": (1_000_000, 430), "1m-5kb": (1_000_000, 5000), "10m": (10_000_000, 430)}
 """name -> (documents, approximate text bytes per document)."""
+ACTORS = int(os.environ.get("DOCPILOT_SCALE_ACTORS", "2"))
+"""Instant engine actors (``DOCPILOT_SCALE_ACTORS``; default 2, one per core of the 2-core machine: the actors parse
+their shards, as the vLLM actors do)."""
 WORDS = ("market shares rose bank profits league goal match minister vote election film album chart phone "
          "chip software growth economy striker coach season court policy budget tax studio actor award").split()
 
@@ -68,7 +71,7 @@ def _child(corpus: str, work: str, batch_id: str) -> None:
 
     config = Path(work) / "batch.json"
     data = json.loads((ROOT / "config" / "docpilot.json").read_text())
-    data["batch"]["cpu_actors"] = int(os.environ.get("DOCPILOT_SCALE_ACTORS", "2"))
+    data["batch"]["cpu_actors"] = ACTORS
     config.write_text(json.dumps(data))
     args = driver.parse_args(["--config", str(config), "--corpus", corpus, "--batch-id", batch_id,
                               "--skip-pilot-gate", "--no-progress"])
@@ -151,7 +154,7 @@ def run(quick: bool = False, sizes: list[str] | None = None) -> dict:
         f"{r['wall_s']} | {r['peak_rss_gib']} | {r['run_files']:,} + {r['export_files']:,} ({r['most_files_in_a_folder']:,}) | "
         f"{r['resume_start_s']} |" for r in rows)
     markdown = (
-        "Instant bench engine (no model) through the real Ray pool (1 actor) and real run folders; each size in a fresh "
+        f"Instant bench engine (no model) through the real Ray pool ({ACTORS} actors) and real run folders; each size in a fresh "
         "process. End to end = plan + Ray start + shards + merge (results.jsonl + results.parquet) + summary + export "
         "with SHA256SUMS + its re-check.\n\n"
         "| size | documents | corpus | shards | docs/s end to end | wall s | driver peak RSS GiB | files run + export "
