@@ -300,7 +300,7 @@ class BatchRun:
                     progress.shard_counted(out.n_docs, out.accepted, out.rejected, out.n_tokens)
                     n = out.n_docs
                 else:
-                    results = [Result.of(r) for r in out]  # rows as dicts (cheaper to pickle than models)
+                    results = [Result.of(r) for r in out]  # rows as dicts (test actors; the engine actor sends bytes)
                     mf.write_shard(run_dir, index, results, manifest.version)
                     progress.shard_done(results)
                     n = len(results)

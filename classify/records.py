@@ -84,7 +84,7 @@ class Result(BaseModel):
 
     @classmethod
     def of(cls, row: Result | Mapping[str, Any]) -> Result:
-        """The record for ``row``: a :class:`Result` as is, a mapping validated (the form rows cross Ray in).
+        """The record for ``row``: a :class:`Result` as is, a mapping validated (rows read back from JSON, or a test actor's dicts).
 
         Raises:
             pydantic.ValidationError: a mapping that is not a valid result.

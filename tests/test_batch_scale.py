@@ -228,3 +228,37 @@ def test_a_batch_past_its_lease_end_says_so_in_progress_and_manifest(local_ray, 
     lease = json.loads((run / mf.PROGRESS).read_text())["lease"]
     assert lease["fits"] is False and lease["short"] == "lease: ENDED" and "the lease ENDED" in lease["message"]
     assert mf.read_manifest(run).attempts[-1]["lease_ends_at"] == "2020-01-01T00:00:00+00:00"
+
+
+def _dropping_actor():
+    """An instant actor whose answer for the first shard lacks its last result (a broken engine actor)."""
+    from batch._shard_io import ShardOutput
+    from bench.instant_engine import InstantEngineActor
+    from classify.records import Result
+
+    class DroppingActor(InstantEngineActor):
+        def classify(self, shard):
+            out = super().classify(shard)
+            rows = [Result.from_json(line) for line in out.body.splitlines()]
+            return ShardOutput.of(rows[:-1]) if rows[0].id == "d-00000" else out
+
+    return DroppingActor
+
+
+@pytest.mark.ray
+def test_a_shard_whose_returned_ids_differ_from_the_plan_is_never_written(local_ray, tmp_path, monkeypatch):
+    from batch.driver import parse_args, run_batch
+    from bench.instant_engine import remote_class
+    from classify.errors import VerificationError
+
+    jsonl = _jsonl(tmp_path / "c.jsonl", _docs(2000))  # large enough for 16-document shards
+    monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("DOCPILOT_EXPORTS", str(tmp_path / "exports"))
+    config = write_config(tmp_path / "b.json", shard_docs=16, shard_target_bytes=100_000)
+    args = parse_args(["--config", str(config), "--corpus", str(jsonl), "--batch-id", "drop", "--skip-pilot-gate", "--no-progress"])
+    with pytest.raises(VerificationError, match=r"shard 0: the engine actor returned 15 results whose ids differ from the "
+                                                r"planned shard \(16 ids\); nothing written"):
+        run_batch(args, _engine_actor=local_ray.remote(max_restarts=0, max_task_retries=0)(_dropping_actor()))
+    assert not mf.shard_path(tmp_path / "runs" / "drop", 0, 2).exists()
+    again = run_batch(args, _engine_actor=remote_class())  # the same batch id resumes and finishes exactly once
+    assert again["total"] == 2000 and again["accepted"] + again["rejected"] == 2000
