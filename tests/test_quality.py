@@ -131,6 +131,7 @@ def test_pilot_batch_and_serve_apply_the_card_temperature_identically(tmp_path, 
 def test_the_batch_actor_applies_the_temperature_in_lora_and_merged_mode(tmp_path, monkeypatch):
     import classify.engine as engine_mod
     from batch._actor import EngineActor
+    from batch._shard_io import RawShard
 
     monkeypatch.setattr(engine_mod, "build_engine", lambda *a, **k: Classifier(FakeLLM(), _scorer(), None, True))
     handle = _registry_adapter(tmp_path, 2.5).handle()
@@ -140,6 +141,9 @@ def test_the_batch_actor_applies_the_temperature_in_lora_and_merged_mode(tmp_pat
         try:
             out = actor.classify(_docs())  # the shard file's bytes, as the driver writes them
             assert json.loads(out.body.splitlines()[0])["score"] == expected and out.n_docs == 2
+            raw = RawShard("c.jsonl", "c.jsonl", 1, b"".join(json.dumps({"id": d.id, "text": d.text or ""}).encode() + b"\n"
+                                                            for d in _docs()), 2)
+            assert actor.classify(raw) == out  # a JSONL shard sent as raw bytes is parsed in the actor alike
         finally:
             actor.shutdown()
 
