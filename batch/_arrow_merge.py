@@ -14,10 +14,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from batch.manifest import RESULT_COLUMNS
-from classify.records import Result
 
 REVIEW_COLUMN = ("review", "bool_")
 """The extra ``results.parquet`` column of a batch with ``classify.review_below_score`` (null on rejected rows)."""
+
+
+def has_review(manifest: Any) -> bool:
+    """Whether a batch's rows carry ``review`` (its config sets ``classify.review_below_score``)."""
+    return (manifest.config.get("classify") or {}).get("review_below_score") is not None
 
 
 def results_schema(review: bool = False) -> Any:
@@ -98,12 +102,6 @@ def tally_table(tally: Any, table: Any) -> list[str] | None:
     return ids
 
 
-def table_results(table: Any) -> Iterator[Result]:
-    """The rows of a shard table as :class:`Result` records, unvalidated (for the per-row counting)."""
-    for row in table.to_pylist():
-        yield Result.model_construct(**row)
-
-
 class RowMatcher:
     """Follows a Parquet file's record batches and compares them with tables of the same rows, one at a time,
     in bounded memory (one Parquet batch and one table).
@@ -139,17 +137,3 @@ class RowMatcher:
     def finish(self) -> str | None:
         """``None`` when the file holds no row past those compared."""
         return "the Parquet file has more rows" if self.have or next(self.batches, None) is not None else None
-
-
-def equal_rows(parquet_batches: Iterator[Any], tables: Iterator[Any]) -> str | None:
-    """Compare a Parquet file's record batches with a sequence of tables holding the same rows (:class:`RowMatcher`).
-
-    Returns:
-        ``None`` when the rows and their order are equal, else a short description of the first difference
-        (the caller then names the row with its per-row comparison).
-    """
-    matcher = RowMatcher(parquet_batches)
-    for table in tables:
-        if (diff := matcher.take(table)) is not None:
-            return diff
-    return matcher.finish()

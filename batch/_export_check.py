@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from batch._arrow_merge import REVIEW_COLUMN, RowMatcher, shard_table, tally_table
+from batch._arrow_merge import REVIEW_COLUMN, RowMatcher, has_review, shard_table, tally_table
 from batch.manifest import RESULT_COLUMNS, RESULTS, RESULTS_PARQUET, check_shard_ids, result_lines, shard_path
 from batch.merge import Tally
 from batch.runfiles import Manifest
@@ -39,7 +39,7 @@ def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, A
 
 def _check_export_fast(export_dir: Path, manifest: Manifest, summary: dict[str, Any]) -> list[str] | None:
     """The columnar check, or ``None`` when any shard or file needs the per-row check to name a problem."""
-    review = (manifest.config.get("classify") or {}).get("review_below_score") is not None
+    review = has_review(manifest)
     matcher = _parquet_matcher(export_dir / RESULTS_PARQUET, manifest, review)
     if matcher is False:
         return None

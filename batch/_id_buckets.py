@@ -24,7 +24,8 @@ N_BUCKETS = 64
 class IdHashBuckets:
     """Find repeated ids among millions in flat memory: 64-bit id hashes bucketed on disk, each bucket sorted alone.
 
-    ``add(id, row)`` appends ``(hash64(id), row)`` (Python's string hash) to one of :data:`N_BUCKETS` bucket files (buffered);
+    ``add(id, row)`` appends ``(h, row)``, ``h`` the id's 64-bit Python string hash (SipHash, fixed within
+    this process, all the buckets need: they live and die with this object), to one of :data:`N_BUCKETS` bucket files (buffered);
     :meth:`candidate_rows` loads one bucket at a time (16 bytes per row / 64), sorts it with numpy and
     returns the rows whose hash occurs more than once. Equal hashes with different ids are possible
     (rarely): callers compare the real ids of the candidates.
@@ -37,12 +38,6 @@ class IdHashBuckets:
         self.buffers = [array("Q") for _ in range(N_BUCKETS)]
         self.files = [open(self.folder / f"{b:02d}.bin", "wb") for b in range(N_BUCKETS)]  # noqa: SIM115
         self.count = 0
-
-    @staticmethod
-    def hash64(doc_id: str) -> int:
-        """A 64-bit hash of an id: Python's own string hash (SipHash), fixed within this process, which is all the
-        buckets need (they live and die with this object); equal hashes are re-checked on the real ids."""
-        return hash(doc_id) & 0xFFFF_FFFF_FFFF_FFFF
 
     def add(self, doc_id: str, row: int) -> None:
         """Record that row number ``row`` (any int below 2**64) has id ``doc_id``."""

@@ -19,6 +19,7 @@ may not see. Rows returned as a list of dicts (older or test actors) are still a
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,16 +60,41 @@ class RawShard:
         Args:
             max_doc_bytes: size limit per document in bytes (``classify.max_doc_bytes``).
         """
-        path = Path(self.path)
-        out = []
-        for lineno, raw in enumerate(self.data.splitlines(keepends=True), start=self.first_line):
-            if not raw.strip() or lineno in self.skip:
-                continue
-            doc = jsonl_line_document(path, self.name, lineno, raw, max_doc_bytes)[0]
-            if str(lineno) in self.dups:
-                doc = Document(doc.id, None, doc.input_sha256, doc.n_chars, self.dups[str(lineno)], doc.source)
-            out.append(doc)
-        return out
+        return fold_shard(jsonl_documents(Path(self.path), self.name, self.first_line, self.data, max_doc_bytes),
+                          self.skip, self.dups)
+
+
+def jsonl_documents(path: Path, name: str, first_line: int, data: bytes, max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
+    """``(line number, document)`` for each non-blank line of a JSONL byte range (:func:`jsonl_line_document`).
+
+    Args:
+        path: the JSONL file (``path`` records are read relative to its folder).
+        name: its name, escaped.
+        first_line: line number (from 1) of the first line of ``data``.
+        data: whole lines of the file.
+        max_doc_bytes: size limit per document in bytes.
+    """
+    for lineno, raw in enumerate(data.splitlines(keepends=True), start=first_line):
+        if raw.strip():
+            yield lineno, jsonl_line_document(path, name, lineno, raw, max_doc_bytes)[0]
+
+
+def fold_shard(pairs: Iterable[tuple[int, Document]], skip: Collection[int], dups: Mapping[str, str]) -> list[Document]:
+    """A shard's documents with the plan's duplicate folding applied.
+
+    Args:
+        pairs: ``(row key, document)`` in corpus order (line number, row index or file index).
+        skip: keys left out (later copies of a duplicated id).
+        dups: key (as a string) -> reject reason of a duplicated id's first occurrence.
+    """
+    out = []
+    for key, doc in pairs:
+        if key in skip:
+            continue
+        if str(key) in dups:
+            doc = Document(doc.id, None, doc.input_sha256, doc.n_chars, dups[str(key)], doc.source)
+        out.append(doc)
+    return out
 
 
 def as_documents(payload: RawShard | list[Document], max_doc_bytes: int) -> list[Document]:

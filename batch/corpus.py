@@ -35,8 +35,8 @@ from typing import Any
 from batch._config import CorpusConfig
 from batch._corpus_scan import csv_rows, detect_format, dir_rows, jsonl_rows, parquet_docs, parquet_rows
 from batch._id_buckets import IdHashBuckets, fold_duplicates
-from batch._shard_io import RawShard
-from classify.documents import jsonl_line_document, read_file_document
+from batch._shard_io import RawShard, fold_shard, jsonl_documents
+from classify.documents import read_file_document
 from classify.errors import InputError
 from classify.files import file_sha256
 from classify.records import Document
@@ -129,16 +129,7 @@ class CorpusPlan:
         Returns:
             ``shard["n_docs"]`` documents.
         """
-        dups = shard.get("dups") or {}
-        skip = set(shard.get("skip") or ())
-        out = []
-        for key, doc in self._iter_shard(shard, max_doc_bytes):
-            if key in skip:
-                continue
-            if str(key) in dups:
-                doc = Document(doc.id, None, doc.input_sha256, doc.n_chars, dups[str(key)], doc.source)
-            out.append(doc)
-        return out
+        return fold_shard(self._iter_shard(shard, max_doc_bytes), set(shard.get("skip") or ()), shard.get("dups") or {})
 
     def shard_payload(self, shard: dict[str, Any], max_doc_bytes: int) -> RawShard | list[Document]:
         """What the driver sends an engine actor for ``shard``: its raw bytes for a JSONL corpus (parsed by the
@@ -149,22 +140,19 @@ class CorpusPlan:
         if self.format != "jsonl" or self.reading.get("has_path_records"):
             return self.read_shard(shard, max_doc_bytes)
         path = Path(self.path)
-        with path.open("rb") as fh:
-            fh.seek(shard["offset"])
-            data = fh.read(shard["end"] - shard["offset"])
-        return RawShard(escape_surrogates(path.name), str(path), shard["row"], data, int(shard["n_docs"]),
+        return RawShard(escape_surrogates(path.name), str(path), shard["row"], self._byte_range(shard), int(shard["n_docs"]),
                         frozenset(shard.get("skip") or ()), dict(shard.get("dups") or {}))
+
+    def _byte_range(self, shard: dict[str, Any]) -> bytes:
+        """The bytes of a JSONL shard (whole lines)."""
+        with Path(self.path).open("rb") as fh:
+            fh.seek(shard["offset"])
+            return fh.read(shard["end"] - shard["offset"])
 
     def _iter_shard(self, shard: dict[str, Any], max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
         path = Path(self.path)
         if self.format == "jsonl":
-            name = escape_surrogates(path.name)
-            with path.open("rb") as fh:
-                fh.seek(shard["offset"])
-                data = fh.read(shard["end"] - shard["offset"])
-            for lineno, raw in enumerate(data.splitlines(keepends=True), start=shard["row"]):
-                if raw.strip():
-                    yield lineno, jsonl_line_document(path, name, lineno, raw, max_doc_bytes)[0]
+            yield from jsonl_documents(path, escape_surrogates(path.name), shard["row"], self._byte_range(shard), max_doc_bytes)
         elif self.format == "csv":
             r = self.reading
             for row in iter_csv_rows(path, r["text_column"], r["id_column"], r["id_prefix"], offset=shard["offset"],

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from batch._arrow_merge import (
+    has_review,
     results_schema,
     shard_table,
     tally_table,
@@ -138,7 +139,6 @@ class _ParquetRows:
         self.schema = results_schema(review)
         self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
         self.columns: dict[str, list[Any]] = {name: [] for name in self.schema.names}
-
         self.tables: list[Any] = []  # whole shards (fast path) and converted row columns, in order
         self.rows = 0
 
@@ -199,15 +199,15 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
     version = manifest.version
     tally = Tally(manifest.categories)
     problems: list[str] = []
+    review = has_review(manifest)
     tmp_jsonl = tmp_parquet = None
     out = pq_rows = None
     if write:
         fd, name = tempfile.mkstemp(prefix=f".{RESULTS}.", suffix=".tmp", dir=run_dir)
         tmp_jsonl, out = Path(name), os.fdopen(fd, "wb")
         tmp_parquet = run_dir / f".{RESULTS_PARQUET}.tmp"
-        pq_rows = _ParquetRows(tmp_parquet, (manifest.config.get("classify") or {}).get("review_below_score") is not None)
+        pq_rows = _ParquetRows(tmp_parquet, review)
     counted = run_dir / RESULTS if not write else tmp_jsonl
-    review = (manifest.config.get("classify") or {}).get("review_below_score") is not None
     try:
         for shard in manifest.shards:
             path = shard_path(run_dir, shard["index"], version)

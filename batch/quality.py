@@ -211,7 +211,9 @@ def tally_results_file(results: Path, labels: Iterator[tuple[str, str | None]] |
 def _result_rows(results: Path) -> Iterator[Mapping[str, Any]]:
     """The rows of ``results.jsonl``, read from the ``results.parquet`` merged beside it when there is one
     (the same rows in the same order, :func:`batch.merge.merge_results`; Arrow decodes it far faster)."""
-    parquet = results.with_name("results.parquet")
+    from batch.manifest import RESULTS_PARQUET
+
+    parquet = results.with_name(RESULTS_PARQUET)
     if parquet.is_file():
         import pyarrow.parquet as pq
 

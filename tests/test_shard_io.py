@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from batch._arrow_merge import equal_rows, results_schema, shard_table, tally_table
+from batch._arrow_merge import RowMatcher, results_schema, shard_table, tally_table
 from batch._config import CorpusConfig
 from batch._shard_io import RawShard, ShardOutput, as_documents
 from batch.corpus import plan_corpus
@@ -94,20 +94,21 @@ def test_review_column_rows_parse_with_the_review_schema():
     assert table.column("review").to_pylist() == [True, None]
 
 
-def test_equal_rows_follows_parquet_batches_across_shard_boundaries(tmp_path):
+def test_row_matcher_follows_parquet_batches_across_shard_boundaries(tmp_path):
     rows = [Result(id=f"d{i}", status="accepted", category="tech", score=0.5, n_tokens=i).row() for i in range(10)]
     tables = [shard_table(jsonl_body(rows[a:b]), review=False) for a, b in ((0, 3), (3, 4), (4, 10))]
     path = tmp_path / "r.parquet"
     pq.write_table(pa.concat_tables(tables), path, row_group_size=4)
 
-    def batches():
-        return pq.ParquetFile(path).iter_batches(batch_size=4)
+    def compare(tables_):
+        matcher = RowMatcher(pq.ParquetFile(path).iter_batches(batch_size=4))
+        return next((d for t in tables_ if (d := matcher.take(t)) is not None), None) or matcher.finish()
 
-    assert equal_rows(batches(), iter(tables)) is None
+    assert compare(tables) is None
     changed = [*rows[:6], {**rows[6], "score": 0.25}, *rows[7:]]
     other = [shard_table(jsonl_body(changed[a:b]), review=False) for a, b in ((0, 3), (3, 4), (4, 10))]
-    assert equal_rows(batches(), iter(other)) == "rows 4..9 differ"
-    assert equal_rows(batches(), iter(tables[:2])) == "the Parquet file has more rows"
+    assert compare(other) == "rows 4..9 differ"
+    assert compare(tables[:2]) == "the Parquet file has more rows"
     assert results_schema(False).names == pq.ParquetFile(path).schema_arrow.names
 
 
