@@ -10,7 +10,9 @@ caller takes the per-row path, which names the problem exactly as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from batch.manifest import RESULT_COLUMNS
@@ -61,6 +63,41 @@ def shard_table(body: bytes, review: bool) -> Any | None:
     if any(table.column(name).null_count for name in ("id", "status", "n_chars", "n_tokens")):
         return None
     return table.combine_chunks()
+
+
+READ_AHEAD = 4
+"""Shard files read and parsed ahead of the one being counted (:func:`parsed_shards`)."""
+
+
+def parsed_shards(paths: Iterable[Path], review: bool) -> Iterator[tuple[bytes | None, Any | None, OSError | None]]:
+    """Each shard file's ``(bytes, shard_table(bytes) or None, None)``, in order; ``(None, None, error)`` when it
+    cannot be read.
+
+    Up to :data:`READ_AHEAD` files are read and parsed ahead on two threads (Arrow's JSON reader releases
+    the GIL), so a second core parses while the caller counts and writes; memory holds those few shards.
+
+    Args:
+        paths: the shard files, in plan order.
+        review: the batch has ``classify.review_below_score`` (:func:`shard_table`).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def load(path: Path) -> tuple[bytes | None, Any | None, OSError | None]:
+        try:
+            body = path.read_bytes()
+        except OSError as err:
+            return None, None, err
+        return body, shard_table(body, review), None
+
+    todo = iter(paths)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="docpilot-shard-read") as pool:
+        ahead = deque(pool.submit(load, p) for _, p in zip(range(READ_AHEAD), todo, strict=False))
+        while ahead:
+            done = ahead.popleft()
+            nxt = next(todo, None)
+            if nxt is not None:
+                ahead.append(pool.submit(load, nxt))
+            yield done.result()
 
 
 def tally_table(tally: Any, table: Any) -> list[str] | None:

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from batch._arrow_merge import REVIEW_COLUMN, RowMatcher, has_review, shard_table, tally_table
+from batch._arrow_merge import REVIEW_COLUMN, RowMatcher, has_review, parsed_shards, tally_table
 from batch.manifest import RESULT_COLUMNS, RESULTS, RESULTS_PARQUET, check_shard_ids, result_lines, shard_path
 from batch.merge import Tally
 from batch.runfiles import Manifest
@@ -46,13 +46,11 @@ def _check_export_fast(export_dir: Path, manifest: Manifest, summary: dict[str, 
     tally = Tally(manifest.categories)
     results = export_dir / RESULTS
     try:
+        paths = [shard_path(export_dir, shard["index"], manifest.version) for shard in manifest.shards]
         with results.open("rb") as fh:
-            for shard in manifest.shards:
-                path = shard_path(export_dir, shard["index"], manifest.version)
-                body = path.read_bytes()
-                if fh.read(len(body)) != body:
+            for shard, path, (body, table, error) in zip(manifest.shards, paths, parsed_shards(paths, review), strict=True):
+                if error is not None or body is None or fh.read(len(body)) != body:
                     return _abandon(tally)
-                table = shard_table(body, review)
                 ids = tally_table(tally, table) if table is not None else None
                 if ids is None or (matcher is not None and matcher.take(table) is not None):
                     return _abandon(tally)

@@ -7,10 +7,9 @@ from __future__ import annotations
 import bisect
 import shutil
 import tempfile
-from array import array
-from collections.abc import Iterable
+from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from classify.files import ids_sha256
 from classify.records import Document
@@ -24,39 +23,73 @@ N_BUCKETS = 64
 class IdHashBuckets:
     """Find repeated ids among millions in flat memory: 64-bit id hashes bucketed on disk, each bucket sorted alone.
 
-    ``add(id, row)`` appends ``(h, row)``, ``h`` the id's 64-bit Python string hash (SipHash, fixed within
+    ``add_many(ids, first_row)`` appends ``(h, row)`` per id, ``h`` the id's 64-bit Python string hash (SipHash, fixed within
     this process, all the buckets need: they live and die with this object), to one of :data:`N_BUCKETS` bucket files (buffered);
     :meth:`candidate_rows` loads one bucket at a time (16 bytes per row / 64), sorts it with numpy and
     returns the rows whose hash occurs more than once. Equal hashes with different ids are possible
     (rarely): callers compare the real ids of the candidates.
 
-    Memory: the buffers (64 x 4096 x 16 bytes = 4 MiB) and one bucket at a time; disk: 16 bytes per row.
+    Memory: the buffers (64 x about 4096 x 16 bytes = 4 MiB) and one bucket at a time; disk: 16 bytes per row.
     """
 
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="docpilot-ids-"))
-        self.buffers = [array("Q") for _ in range(N_BUCKETS)]
+        self.buffers: list[list[Any]] = [[] for _ in range(N_BUCKETS)]  # numpy (h, row) pair blocks not yet written
+        self.buffered = [0] * N_BUCKETS
         self.files = [open(self.folder / f"{b:02d}.bin", "wb") for b in range(N_BUCKETS)]  # noqa: SIM115
-        self.count = 0
+        self.hashed = 0  # ids hashed into the buckets so far
+        self.pending: list[str] = []  # ids given one by one to add(), rows pending_first, pending_first + 1, ...
+        self.pending_first = 0
 
     def add(self, doc_id: str, row: int) -> None:
-        """Record that row number ``row`` (any int below 2**64) has id ``doc_id``."""
-        self.add_many((doc_id,), row)
+        """Record that row number ``row`` (any int below 2**64) has id ``doc_id`` (collected, then hashed
+        with :meth:`add_many` a few thousand at a time)."""
+        if self.pending and row != self.pending_first + len(self.pending):
+            self._add_pending()
+        if not self.pending:
+            self.pending_first = row
+        self.pending.append(doc_id)
+        if len(self.pending) >= 8192:
+            self._add_pending()
 
-    def add_many(self, ids: Iterable[str], first_row: int) -> None:
-        """Record ``ids`` as rows ``first_row``, ``first_row + 1``, ... (the per-shard form of :meth:`add`)."""
-        buffers, files = self.buffers, self.files
-        row = first_row
-        for doc_id in ids:
-            h = hash(doc_id) & 0xFFFF_FFFF_FFFF_FFFF
-            buf = buffers[h & (N_BUCKETS - 1)]
-            buf.append(h)
-            buf.append(row)
-            row += 1
-            if len(buf) >= 8192:
-                buf.tofile(files[h & (N_BUCKETS - 1)])
-                del buf[:]
-        self.count += row - first_row
+    @property
+    def count(self) -> int:
+        """Ids recorded so far."""
+        return self.hashed + len(self.pending)
+
+    def _add_pending(self) -> None:
+        ids, self.pending = self.pending, []
+        self.add_many(ids, self.pending_first)
+
+    def add_many(self, ids: Collection[str], first_row: int) -> None:
+        """Record ``ids`` as rows ``first_row``, ``first_row + 1``, ... (numpy over the whole list: call it per
+        shard or per few thousand rows, not per row)."""
+        import numpy as np
+
+        if self.pending and ids is not self.pending:
+            self._add_pending()
+        n = len(ids)
+        if not n:
+            return
+        pairs = np.empty((n, 2), dtype=np.uint64)
+        pairs[:, 0] = np.fromiter((hash(i) for i in ids), dtype=np.int64, count=n).view(np.uint64)
+        pairs[:, 1] = np.arange(first_row, first_row + n, dtype=np.uint64)
+        bucket = (pairs[:, 0] & np.uint64(N_BUCKETS - 1)).astype(np.intp)
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.searchsorted(bucket[order], np.arange(N_BUCKETS + 1))
+        for b in np.flatnonzero(bounds[1:] > bounds[:-1]):
+            self.buffers[b].append(pairs[order[bounds[b]:bounds[b + 1]]])
+            self.buffered[b] += int(bounds[b + 1] - bounds[b])
+            if self.buffered[b] >= 4096:
+                self._flush(int(b))
+        self.hashed += n
+
+    def _flush(self, b: int) -> None:
+        import numpy as np
+
+        if self.buffers[b]:
+            np.concatenate(self.buffers[b]).tofile(self.files[b])
+        self.buffers[b], self.buffered[b] = [], 0
 
     def candidate_rows(self) -> list[int]:
         """Rows whose id hash occurs more than once, ascending; closes and removes the bucket files."""
@@ -64,8 +97,9 @@ class IdHashBuckets:
 
         out: list[int] = []
         try:
+            self._add_pending()
             for b, fh in enumerate(self.files):
-                self.buffers[b].tofile(fh)
+                self._flush(b)
                 fh.close()
             for b in range(N_BUCKETS):
                 pairs = np.fromfile(self.folder / f"{b:02d}.bin", dtype=np.uint64).reshape(-1, 2)

@@ -17,8 +17,8 @@ from typing import Any
 
 from batch._arrow_merge import (
     has_review,
+    parsed_shards,
     results_schema,
-    shard_table,
     tally_table,
 )
 from batch.manifest import (
@@ -209,13 +209,13 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
         pq_rows = _ParquetRows(tmp_parquet, review)
     counted = run_dir / RESULTS if not write else tmp_jsonl
     try:
-        for shard in manifest.shards:
-            path = shard_path(run_dir, shard["index"], version)
+        paths = [shard_path(run_dir, shard["index"], version) for shard in manifest.shards]
+        for shard, path, (body, table, error) in zip(manifest.shards, paths, parsed_shards(paths, review), strict=True):
             if not path.is_file():
                 problems.append(f"shard {shard['index']} has no file ({shard['n_docs']} ids missing from results)")
                 continue
-            body = path.read_bytes()
-            table = shard_table(body, review)
+            if error is not None:
+                raise error
             ids = tally_table(tally, table) if table is not None else None
             if ids is not None:  # columnar: the bytes are the rows, Arrow counted them
                 if out is not None and pq_rows is not None:

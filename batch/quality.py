@@ -103,6 +103,53 @@ class QualityTally:
             side[0] += 1
             side[1] += correct
 
+    def add_unlabelled_table(self, table: Any) -> None:
+        """Count the rows of an Arrow table or record batch of results (``status``, ``category``, ``score``,
+        optional ``review``) as unlabelled documents: the counts :meth:`add` gives row by row, with Arrow
+        kernels (a batch of millions of rows is tallied in seconds). Rows of unusual values (a score that is
+        not a number in [0, 1]) are counted by :meth:`add` instead.
+
+        Args:
+            table: a ``pyarrow.Table`` or ``pyarrow.RecordBatch`` with at least ``status``.
+        """
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = table.num_rows
+        names = table.schema.names
+        score = table.column("score") if "score" in names else pa.nulls(n, pa.float64())
+        if not (pa.types.is_floating(score.type) or pa.types.is_integer(score.type) or pa.types.is_null(score.type)):
+            score = None
+        else:
+            score = pc.cast(score, pa.float64())
+            lo_hi = pc.min_max(score).as_py()
+            if pc.sum(pc.is_nan(score)).as_py() or (lo_hi["min"] is not None and (lo_hi["min"] < 0 or lo_hi["max"] > 1)):
+                score = None
+        if score is None:
+            for row in table.to_pylist():
+                self.add(row)
+            return
+        category = table.column("category") if "category" in names else pa.nulls(n, pa.string())
+        accepted = pc.fill_null(pc.equal(table.column("status"), "accepted"), False)
+        known = pc.and_(accepted, pc.fill_null(pc.is_in(category, value_set=pa.array(self.categories, pa.string())), False))
+        predicted = pc.if_else(known, category, REJECTED)
+        for item in pc.value_counts(predicted).to_pylist():
+            self.distribution[item["values"]] += item["counts"]
+        scored = pc.and_(accepted, pc.is_valid(score))
+        bins = np.minimum((pc.filter(score, scored).to_numpy(zero_copy_only=False) * SCORE_BINS).astype(np.int64),
+                          SCORE_BINS - 1)
+        for b, count in enumerate(np.bincount(bins, minlength=SCORE_BINS).tolist()):
+            self.hist[b] += count
+        flagged = table.column("review") if "review" in names else pa.nulls(n, pa.bool_())
+        if self.threshold is not None:  # an accepted row without a flag: needs_review(score, threshold)
+            flagged = pc.coalesce(flagged, pc.fill_null(pc.less(score, self.threshold), True))
+        flagged = pc.and_(accepted, pc.fill_null(flagged, False))
+        for item in pc.value_counts(pc.filter(predicted, flagged)).to_pylist():
+            self.review[item["values"]] += item["counts"]
+        self.total += n
+        self.unlabelled += n
+
     @property
     def labelled(self) -> int:
         """Documents whose label is an allowed category."""
@@ -195,22 +242,31 @@ def tally_results_file(results: Path, labels: Iterator[tuple[str, str | None]] |
     tally = QualityTally(categories, review_below_score)
     plain = QualityTally(categories, review_below_score)
     problem = None
-    for n, row in enumerate(_result_rows(results)):
-        plain.add(row)
+    n = 0
+    for batch in _result_batches(results):
+        if isinstance(batch, list):
+            for row in batch:
+                plain.add(row)
+        else:
+            plain.add_unlabelled_table(batch)
         if labels is not None and problem is None:
-            pair = next(labels, None)
-            if pair is None or pair[0] != row.get("id"):
-                problem = f"corpus labels out of step with results at row {n}: {pair and pair[0]!r} != {row.get('id')!r}"
-            else:
+            for row in batch if isinstance(batch, list) else batch.to_pylist():
+                pair = next(labels, None)
+                if pair is None or pair[0] != row.get("id"):
+                    problem = f"corpus labels out of step with results at row {n}: {pair and pair[0]!r} != {row.get('id')!r}"
+                    break
                 tally.add(row, pair[1])
+                n += 1
     if labels is not None and problem is None and next(labels, None) is not None:
         problem = "the corpus yields more labelled rows than results.jsonl holds"
     return (plain if labels is None or problem else tally), problem
 
 
-def _result_rows(results: Path) -> Iterator[Mapping[str, Any]]:
-    """The rows of ``results.jsonl``, read from the ``results.parquet`` merged beside it when there is one
-    (the same rows in the same order, :func:`batch.merge.merge_results`; Arrow decodes it far faster)."""
+def _result_batches(results: Path) -> Iterator[Any]:
+    """The rows of ``results.jsonl`` in order: Arrow record batches of ``id``, ``status``, ``category``,
+    ``score`` (and ``review``) read from the ``results.parquet`` merged beside it when there is one (the same
+    rows in the same order, :func:`batch.merge.merge_results`; Arrow decodes it far faster), else lists of
+    row dicts read from the JSON lines."""
     from batch.manifest import RESULTS_PARQUET
 
     parquet = results.with_name(RESULTS_PARQUET)
@@ -218,13 +274,18 @@ def _result_rows(results: Path) -> Iterator[Mapping[str, Any]]:
         import pyarrow.parquet as pq
 
         names = [c for c in ("id", "status", "category", "score", "review") if c in pq.read_schema(parquet).names]
-        for batch in pq.ParquetFile(parquet).iter_batches(batch_size=65_536, columns=names):
-            yield from batch.to_pylist()
+        yield from pq.ParquetFile(parquet).iter_batches(batch_size=65_536, columns=names)
         return
+    rows: list[Mapping[str, Any]] = []
     with results.open("rb") as fh:
         for line in fh:
             if line.strip():
-                yield json.loads(line)
+                rows.append(json.loads(line))
+            if len(rows) >= 65_536:
+                yield rows
+                rows = []
+    if rows:
+        yield rows
 
 
 def quality_table(report: Mapping[str, Any]) -> str:

@@ -276,6 +276,21 @@ def test_corpus_labels_come_in_the_order_of_the_documents_for_every_format(tmp_p
         assert (labels["d0"], labels["d1"], labels["d2"], labels["d3"]) == ("sport", "tech", None, "sport"), path
 
 
+def test_jsonl_labels_found_past_lines_that_only_mention_the_column(tmp_path):
+    """The key's bytes in a text (or a broken line) are not a label; the first record with the key is."""
+    from batch._config import CorpusConfig
+    from batch._labels import has_labels
+    from batch.corpus import plan_corpus
+
+    lines = ['{"id": "a", "text": "no category here"}', '{"id": "b", "text": "category: none {"}',
+             '{"id": "c", "text": "the last one", "category": "tech"}']
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(lines))  # no final newline
+    assert has_labels(plan_corpus(CorpusConfig(path=str(corpus)), 5, 1 << 30), "category")
+    corpus.write_text("\n".join(lines[:2]) + "\n")
+    assert not has_labels(plan_corpus(CorpusConfig(path=str(corpus)), 5, 1 << 30), "category")
+
+
 def test_a_folder_corpus_has_no_labels(tmp_path):
     from batch._config import CorpusConfig
     from batch._labels import has_labels
@@ -468,3 +483,40 @@ def test_a_labelled_batch_reports_accuracy_and_an_unlabelled_one_does_not(instan
     assert (run / "category_distribution.png").is_file() and (run / "score_histogram.png").is_file()
     assert all("review" not in json.loads(line) for line in (run / "results.jsonl").read_text().splitlines())
     assert pq.read_schema(run / "results.parquet").names[-1] == "n_tokens"  # no threshold: the 8 columns as before
+
+
+@pytest.mark.parametrize("threshold", [None, 0.6])
+def test_arrow_tally_counts_as_the_per_row_tally(threshold):
+    """``add_unlabelled_table`` (Arrow kernels, the batch path) gives the counts of ``add`` row by row."""
+    import pyarrow as pa
+
+    from batch.quality import QualityTally
+
+    cats = ["business", "sport", "tech"]
+    rows = [
+        {"id": "a", "status": "accepted", "category": "sport", "score": 0.97, "review": False},
+        {"id": "b", "status": "accepted", "category": "tech", "score": 0.31, "review": True},
+        {"id": "c", "status": "accepted", "category": "tech", "score": 1.0, "review": None},
+        {"id": "d", "status": "accepted", "category": "business", "score": None, "review": None},
+        {"id": "e", "status": "accepted", "category": "movies", "score": 0.5, "review": None},
+        {"id": "f", "status": "rejected", "category": None, "score": None, "review": None},
+        {"id": "g", "status": "accepted", "category": "sport", "score": 0.0, "review": None},
+        {"id": "h", "status": "accepted", "category": "sport", "score": 0.55, "review": None},
+    ]
+    per_row, arrow = QualityTally(cats, threshold), QualityTally(cats, threshold)
+    for row in rows:
+        per_row.add(row)
+    schema = pa.schema([("id", pa.string()), ("status", pa.string()), ("category", pa.string()),
+                        ("score", pa.float64()), ("review", pa.bool_())])
+    table = pa.Table.from_pylist(rows, schema=schema)
+    arrow.add_unlabelled_table(table.slice(0, 3))
+    arrow.add_unlabelled_table(table.slice(3))
+    assert arrow.report() == per_row.report()
+    assert arrow.report()["distribution"]["rejected"] == 2 and sum(arrow.hist) == 6
+    if threshold is not None:  # b flagged by its record; d (no score), e, g and h (scores under 0.6) by the threshold
+        assert arrow.report()["review"]["flagged"] == 5
+    odd = pa.Table.from_pylist([{"id": "x", "status": "accepted", "category": "tech", "score": 1.5}])
+    slow, fast = QualityTally(cats, threshold), QualityTally(cats, threshold)
+    slow.add(odd.to_pylist()[0])
+    fast.add_unlabelled_table(odd)  # a score outside [0, 1]: counted row by row, as before
+    assert fast.report() == slow.report()
