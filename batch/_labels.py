@@ -12,7 +12,6 @@ the results: memory does not grow with the corpus.
 from __future__ import annotations
 
 import json
-import mmap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,8 @@ def _label(value: Any) -> str | None:
 def has_labels(plan: CorpusPlan, column: str | None) -> bool:
     """Whether the planned corpus carries labels in ``column`` (see the module docstring).
 
-    JSONL is searched for the key's bytes (memory-mapped); each line holding them is parsed until one is a
-    record with the key (a whole pass, at the speed of the disk, when none has it).
+    JSONL is searched for the key's bytes in 8 MiB blocks; each line holding them is parsed until one is a
+    record with the key (a whole pass, near the speed of the disk, when none has it).
     """
     if column is None or plan.format == "dir":
         return False
@@ -43,21 +42,29 @@ def has_labels(plan: CorpusPlan, column: str | None) -> bool:
 
         return column in pq.ParquetFile(path).schema_arrow.names
     key = column.encode()
+    carry = b""
     with path.open("rb") as fh:
-        if path.stat().st_size == 0:
-            return False
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:  # the OS's search, not a Python loop per line
-            at = data.find(key)
+        while True:  # 8 MiB blocks cut at a line end; bytes.find, not a Python loop per line
+            block = fh.read(8 << 20)
+            data = carry + block
+            cut = data.rfind(b"\n") + 1 if block else len(data)
+            if block and cut == 0:
+                carry = data  # one line longer than the block: read on
+                continue
+            part, carry = data[:cut], data[cut:]
+            at = part.find(key)
             while at != -1:
-                start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
-                end = len(data) if end == -1 else end
+                first, end = part.rfind(b"\n", 0, at) + 1, part.find(b"\n", at)
+                end = len(part) if end == -1 else end
                 try:
-                    record = json.loads(data[start:end])
+                    record = json.loads(part[first:end])
                 except (ValueError, UnicodeDecodeError):
                     record = None
                 if isinstance(record, dict) and column in record:
                     return True
-                at = data.find(key, end)
+                at = part.find(key, end)
+            if not block:
+                break
     return False
 
 

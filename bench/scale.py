@@ -33,6 +33,9 @@ SIZES = {"100k": (100_000, 430), "1m": (1_000_000, 430), "1m-5kb": (1_000_000, 5
 ACTORS = int(os.environ.get("DOCPILOT_SCALE_ACTORS", "2"))
 """Instant engine actors (``DOCPILOT_SCALE_ACTORS``; default 2, one per core of the 2-core machine: the actors parse
 their shards, as the vLLM actors do)."""
+DEFAULT_SIZES = os.environ.get("DOCPILOT_SCALE_SIZES", "100k,1m,1m-5kb").split(",")
+"""Sizes ``make bench`` measures (``DOCPILOT_SCALE_SIZES``, comma-separated names of :data:`SIZES`; add ``10m`` for the
+10M-document run, about 10 minutes and 15 GB of disk here)."""
 WORDS = ("market shares rose bank profits league goal match minister vote election film album chart phone "
          "chip software growth economy striker coach season court policy budget tax studio actor award").split()
 
@@ -141,7 +144,7 @@ def run(quick: bool = False, sizes: list[str] | None = None) -> dict:
     Returns:
         ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
     """
-    names = sizes or (["100k"] if quick else ["100k", "1m", "1m-5kb"])
+    names = sizes or (["100k"] if quick else DEFAULT_SIZES)
     if quick:
         SIZES["100k"] = (20_000, 430)
     rows = []
