@@ -78,6 +78,27 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``docpilot COMMAND ...``; output cut short by the reader (``docpilot --help | head``) ends quietly.
+
+    Args:
+        argv: arguments after the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        :func:`_main`'s exit status; 141 (128 + SIGPIPE, as a shell reports a writer the pipe stopped) when
+        the reader closed standard output early (the remaining output is dropped, with no traceback:
+        the Python documentation's recipe, "Note on SIGPIPE" in the ``signal`` module).
+    """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would fail the same way
+        return 141
+
+
+def _main(argv: list[str] | None = None) -> int:
     """Run ``docpilot COMMAND ...``.
 
     Args:

@@ -76,3 +76,13 @@ def test_known_errors_map_to_their_exit_code(capsys):
     # `docpilot plan` with a missing config: ConfigError -> exit 2 and one `error [config]:` line
     assert main(["plan", "--config", "/no/such/lots.json"]) == 2
     assert capsys.readouterr().err.startswith("error [config]: ")
+
+
+def test_help_into_a_reader_that_stops_early_ends_without_a_traceback():
+    """``docpilot --help | true``: the reader is gone before the usage is written (``| head`` does the same once it
+    has its lines); no BrokenPipeError traceback, status 141 (128 + SIGPIPE) as a shell reports such a writer."""
+    proc = subprocess.run(f"{sys.executable} -m docpilot --help | true; exit ${{PIPESTATUS[0]}}", shell=True,
+                          executable="/bin/bash", cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode == 141
