@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 from adapters.registry import Registry
+from classify.errors import AdapterIntegrityError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,15 +54,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _table(reg: Registry) -> str:
+def _table(adapters: list[Any], root: Path) -> str:
     rows = [("REF", "CREATED", "BASE MODEL", "PILOT", "FINAL LOSS", "SHA256")]
-    for a in reg.list():
+    for a in adapters:
         pilot = a.card.get("pilot") or {}
         rows.append((a.ref, str(a.card.get("created", "")), str(a.card.get("base_model", {}).get("name", "")),
                      f"{pilot.get('status', '?')}" + (f" ({pilot['run_id']})" if pilot.get("run_id") else ""),
                      str(a.card.get("metrics", {}).get("final_loss", "")), a.sha256[:12]))
     if len(rows) == 1:
-        return f"no adapters in {reg.root}"
+        return f"no adapters in {root}"
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
@@ -74,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     reg = Registry(args.registry)
     if args.action == "list":
-        print(json.dumps([a.summary() for a in reg.list()], indent=2) if args.json else _table(reg))
+        adapters, problems = reg.scan()
+        print(json.dumps([a.summary() for a in adapters], indent=2) if args.json else _table(adapters, reg.root))
+        for problem in problems:  # the readable versions are listed all the same
+            print(f"error [{AdapterIntegrityError.kind}]: {problem}", file=sys.stderr)
+        if problems:
+            return AdapterIntegrityError.exit_code
     elif args.action == "show":
         print(json.dumps(reg.show(args.ref).card, indent=2, sort_keys=True))
     elif args.action == "verify":

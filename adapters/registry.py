@@ -131,8 +131,28 @@ class Registry:
         return self._load(*self._locate(ref))
 
     def list(self) -> list[ResolvedAdapter]:
-        """Every published version, by name then version. Cards are read, files are not re-hashed."""
-        return [self._load(name, v) for name in self.names() for v in self.versions(name)]
+        """Every published version whose card reads, by name then version (see :meth:`scan` for the others).
+        Cards are read, files are not re-hashed."""
+        return self.scan()[0]
+
+    def scan(self) -> tuple[list[ResolvedAdapter], list[str]]:
+        """Every published version, by name then version, and why any of them could not be read.
+
+        One unreadable or malformed ``card.json`` does not hide the other versions: it is named in the
+        second list instead (the :class:`AdapterError` message).
+
+        Returns:
+            ``(adapters, problems)``.
+        """
+        adapters: list[ResolvedAdapter] = []
+        problems: list[str] = []
+        for name in self.names():
+            for version in self.versions(name):
+                try:
+                    adapters.append(self._load(name, version))
+                except AdapterError as err:
+                    problems.append(str(err))
+        return adapters, problems
 
     def resolve(self, ref: str, base_fingerprint: str | None = None, engine: Any = None,
                 base_model_path: str | Path | None = None) -> ResolvedAdapter:

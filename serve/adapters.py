@@ -121,10 +121,12 @@ class AdapterService:
         with self._lock:
             return (ref, sha256) in self._verified
 
-    def listing(self) -> list[dict[str, Any]]:
-        """Every registry version with what the server thinks of it (cards only; files are not re-hashed)."""
+    def listing(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """Every registry version with what the server thinks of it (cards only; files are not re-hashed),
+        and why any version's card could not be read (:meth:`adapters.registry.Registry.scan`)."""
         out = []
-        for adapter in self.registry.list():
+        adapters, problems = self.registry.scan()
+        for adapter in adapters:
             status = adapter.info.pilot.status
             matches = adapter.base_fingerprint == self.model.fingerprint
             gate = self.gate_record(adapter) if matches else None
@@ -139,5 +141,5 @@ class AdapterService:
                 "loaded": self.is_verified(adapter.ref, adapter.sha256),
                 "created": adapter.info.created,
             })
-        return out
+        return out, problems
 

@@ -17,13 +17,15 @@ async def list_adapters(state: State) -> AdaptersResponse:
     """List every published adapter version: base model match, pilot status, servable, loaded.
 
     `servable` needs a matching base model, a passed pilot (or `--skip-pilot-gate`) and a
-    loaded, live engine.
+    loaded, live engine. A version whose `card.json` cannot be read is named in `unreadable`
+    (the others are listed all the same).
     """
-    rows = await asyncio.to_thread(state.adapters.listing)
+    rows, unreadable = await asyncio.to_thread(state.adapters.listing)
     ready = state.ready  # nothing is servable while the engine loads, failed to load, or died
     return AdaptersResponse(
         model=state.model.name,
         model_fingerprint=state.model.fingerprint,
         skip_pilot_gate=state.settings.skip_pilot_gate,
         adapters=[AdapterOut(**{**row, "servable": row["servable"] and ready}) for row in rows],
+        unreadable=unreadable,
     )

@@ -138,6 +138,7 @@ class AdaptersResponse(_Body):
     model_fingerprint: str
     skip_pilot_gate: bool
     adapters: list[AdapterOut]
+    unreadable: list[str] = Field(default_factory=list, description="why a version's card.json could not be read")
 
 
 class ErrorDetail(_Body):

@@ -196,6 +196,25 @@ def test_cli_list_show_verify(reg: Registry, tmp_path: Path, capsys):
         main(["--registry", str(reg.root), "verify", "bbc-news@1", "--config", "config/docpilot.json"])
 
 
+def test_one_unreadable_card_does_not_hide_the_other_versions(reg: Registry, tmp_path: Path, capsys):
+    """``adapters list`` names the broken card, lists the rest and exits with the integrity error's status."""
+    from adapters.cli import main
+
+    reg.publish(_adapter_dir(tmp_path, b"one"), "bbc-news", 1, {"base_model": BASE})
+    reg.publish(_adapter_dir(tmp_path, b"two"), "bbc-news", 2, {"base_model": BASE})
+    reg.publish(_adapter_dir(tmp_path, b"x"), "alpha", 1, {"base_model": BASE})
+    (reg.root / "bbc-news" / "1" / CARD_FILE).write_text("{ not json")
+    adapters, problems = reg.scan()
+    assert [a.ref for a in adapters] == [a.ref for a in reg.list()] == ["alpha@1", "bbc-news@2"]
+    assert len(problems) == 1 and problems[0].startswith("adapter bbc-news@1: card.json is unreadable")
+    assert main(["--registry", str(reg.root), "list"]) == AdapterIntegrityError.exit_code
+    out, err = capsys.readouterr()
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["alpha@1", "bbc-news@2"]
+    assert err.startswith("error [adapter_integrity]: adapter bbc-news@1: card.json is unreadable")
+    assert main(["--registry", str(reg.root), "list", "--json"]) == AdapterIntegrityError.exit_code
+    assert [a["ref"] for a in json.loads(capsys.readouterr().out)] == ["alpha@1", "bbc-news@2"]
+
+
 def test_cli_errors_map_to_exit_codes(reg: Registry, capsys):
     from docpilot.cli import main
 

@@ -7,6 +7,7 @@ the 2-core CPU); every request is bounded by a timeout. The last test stops it w
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -284,6 +285,18 @@ def test_adapters_listing(client, published):
     assert rows["tiny-lora@1"]["pilot_status"] == "passed" and rows["tiny-lora@1"]["servable"]
     assert rows["tiny-lora@1"]["loaded"] and rows["tiny-lora@1"]["base_model_matches"]
     assert rows["tiny-raw@1"]["pilot_status"] == "not-run" and not rows["tiny-raw@1"]["servable"]
+    assert body["unreadable"] == []
+    from adapters.registry import Registry
+
+    broken = Registry().root / "tiny-broken" / "1"
+    broken.mkdir(parents=True)
+    try:  # one unreadable card is named; the other versions are listed all the same
+        (broken / "card.json").write_text("{ not json")
+        body = client.get("/v1/adapters", headers=AUTH).json()
+        assert {a["ref"] for a in body["adapters"]} >= {"tiny-lora@1", "tiny-raw@1"}
+        assert len(body["unreadable"]) == 1 and body["unreadable"][0].startswith("adapter tiny-broken@1: card.json is unreadable")
+    finally:
+        shutil.rmtree(broken.parent)
 
 
 def test_sigterm_finishes_in_flight_request_then_exits(server, client, bbc_docs):
