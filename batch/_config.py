@@ -8,6 +8,7 @@ Read from the one ``config/docpilot.json`` (:mod:`classify.configfile`), so the 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from classify.config import (
     canonical_json,
     load_config,
 )
+from classify.errors import InputError
 
 
 class CorpusConfig(Frozen):
@@ -156,3 +158,17 @@ def results_config(cfg: BatchConfig) -> dict[str, Any]:
 def results_config_sha256(cfg: BatchConfig) -> str:
     """sha256 of :func:`results_config` (canonical JSON), the manifest's ``config_sha256``."""
     return hashlib.sha256(canonical_json(results_config(cfg)).encode()).hexdigest()
+
+
+BATCH_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+"""A batch id: a plain folder name under the runs folder."""
+
+
+def check_batch_id(batch_id: str | None) -> None:
+    """Refuse a ``--batch-id`` that is not a plain folder name (before anything loads or starts).
+
+    Raises:
+        InputError: ``batch_id`` does not match :data:`BATCH_ID_RE` (``../x``, ``a/b``, empty, over 128 characters).
+    """
+    if batch_id is not None and not BATCH_ID_RE.match(batch_id):
+        raise InputError(f"`--batch-id` must match {BATCH_ID_RE.pattern} (a folder name under the runs folder), got {batch_id!r}")

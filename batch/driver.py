@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from batch._adapter import resolve_adapter
 from batch._attempt import BatchRun
-from batch._config import load_batch_config
+from batch._config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
 from batch.corpus import locate_corpus
 from classify.config import classification_sha256
 from classify.errors import InputError
@@ -32,7 +31,6 @@ from classify.runrecords import signals_raise_interrupted, utc_now
 
 log = logging.getLogger("docpilot.batch")
 
-BATCH_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class BatchOptions(BaseModel):
@@ -95,8 +93,7 @@ def _open_run(batch_id: str | None) -> tuple[str, Path]:
         from classify.runrecords import new_run_dir
 
         return new_run_dir("batch", root)
-    if not BATCH_ID_RE.match(batch_id):
-        raise InputError(f"`--batch-id` must match {BATCH_ID_RE.pattern}, got {batch_id!r}")
+    check_batch_id(batch_id)
     run_dir = root / batch_id
     run_dir.mkdir(parents=True, exist_ok=True)
     return batch_id, run_dir
@@ -119,6 +116,7 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
             as described in ``docs/batch.md``.
     """
     t_start = time.monotonic()
+    check_batch_id(options.batch_id)
     overrides: dict[str, Any] = {}
     if options.cpu_actors is not None:
         overrides["batch.cpu_actors"] = options.cpu_actors

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from batch._config import load_batch_config
+from batch._config import check_batch_id, load_batch_config
 from classify.errors import ConfigError, InputError
 from classify.paths import exports_dir, model_cache_dir, registry_dir, runs_dir, state_dir
 from classify.runrecords import new_run_dir
@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         ConfigError: invalid config or address. InputError: the corpus does not exist.
     """
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    check_batch_id(args.batch_id)
     cfg = load_batch_config(args.config)
     corpus = Path(args.corpus or cfg.corpus.path).expanduser().resolve()
     if not corpus.exists():

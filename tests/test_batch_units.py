@@ -209,6 +209,10 @@ def test_bad_batch_id_is_refused(tmp_path, bbc_dir):
                        "--batch-id", "../escape", "--skip-pilot-gate"])
     with pytest.raises(InputError, match=r"`--batch-id` must match .*, got '../escape'"):
         run_batch(args)
+    early = parse_args(["--config", str(tmp_path / "no-such-config.json"), "--corpus", str(spec["path"]),
+                        "--batch-id", "a/b", "--skip-pilot-gate"])
+    with pytest.raises(InputError, match=r"`--batch-id` must match .*, got 'a/b'"):  # before the config is read
+        run_batch(early)
 
 
 @pytest.mark.parametrize("n, cpus, expected", [

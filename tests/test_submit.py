@@ -119,6 +119,7 @@ def test_unreachable_job_server_exits_1(monkeypatch, capsys, corpus):
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["--address", "ray://head:10001"], 2, "must be the job server's http://host:port"),
     (["--corpus", "/no/such/corpus.jsonl"], 3, "does not exist (pass --corpus)"),
+    (["--batch-id", "../escape"], 3, "`--batch-id` must match"),
 ])
 def test_refusals_before_anything_is_submitted(monkeypatch, capsys, corpus, args, code, message):
     jobs = FakeJobs("SUCCEEDED")
