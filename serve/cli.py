@@ -88,6 +88,10 @@ def main(argv: list[str]) -> int:
         AdapterError: a start-up adapter is unknown, altered, for another base model, or unpiloted.
     """
     settings = parse_settings(argv)
+    from adapters.resolved import parse_ref
+
+    for ref in settings.adapters:  # a malformed ref is refused before the model is resolved or anything loads
+        parse_ref(ref)
     import uvicorn
 
     from serve.app import create_app

@@ -101,3 +101,17 @@ def test_unknown_flag_and_help_exit_like_argparse(capsys, flag):
     with pytest.raises(SystemExit) as helped:
         parse_settings(["--help"])
     assert helped.value.code == 0 and "--engine-failure-exit-delay-s" in capsys.readouterr().out
+
+
+def test_a_malformed_adapter_ref_is_refused_before_the_model_is_resolved(monkeypatch):
+    """``docpilot serve --adapter 'Bad@@'`` stops with the ref's error before create_app (model, registry) runs."""
+    import serve.app
+    from classify.errors import AdapterError
+    from serve.cli import main
+
+    def no_app(settings):
+        raise AssertionError("create_app ran for a malformed adapter ref")
+
+    monkeypatch.setattr(serve.app, "create_app", no_app)
+    with pytest.raises(AdapterError, match="Bad@@"):
+        main(["--adapter", "Bad@@"])
