@@ -41,7 +41,7 @@ from classify.errors import InputError
 from classify.files import file_sha256
 from classify.records import Document
 from classify.tabular import csv_row_document, iter_csv_rows
-from classify.textcheck import checked_id, escape_surrogates
+from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file
 
 MIN_SHARDS = 32
 """A corpus file is cut into at least this many shards when its rows allow (16 actors with 2 in flight each)."""
@@ -51,12 +51,15 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
     """The corpus's absolute path and format, checked.
 
     Raises:
-        InputError: missing path, unknown format, or a folder given as a file (or back).
+        InputError: missing path, unknown format, a folder given as a file (or back), or a JSONL/CSV file
+            in UTF-16 or UTF-32 (named with its ``iconv`` fix; checked here, before the model or Ray starts).
     """
     where = Path(path if path is not None else cfg.path).expanduser().resolve()
     fmt = detect_format(where, cfg.format)
     if (fmt == "dir") != where.is_dir():
         raise InputError(f"corpus {where}: `corpus.format` is {fmt!r} but the path is {'a folder' if where.is_dir() else 'a file'}")
+    if fmt in ("jsonl", "csv"):
+        refuse_wide_file(where)
     return where, fmt
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 from test_serve_api import AUTH, make_client, registry  # noqa: F401  (fixtures: the real app over a fake engine)
@@ -190,6 +191,24 @@ def test_wide_csv_and_jsonl_are_refused_naming_the_encoding_and_the_fix(tmp_path
     jsonl_path.write_bytes(bom + (json.dumps({"id": "a", "text": "Shares rose."}) + "\n").encode(codec))
     with pytest.raises(InputError, match=rf"c\.jsonl is {re.escape(name)}, not UTF-8; convert it: iconv -f {iconv} -t UTF-8 "):
         read_corpus(CorpusConfig(path=str(jsonl_path)), 1000)
+
+
+def test_docpilot_batch_refuses_a_utf16_corpus_before_the_config_model_or_ray(tmp_path, monkeypatch):
+    """The corpus encoding is checked where the corpus is located: before the model resolves or the pilot gate."""
+    import batch.driver as driver
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes((json.dumps({"id": "a", "text": "Shares rose."}) + "\n").encode("utf-16"))
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was resolved for a UTF-16 corpus")
+
+    monkeypatch.setattr(driver, "resolve_model", no_model)
+    config = Path(__file__).resolve().parent.parent / "config" / "docpilot.json"
+    args = driver.parse_args(["--config", str(config), "--corpus", str(corpus), "--batch-id", "wide",
+                              "--skip-pilot-gate"])
+    with pytest.raises(InputError, match=r"c\.jsonl is UTF-16 LE \(byte-order mark FF FE\), not UTF-8; convert it"):
+        driver.run_batch(args)
 
 
 @pytest.mark.parametrize(("codec", "bom", "name", "iconv"), WIDE, ids=WIDE_IDS)
