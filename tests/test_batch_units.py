@@ -190,9 +190,11 @@ def test_check_export_recounts_the_copy(tmp_path, bbc_dir):
     assert check_export(run) == ["summary.json `accepted` is 9 but the copied results give 8"]
 
 
-def test_unknown_adapter_is_refused_before_any_engine_starts(tmp_path, bbc_dir):
+def test_unknown_adapter_is_refused_before_any_engine_starts(tmp_path, bbc_dir, monkeypatch):
     from batch.driver import parse_args, run_batch
     from classify.errors import AdapterNotFound
+
+    monkeypatch.setenv("DOCPILOT_REGISTRY", str(tmp_path / "registry"))  # empty whatever other tests published
 
     spec = make_corpus(tmp_path / "c", bbc_dir, 4)
     args = parse_args(["--config", str(ROOT / "config" / "docpilot.json"), "--corpus", str(spec["path"]),
