@@ -13,10 +13,11 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from classify.config import ClassifyConfig, CommandConfig, EngineConfig, Frozen, ModelConfig
+from classify.modelshape import LINEAR_MODULES
 from classify.paths import bbc_dir
 
-LLAMA_LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-"""Linear layers of a Llama-architecture block that vLLM can apply LoRA to."""
+LLAMA_LORA_MODULES = LINEAR_MODULES
+"""Linear layers of a Llama-architecture block that vLLM can apply LoRA to (:data:`classify.modelshape.LINEAR_MODULES`)."""
 
 
 class DataSection(Frozen):

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from classify.errors import AdapterIncompatible
+from classify.modelshape import LINEAR_MODULES
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 
-LLAMA_LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-                      "embed_tokens", "lm_head")
+LLAMA_LORA_MODULES = (*LINEAR_MODULES, "embed_tokens", "lm_head")
 """Modules vLLM applies LoRA to in a Llama-family model: every ``LinearBase`` (the packed ``qkv_proj`` and
 ``gate_up_proj`` unpacked by ``LlamaForCausalLM.packed_modules_mapping``) plus its ``embedding_modules``
 (``vllm/model_executor/models/llama.py``, ``vllm/lora/utils.py`` ``get_supported_lora_modules``,

@@ -11,9 +11,10 @@ from pydantic import AwareDatetime, Field, field_validator
 
 from classify.config import EngineConfig, Frozen, ModelConfig
 from classify.errors import ConfigError
+from classify.modelshape import LINEAR_MODULES
 
 Period = Literal["3", "7", "30"]
-LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LoraTarget = Literal[LINEAR_MODULES]  # type: ignore[valid-type] # the names of classify.modelshape.LINEAR_MODULES
 
 
 class GpuSpec(Frozen):
