@@ -12,6 +12,8 @@ CONFIG      ?= config/docpilot.json
 TRAIN_CONFIG ?= $(CONFIG)
 BATCH_CONFIG ?= $(CONFIG)
 LOTS_CONFIG ?= config/lots.json
+# the file `make model` provisions the base model of: CONFIG, or the file of the command that needs it
+MODEL_CONFIG ?= $(CONFIG)
 PYTEST_ARGS ?=
 
 .PHONY: help setup requirements-rebuild model doctor pilot train batch status submit serve plan test test-slow bench lint clean export-adapter import-adapter
@@ -54,7 +56,11 @@ requirements-rebuild: setup
 	@echo "wrote requirements/cpu.lock (see requirements/README.md for where each package comes from)"
 
 model: setup
-	$(BIN)/docpilot model --config $(CONFIG)
+	$(BIN)/docpilot model --config $(MODEL_CONFIG)
+
+# make's target-specific variables reach the prerequisites: `make train TRAIN_CONFIG=x.json` provisions x.json's model
+train: MODEL_CONFIG = $(TRAIN_CONFIG)
+batch: MODEL_CONFIG = $(BATCH_CONFIG)
 
 doctor: setup
 	$(BIN)/docpilot doctor --config $(CONFIG)
