@@ -190,9 +190,15 @@ def load_config(cls: type[M], path: str | Path, overrides: dict[str, Any] | None
             node = node.setdefault(key, {}) if isinstance(node, dict) else None
         if isinstance(node, dict):  # else a section that is not an object (null, a list): validation names it
             node[leaf] = value
-    if command:
-        return validate_view(cls, data, str(path), nested)  # type: ignore[return-value]
-    return parse_config(cls, data, str(path))
+    try:
+        if command:
+            return validate_view(cls, data, str(path), nested)  # type: ignore[return-value]
+        return parse_config(cls, data, str(path))
+    except ConfigError as err:
+        flagged = [k for k in (overrides or {}) if f"`{k}`" in str(err) or f".{k}`" in str(err)]
+        if flagged:  # the bad value is the command line's, not the file's: say so
+            raise ConfigError(f"{err} (that value came from the command line, not from {path})") from None
+        raise
 
 
 def config_sha256(cfg: BaseModel) -> str:

@@ -133,3 +133,16 @@ def test_an_override_into_a_section_that_is_not_an_object_is_a_config_error(tmp_
     path = _write(tmp_path, data)  # e.g. `docpilot batch --cpu-actors 2` with "batch": null in the file
     with pytest.raises(ConfigError, match=rf"{path}: `(batch|\(root\))` must be a valid dictionary"):
         load_batch_config(path, {"batch.cpu_actors": 2})
+
+
+def test_a_bad_command_line_value_is_blamed_on_the_command_line_not_the_file(tmp_path):
+    shipped = Path(__file__).resolve().parent.parent / "config" / "docpilot.json"
+    with pytest.raises(ConfigError, match=r"`batch\.cpu_actors` must be greater than or equal to 1, got 0 "
+                                           r"\(that value came from the command line, not from .*docpilot\.json\)"):
+        load_batch_config(shipped, {"batch.cpu_actors": 0})
+    data = json.loads(shipped.read_text())
+    data["batch"]["shard_docs"] = 0
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as err:  # the file's own bad value: no blame on a flag that is fine
+        load_batch_config(tmp_path / "bad.json", {"batch.cpu_actors": 2})
+    assert "`batch.shard_docs`" in str(err.value) and "command line" not in str(err.value)
