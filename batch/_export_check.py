@@ -13,7 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from batch._arrow_merge import REVIEW_COLUMN, RowMatcher, has_review, parsed_shards, tally_table
+from batch._arrow_merge import (
+    REVIEW_COLUMN,
+    RowMatcher,
+    has_review,
+    parsed_shards,
+    streaming_parquet,
+    tally_table,
+)
 from batch.manifest import RESULT_COLUMNS, RESULTS, RESULTS_PARQUET, check_shard_ids, result_lines, shard_path
 from batch.merge import Tally
 from batch.runfiles import Manifest
@@ -70,10 +77,9 @@ def _parquet_matcher(parquet: Path, manifest: Manifest, review: bool) -> RowMatc
     without one), ``False`` when the file is unreadable or has other columns (the per-row check words it)."""
     if manifest.version < 2 and not parquet.exists():
         return None
-    import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(parquet)
+        pf = streaming_parquet(parquet)
     except Exception:  # noqa: BLE001 - pyarrow's errors
         return False
     if pf.schema_arrow.names != [name for name, _ in RESULT_COLUMNS] + ([REVIEW_COLUMN[0]] if review else []):
@@ -98,10 +104,9 @@ def _recount(tally: Tally, manifest: Manifest, summary: dict[str, Any], duplicat
 
 def _parquet_equals_jsonl(parquet: Path, jsonl: Path) -> list[str]:
     """Compare ``results.parquet`` with ``results.jsonl`` row for row, streaming both."""
-    import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(parquet)
+        pf = streaming_parquet(parquet)
     except Exception as err:  # noqa: BLE001 - pyarrow's errors
         return [f"{RESULTS_PARQUET}: cannot read: {err}"]
     names = [name for name, _ in RESULT_COLUMNS]

@@ -267,6 +267,7 @@ def _result_batches(results: Path) -> Iterator[Any]:
     ``score`` (and ``review``) read from the ``results.parquet`` merged beside it when there is one (the same
     rows in the same order, :func:`batch.merge.merge_results`; Arrow decodes it far faster), else lists of
     row dicts read from the JSON lines."""
+    from batch._arrow_merge import streaming_parquet
     from batch.manifest import RESULTS_PARQUET
 
     parquet = results.with_name(RESULTS_PARQUET)
@@ -274,7 +275,7 @@ def _result_batches(results: Path) -> Iterator[Any]:
         import pyarrow.parquet as pq
 
         names = [c for c in ("id", "status", "category", "score", "review") if c in pq.read_schema(parquet).names]
-        yield from pq.ParquetFile(parquet).iter_batches(batch_size=65_536, columns=names)
+        yield from streaming_parquet(parquet).iter_batches(batch_size=65_536, columns=names)
         return
     rows: list[Mapping[str, Any]] = []
     with results.open("rb") as fh:
