@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from batch._shard_io import jsonl_lines
 from batch.corpus import CorpusPlan
 from classify.documents import jsonl_line_id
 from classify.tabular import csv_header, iter_csv_rows, parquet_columns, parquet_row_id
@@ -86,7 +87,7 @@ def iter_labels(plan: CorpusPlan, column: str) -> Iterator[tuple[str, str | None
             with path.open("rb") as fh:
                 fh.seek(shard["offset"])
                 data = fh.read(shard["end"] - shard["offset"])
-            for lineno, raw in enumerate(data.splitlines(keepends=True), start=shard["row"]):
+            for lineno, raw in enumerate(jsonl_lines(data), start=shard["row"]):
                 if not raw.strip() or lineno in skip:
                     continue
                 doc_id, record, _ = jsonl_line_id(name, lineno, raw)

@@ -74,9 +74,21 @@ def jsonl_documents(path: Path, name: str, first_line: int, data: bytes, max_doc
         data: whole lines of the file.
         max_doc_bytes: size limit per document in bytes.
     """
-    for lineno, raw in enumerate(data.splitlines(keepends=True), start=first_line):
+    for lineno, raw in enumerate(jsonl_lines(data), start=first_line):
         if raw.strip():
             yield lineno, jsonl_line_document(path, name, lineno, raw, max_doc_bytes)[0]
+
+
+def jsonl_lines(data: bytes) -> list[bytes]:
+    """The lines of a JSONL byte range, each with its ``\n``, split on ``\n`` only.
+
+    The plan pass and the whole-file reader split on ``\n`` only, so a shard must too: ``bytes.splitlines``
+    also splits on a lone ``\r`` (JSON whitespace inside a record, or a file with old Mac line ends), which
+    would give more rows than the plan counted and fail the shard's id check.
+    """
+    lines = data.split(b"\n")
+    last = lines.pop()
+    return [line + b"\n" for line in lines] + ([last] if last else [])
 
 
 def fold_shard(pairs: Iterable[tuple[int, Document]], skip: Collection[int], dups: Mapping[str, str]) -> list[Document]:

@@ -126,6 +126,24 @@ def test_a_raw_jsonl_shard_parses_to_the_documents_the_driver_would_read(tmp_pat
         assert as_documents(payload, 10_000) == plan.read_shard(shard, 10_000)
 
 
+@pytest.mark.parametrize("body", [
+    b'{"id": "a", "text": "one"}\n{"id": "c",\r"text": "a carriage return as JSON whitespace"}\n{"id": "d", "text": "x"}\n',
+    b'{"id": "a", "text": "old Mac line ends"}\r{"id": "b", "text": "two"}\r{"id": "c", "text": "three"}\r',
+    bytes(range(256)) * 3 + b"\n" + bytes(range(255, -1, -1)) * 2,  # bytes of every value, \r and \n among them
+], ids=["cr-inside-a-record", "cr-line-ends", "binary"])
+def test_a_shard_reads_back_the_rows_the_plan_counted_whatever_its_carriage_returns(tmp_path, body):
+    """Lines split on \\n only, as the plan pass does: a lone \\r never adds a row, so the ids match the plan."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(body)
+    plan = plan_corpus(CorpusConfig(path=str(corpus)), 1, 1 << 20)
+    for shard in plan.shards:
+        docs = plan.read_shard(shard, 10_000)
+        assert len(docs) == shard["n_docs"] and ids_sha256([d.id for d in docs]) == shard["ids_sha256"]
+        assert as_documents(plan.shard_payload(shard, 10_000), 10_000) == docs
+    if body.startswith(b'{"id": "a", "text": "one"}'):
+        assert [d.id for s in plan.shards for d in plan.read_shard(s, 10_000)] == ["a", "c", "d"]
+
+
 def test_shard_output_is_the_shard_file_and_its_counts():
     rows = _rows()
     out = ShardOutput.of(rows)
