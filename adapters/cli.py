@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _table(adapters: list[Any], root: Path) -> str:
+def _table(adapters: list[Any], root: Path, unreadable: int = 0) -> str:
     rows = [("REF", "CREATED", "BASE MODEL", "PILOT", "FINAL LOSS", "SHA256")]
     for a in adapters:
         pilot = a.card.get("pilot") or {}
@@ -62,7 +62,7 @@ def _table(adapters: list[Any], root: Path) -> str:
                      f"{pilot.get('status', '?')}" + (f" ({pilot['run_id']})" if pilot.get("run_id") else ""),
                      str(a.card.get("metrics", {}).get("final_loss", "")), a.sha256[:12]))
     if len(rows) == 1:
-        return f"no adapters in {root}"
+        return f"no readable adapters in {root} ({unreadable} unreadable, named on stderr)" if unreadable else f"no adapters in {root}"
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     reg = Registry(args.registry)
     if args.action == "list":
         adapters, problems = reg.scan()
-        print(json.dumps([a.summary() for a in adapters], indent=2) if args.json else _table(adapters, reg.root))
+        print(json.dumps([a.summary() for a in adapters], indent=2) if args.json else _table(adapters, reg.root, len(problems)))
         for problem in problems:  # the readable versions are listed all the same
             print(f"error [{AdapterIntegrityError.kind}]: {problem}", file=sys.stderr)
         if problems:

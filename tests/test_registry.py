@@ -213,6 +213,10 @@ def test_one_unreadable_card_does_not_hide_the_other_versions(reg: Registry, tmp
     assert err.startswith("error [adapter_integrity]: adapter bbc-news@1: card.json is unreadable")
     assert main(["--registry", str(reg.root), "list", "--json"]) == AdapterIntegrityError.exit_code
     assert [a["ref"] for a in json.loads(capsys.readouterr().out)] == ["alpha@1", "bbc-news@2"]
+    for ref in ("alpha/1", "bbc-news/2"):
+        (reg.root / ref / CARD_FILE).write_text("[]")
+    assert main(["--registry", str(reg.root), "list"]) == AdapterIntegrityError.exit_code
+    assert capsys.readouterr().out.strip() == f"no readable adapters in {reg.root} (3 unreadable, named on stderr)"
 
 
 def test_cli_errors_map_to_exit_codes(reg: Registry, capsys):
