@@ -138,12 +138,30 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
     except Timeout:
         raise InputError(f"batch {batch_id} is already running (another driver holds {run_dir}/.driver.lock); "
                          f"watch it with `docpilot status {batch_id}`") from None
+    finished = False
     try:
         with signals_raise_interrupted():  # SIGTERM / Ctrl-C: Ray is shut down, the attempt recorded, exit 130
-            return BatchRun(options, cfg, corpus_path, corpus_format, model, adapter, gate_record, batch_id, run_dir,
-                            t_start, _engine_actor).run()
+            summary = BatchRun(options, cfg, corpus_path, corpus_format, model, adapter, gate_record, batch_id, run_dir,
+                               t_start, _engine_actor).run()
+        finished = True
+        return summary
     finally:
+        if not finished:
+            _drop_empty_run(run_dir)
         lock.release()
+
+
+def _drop_empty_run(run_dir: Path) -> None:
+    """Remove a run folder that a failed attempt left holding nothing but its lock file (the corpus could not
+    be planned, so no manifest was written): ``docpilot status`` and a rerun then see no such batch."""
+    lock_file = run_dir / ".driver.lock"
+    try:
+        if any(p.name != lock_file.name for p in run_dir.iterdir()):
+            return
+        lock_file.unlink(missing_ok=True)  # still held by this process: no other driver can be inside
+        run_dir.rmdir()
+    except OSError:
+        pass  # something appeared meanwhile, or the folder is not ours to remove: leave it
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -233,3 +233,16 @@ def test_cpu_core_groups_are_disjoint_per_actor(n, cpus, expected):
         bound = [c for g in groups for c in g.split(",")]
         assert len(bound) == len(set(bound))  # no core in two engines
 
+
+
+def test_a_corpus_that_cannot_be_planned_leaves_no_empty_run_folder(tmp_path, monkeypatch):
+    """An empty corpus fails before any manifest: the new run folder is removed, so status and a rerun see no batch."""
+    from batch.driver import parse_args, run_batch
+
+    monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    args = parse_args(["--config", str(ROOT / "config" / "docpilot.json"), "--corpus", str(tmp_path / "empty.jsonl"),
+                       "--batch-id", "nothing-to-do", "--skip-pilot-gate"])
+    with pytest.raises(InputError, match="holds no documents"):
+        run_batch(args)
+    assert not (tmp_path / "runs" / "nothing-to-do").exists()
