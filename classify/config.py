@@ -171,6 +171,8 @@ def load_config(cls: type[M], path: str | Path, overrides: dict[str, Any] | None
         0.8
     """
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a folder; give the JSON file (e.g. {DEFAULT_CONFIG})")
     if not path.is_file():
         hint = (f" (docpilot now reads one {DEFAULT_CONFIG} for every command; see docs/config.md)"
                 if path.name in OLD_FILES else "")

@@ -96,10 +96,20 @@ def csv_header(path: Path) -> tuple[list[str], int]:
 
 
 def _decoded_lines(fh: Any, end: list[int], first: bool) -> Iterator[str]:
-    """Lines of a binary file decoded as UTF-8 (the first one as ``utf-8-sig``); ``end[0]`` follows the byte offset."""
+    """Lines of a binary file decoded as UTF-8 (the first one as ``utf-8-sig``); ``end[0]`` follows the byte offset.
+
+    Raises:
+        UnicodeDecodeError: a line is not UTF-8; its reason names the line's byte offset in the file.
+    """
     for raw in fh:
+        start = end[0]
         end[0] += len(raw)
-        yield raw.decode("utf-8-sig" if first else "utf-8")
+        try:
+            text = raw.decode("utf-8-sig" if first else "utf-8")
+        except UnicodeDecodeError as err:
+            err.reason = f"{err.reason} (in the line at byte offset {start} of the file)"
+            raise
+        yield text
         first = False
 
 

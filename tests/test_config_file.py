@@ -146,3 +146,8 @@ def test_a_bad_command_line_value_is_blamed_on_the_command_line_not_the_file(tmp
     with pytest.raises(ConfigError) as err:  # the file's own bad value: no blame on a flag that is fine
         load_batch_config(tmp_path / "bad.json", {"batch.cpu_actors": 2})
     assert "`batch.shard_docs`" in str(err.value) and "command line" not in str(err.value)
+
+
+def test_a_folder_given_as_the_config_file_is_named_as_a_folder(tmp_path):
+    with pytest.raises(ConfigError, match=r"config file .* is a folder; give the JSON file"):
+        load_config(PilotConfig, tmp_path)

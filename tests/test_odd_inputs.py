@@ -302,3 +302,15 @@ def test_document_from_text_is_the_one_rule_for_serve(tmp_path):
     assert doc.id == "\\ud83d" and doc.reject_reason.startswith("id is not valid Unicode")
     assert "text is not valid Unicode: lone surrogate U+D83D at character 100000" in doc.reject_reason
     assert time.perf_counter() - start < 1
+
+
+def test_a_csv_line_that_is_not_utf8_is_named_by_its_byte_offset(tmp_path):
+    """A whole CSV must be UTF-8 (it is parsed as text); the error says where the bad line starts."""
+    from classify.tabular import csv_header, iter_csv_rows
+
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"id,text\na,fine\nb,caf\xe9 latin-1\nc,ok\n")
+    header, offset = csv_header(bad)
+    with pytest.raises(InputError, match=r"bad\.csv: cannot read CSV: 'utf-8' codec can't decode byte 0xe9 .*"
+                                         r"\(in the line at byte offset 15 of the file\); the file is not UTF-8"):
+        list(iter_csv_rows(bad, "text", "id", "x", offset=offset, first_index=0, max_rows=10, header=header))
