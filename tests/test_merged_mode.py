@@ -195,6 +195,7 @@ def test_a_merged_mode_pilot_proceeds_and_answers_as_the_lora_mode_pilot(pilot_c
     """Two engine starts: the session's LoRA engine (lora mode) and the merged model's own (merged mode)."""
     from adapters.registry import Registry
     from batch.pilot import run_pilot
+    from classify.device import compute_dtype
     from classify.model import resolve_model
     from classify.pilotgate import pilot_status
 
@@ -216,11 +217,23 @@ def test_a_merged_mode_pilot_proceeds_and_answers_as_the_lora_mode_pilot(pilot_c
 
     a, b = rows(lora), rows(merged)
     assert a.keys() == b.keys() and len(a) == 12
-    assert {i: r["category"] for i, r in a.items()} == {i: r["category"] for i, r in b.items()}
-    for i in a:
-        if a[i]["score"] is not None:
-            assert b[i]["score"] == pytest.approx(a[i]["score"], abs=0.02), i
-    assert merged.summary["accuracy"] == lora.summary["accuracy"]
+    scored = [i for i in a if a[i]["score"] is not None]
+    diffs = {i: abs(b[i]["score"] - a[i]["score"]) for i in scored}
+    if compute_dtype(pilot_config.model) == "float32":
+        # one fp32 sum W + (alpha/r) B A vs vLLM adding x A B per step: the same answers to rounding
+        assert {i: r["category"] for i, r in a.items()} == {i: r["category"] for i, r in b.items()}
+        assert max(diffs.values()) <= 0.02, diffs
+        assert merged.summary["accuracy"] == lora.summary["accuracy"]
+    else:
+        # bfloat16 (AVX-512-BF16 CPUs, accelerators): both paths round to 8 mantissa bits, in different
+        # places (the merged weights once; vLLM's x A B and its sum every step). Measured on a Zen 4
+        # EPYC: per-document |score difference| up to 0.077, mean 0.02 over these 11. A wrong merge
+        # (scale alpha/r missed, an adapter layer dropped) moves every score, so the mean is the guard.
+        assert max(diffs.values()) <= 0.12 and sum(diffs.values()) / len(diffs) <= 0.04, diffs
+        for i in scored:  # a clear winner (top score >= 0.6, the runner-up <= 0.4) cannot swap
+            if a[i]["score"] >= 0.6:
+                assert b[i]["category"] == a[i]["category"], (i, a[i], b[i])
+        assert sum(a[i]["category"] == b[i]["category"] for i in a) >= 10, (a, b)
     assert merged.decision == lora.decision == "proceed", (merged.summary.get("failed_checks"), lora.summary.get("failed_checks"))
     # the adapter did something: its scores differ from the base model's
     from batch._pilot_inputs import read_pilot_set
