@@ -8,10 +8,13 @@ peft and cached, :mod:`adapters.merged_cache`; the engines load it as a plain mo
 * agreement: share of ids with the same category on both paths;
 * docs/s per path: end to end over the pool (engine start included) and steady (after the first
   shard came back, as ``bench/batch.py``), and the merged / LoRA ratios;
-* the machine's fp32 matrix-product ceiling measured in the same run (``bench.common.matmul_gflops``,
+* the machine's matrix-product ceiling measured in the same run (``bench.common.matmul_gflops``,
   before and after the batches, best of the two) turned into a docs/s ceiling: ``2 N`` FLOPs per
   prompt token (Kaplan et al. 2020, sec. 2.1; ``N`` = non-embedding parameters, counted from the
   weights) times the mean prompt tokens per article; the steady merged docs/s as a share of it.
+  The ceiling is taken in the engine's compute dtype (``float32`` on AVX2-only CPUs, ``bfloat16``
+  where the CPU has AVX-512-BF16 or AMX, where a bf16 product runs about twice the fp32 rate) and
+  the goal is judged against that one; the fp32 ceiling is given beside it.
 
 The adapter is ``DOCPILOT_BENCH_ADAPTER`` (default ``bbc-news@latest``) from the registry; when the
 registry has none, a random tiny LoRA (r=8 on q_proj/v_proj, B scaled by 0.3) is published to a
@@ -144,16 +147,18 @@ def run(quick: bool = False) -> dict[str, Any]:
         try:
             ref, note = _adapter(tmp)
             corpus = _corpus(tmp, n)
-            ceiling_before = matmul_gflops("float32")
+            dtype = compute_dtype(ModelConfig())
+            ceiling_before = matmul_gflops(dtype)
+            fp32_before = matmul_gflops("float32") if dtype != "float32" else ceiling_before
             base = resolve_model(ModelConfig())
             resolved = Registry().resolve(ref, base_fingerprint=base.fingerprint)
-            dtype = compute_dtype(ModelConfig())
             t0 = time.monotonic()
             merged_ref = merged_model(resolved, base, dtype)  # cold merge timed here; the batch re-hashes and reuses it
             merge_s = time.monotonic() - t0
             lora = _batch(corpus, "lora", ref, tmp, shard_docs)
             merged = _batch(corpus, "merged", ref, tmp, shard_docs)
-            ceiling_after = matmul_gflops("float32")
+            ceiling_after = matmul_gflops(dtype)
+            fp32_after = matmul_gflops("float32") if dtype != "float32" else ceiling_after
             n_params = _non_embedding_params(merged_ref.path)
             if note:  # a random adapter's merge is of no later use: keep the shared model cache clean
                 shutil.rmtree(merged_ref.path, ignore_errors=True)
@@ -169,6 +174,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     tokens_per_doc = merged["prompt_tokens"] / max(merged["docs"], 1)
     gflop_per_doc = forward_gflop_per_token(n_params) * tokens_per_doc
     ceiling_docs_s = ceiling_gflops / gflop_per_doc
+    fp32_docs_s = max(fp32_before, fp32_after) / gflop_per_doc
 
     def ratio(a: float, b: float) -> float:
         return round(a / b, 3) if b else 0.0
@@ -182,7 +188,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         "merged": {k: v for k, v in merged.items() if k != "categories"},
         "speedup_end_to_end": ratio(merged["docs_per_s"], lora["docs_per_s"]),
         "speedup_steady": ratio(merged["docs_per_s_steady"], lora["docs_per_s_steady"]),
-        "fp32_matmul_gflops": {"before": round(ceiling_before, 1), "after": round(ceiling_after, 1)},
+        "ceiling_dtype": dtype,
+        "matmul_gflops": {"before": round(ceiling_before, 1), "after": round(ceiling_after, 1)},
+        "fp32_matmul_gflops": {"before": round(fp32_before, 1), "after": round(fp32_after, 1)},
+        "merged_steady_share_of_fp32_ceiling": ratio(merged["docs_per_s_steady"], fp32_docs_s),
         "non_embedding_params": n_params, "prompt_tokens_per_doc": round(tokens_per_doc, 1),
         "ceiling_docs_per_s": round(ceiling_docs_s, 3),
         "merged_steady_share_of_ceiling": ratio(merged["docs_per_s_steady"], ceiling_docs_s),
@@ -206,11 +215,15 @@ def run(quick: bool = False) -> dict[str, Any]:
         f"{'met' if goal_agree else 'NOT met'})",
         f"- merged / LoRA: **{figures['speedup_steady']}x** steady, {figures['speedup_end_to_end']}x end to end "
         f"(goal >= 2.5x steady: {'met' if goal_speed else 'NOT met'})",
-        f"- fp32 matmul ceiling in this run: {ceiling_gflops:.1f} GFLOP/s (2048^2 products, before {ceiling_before:.1f} / "
-        f"after {ceiling_after:.1f}); {n_params / 1e6:.1f} M non-embedding parameters x 2 FLOPs x "
-        f"{tokens_per_doc:.0f} prompt tokens per article = {gflop_per_doc:.2f} GFLOP per article -> ceiling "
-        f"{ceiling_docs_s:.2f} docs/s; merged steady = **{figures['merged_steady_share_of_ceiling']:.0%}** of it "
-        f"(goal >= 70%: {'met' if goal_ceiling else 'NOT met'}), LoRA steady = {figures['lora_steady_share_of_ceiling']:.0%}.",
+        f"- {dtype} matmul ceiling in this run (the engine's compute dtype): {ceiling_gflops:.1f} GFLOP/s (2048^2 "
+        f"products, before {ceiling_before:.1f} / after {ceiling_after:.1f}); {n_params / 1e6:.1f} M non-embedding "
+        f"parameters x 2 FLOPs x {tokens_per_doc:.0f} prompt tokens per article = {gflop_per_doc:.2f} GFLOP per "
+        f"article -> ceiling {ceiling_docs_s:.2f} docs/s; merged steady = "
+        f"**{figures['merged_steady_share_of_ceiling']:.0%}** of it (goal >= 70%: {'met' if goal_ceiling else 'NOT met'}), "
+        f"LoRA steady = {figures['lora_steady_share_of_ceiling']:.0%}.",
+        *([f"- fp32 ceiling beside it: {max(fp32_before, fp32_after):.1f} GFLOP/s; merged steady = "
+           f"{figures['merged_steady_share_of_fp32_ceiling']:.0%} of the fp32 docs/s ceiling (not the goal's measure "
+           f"here: the engine runs {dtype})."] if dtype != "float32" else []),
         "- steady = documents after the first shard of each actor / time after the first shard came back; "
         "with --quick (24 articles) the steady window is short and noisy.",
     ])
