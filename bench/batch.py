@@ -2,14 +2,15 @@
 
 1. Offline: :func:`classify.engine.build_engine` + one ``Classifier.classify`` call over all articles
    (vLLM batches them itself). Timed: engine start, and the classify call (first-call warm-up included).
-2. Ray batch, 1 actor: ``docpilot batch`` in this process (local Ray, ``config/docpilot.json``, 16 docs/shard).
+2. Ray batch, 1 actor: ``docpilot batch`` in this process (local Ray, ``config/docpilot.json``; a
+   corpus this small is cut into at least 32 shards, about 10 articles each).
 3. Ray batch, 2 actors (``--cpu-actors 2``, 1 Ray CPU each) on the same articles, each actor's
    vLLM compute threads on its own cores (``batch.cpu_bind: "split"``, the default).
 4. Ray batch, 2 actors with vLLM's own ``auto`` binding in both (``batch.cpu_bind: "auto"``), on the
    first 64 articles only: it shows why ``split`` is the default (both engines compute on one core).
 Each run's engine is stopped before the next starts. Ray figures come from the batch's own
 ``summary.json``: docs/s over the whole pool (engine start and warm-up included), and a
-steady-state docs/s after the first shard came back.
+steady-state docs/s from the shard files' completion times (:func:`bench.common.steady_rate`).
 
 Run alone: ``python -m bench.batch [--quick]``.
 """
@@ -23,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.common import steady_rate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,12 +77,11 @@ def _ray(corpus: Path, actors: int, out: Path, cpu_bind: str = "split") -> dict:
     config_path.write_text(json.dumps(config))
     args = parse_args(["--config", str(config_path), "--corpus", str(corpus), "--batch-id",
                        f"bench-{actors}a-{cpu_bind}", "--cpu-actors", str(actors), "--skip-pilot-gate", "--no-progress"])
-    t = run_batch(args)["this_attempt"]
-    shard_docs = 16
-    steady_s = max(t["pool_wall_s"] - (t["first_shard_s"] or 0), 1e-9)
+    summary = run_batch(args)
+    t = summary["this_attempt"]
     return {"docs": t["processed_docs"], "actors": t["actors"], "pool_wall_s": t["pool_wall_s"],
             "first_shard_s": round(t["first_shard_s"] or 0, 1), "docs_per_s": t["docs_per_s"],
-            "docs_per_s_steady": round(max(t["processed_docs"] - shard_docs * t["actors"], 0) / steady_s, 2),
+            **steady_rate(Path(summary["run_dir"]), t["actors"]),
             "tokens_per_s": t["tokens_per_s"], "retries": t["retries"], "cpu_bind": cpu_bind}
 
 
@@ -130,8 +132,9 @@ def run(quick: bool = False) -> dict:
         f"{table}\n\n"
         f"Steady docs/s: Ray 1 actor / offline {ratio(one, offline):.2f}x; 2 actors (own cores) / 1 actor "
         f"{ratio(two, one):.2f}x; 2 actors (own cores) / offline {ratio(two, offline):.2f}x; 2 actors with vLLM's auto "
-        f"binding / 1 actor {ratio(two_auto, one):.2f}x. End-to-end includes engine start and warm-up; steady starts when "
-        "the first shard comes back. Ray hands vLLM 16-document shards (two queued per actor) instead of the whole "
+        f"binding / 1 actor {ratio(two_auto, one):.2f}x. End-to-end includes engine start and warm-up; steady runs from "
+        "the moment every actor has returned a shard to the last shard (bench.common.steady_rate). Ray hands vLLM "
+        f"shards of about {two['mean_shard_docs']} articles (two queued per actor) instead of the whole "
         "corpus in one call, and Ray's own processes share the same cores. On a CPU each vLLM engine keeps one core "
         "for its front end and binds its compute threads to the others (`VLLM_CPU_OMP_THREADS_BIND=auto`): with 2 "
         "cores that is one compute core, the same core in every engine, so a second engine with auto binding "

@@ -53,6 +53,36 @@ def matmul_gflops(dtype_name: str, n: int = 2048, repeats: int = 3) -> float:
     return 2 * n**3 * repeats / (time.perf_counter() - started) / 1e9
 
 
+def steady_rate(run_dir: Path, actors: int) -> dict[str, Any]:
+    """Steady-state docs/s of a finished batch, from the completion times of its shard files.
+
+    The window opens when every actor has returned a shard (the ``actors``-th shard file written) and
+    closes at the last one, so it leaves out the engine starts before and the pool's shut-down after
+    (actor and engine stop, about 15 s here, which ``pool_wall_s`` includes). Documents: those of the
+    shards completed inside the window, less half a mean shard per actor (each actor was part-way
+    through a shard when the window opened).
+
+    Args:
+        run_dir: the batch's run folder (``shards/<NNN>/<NNNNNN>.jsonl``, one line per document).
+        actors: engine actors of the attempt.
+
+    Returns:
+        ``{"docs_per_s_steady", "steady_window_s", "steady_docs", "shards", "mean_shard_docs"}``
+        (docs/s, seconds, documents, shard files, documents).
+
+    Raises:
+        ValueError: fewer than ``actors + 1`` shard files (no window to measure).
+    """
+    done = sorted((f.stat().st_mtime_ns, sum(1 for _ in f.open("rb"))) for f in Path(run_dir).glob("shards/*/*.jsonl"))
+    if len(done) <= actors:
+        raise ValueError(f"{run_dir}: {len(done)} shard files, need more than {actors} for a steady window")
+    mean = sum(n for _, n in done) / len(done)
+    window_s = (done[-1][0] - done[actors - 1][0]) / 1e9
+    docs = sum(n for _, n in done[actors:]) - actors * mean / 2
+    return {"docs_per_s_steady": round(docs / max(window_s, 1e-9), 3), "steady_window_s": round(window_s, 1),
+            "steady_docs": round(docs, 1), "shards": len(done), "mean_shard_docs": round(mean, 1)}
+
+
 def forward_gflop_per_token(n_params: int) -> float:
     """Forward-pass cost per token, ``2 N`` FLOPs for ``N`` non-embedding-dominated parameters.
 

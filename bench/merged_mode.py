@@ -6,8 +6,9 @@ actors on their own cores, ``batch.cpu_bind: split``) with the same adapter: onc
 peft and cached, :mod:`adapters.merged_cache`; the engines load it as a plain model). Figures:
 
 * agreement: share of ids with the same category on both paths;
-* docs/s per path: end to end over the pool (engine start included) and steady (after the first
-  shard came back, as ``bench/batch.py``), and the merged / LoRA ratios;
+* docs/s per path: end to end over the pool (engine start included) and steady (from the moment
+  every actor has returned a shard to the last shard, :func:`bench.common.steady_rate`), and the
+  merged / LoRA ratios;
 * the machine's matrix-product ceiling measured in the same run (``bench.common.matmul_gflops``,
   before and after the batches, best of the two) turned into a docs/s ceiling: ``2 N`` FLOPs per
   prompt token (Kaplan et al. 2020, sec. 2.1; ``N`` = non-embedding parameters, counted from the
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.batch import _corpus
-from bench.common import forward_gflop_per_token, matmul_gflops
+from bench.common import forward_gflop_per_token, matmul_gflops, steady_rate
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTORS = 2
@@ -113,12 +114,11 @@ def _batch(corpus: Path, mode: str, adapter: str, out: Path, shard_docs: int) ->
     summary = run_batch(args)
     wall = time.monotonic() - t0
     t = summary["this_attempt"]
-    steady_s = max(t["pool_wall_s"] - (t["first_shard_s"] or 0), 1e-9)
     rows = [json.loads(line) for line in (Path(summary["run_dir"]) / "results.jsonl").read_text().splitlines()]
     return {"mode": mode, "docs": t["processed_docs"], "actors": t["actors"], "retries": t["retries"],
             "driver_wall_s": round(wall, 1), "pool_wall_s": t["pool_wall_s"],
             "first_shard_s": round(t["first_shard_s"] or 0, 1), "docs_per_s": t["docs_per_s"],
-            "docs_per_s_steady": round(max(t["processed_docs"] - shard_docs * t["actors"], 0) / steady_s, 3),
+            **steady_rate(Path(summary["run_dir"]), t["actors"]),
             "merged_model": summary.get("merged_model"), "accepted": summary["accepted"],
             "categories": {r["id"]: r["category"] for r in rows},
             "prompt_tokens": sum(r.get("n_tokens") or 0 for r in rows)}
@@ -202,13 +202,15 @@ def run(quick: bool = False) -> dict[str, Any]:
     goal_agree = figures["agreement"] >= 0.99
     md = "\n".join([
         *([f"**Adapter:** {note}.", ""] if note else [f"Adapter `{ref}` (sha256 {resolved.sha256[:16]}...).", ""]),
-        f"`docpilot batch`, {ACTORS} actors on their own cores, {len(ids)} BBC test articles in {shard_docs}-document "
-        f"shards, same adapter, both modes in this one run (merge of the adapter, {dtype}: {merge_s:.1f} s cold, "
+        f"`docpilot batch`, {ACTORS} actors on their own cores, {len(ids)} BBC test articles in {merged['shards']} "
+        f"shards of {merged['mean_shard_docs']} articles on average (a corpus this small is cut into at least 32 "
+        f"shards; `shard_docs` {shard_docs}), same adapter, both modes in this one run (merge of the adapter, {dtype}: {merge_s:.1f} s cold, "
         "then re-hashed and reused by the batch):",
         "",
-        "| path | docs/s end to end (pool, engine start incl.) | docs/s steady | first shard s | driver wall s |",
-        "|---|---|---|---|---|",
-        *[f"| {r['mode']} | {r['docs_per_s']} | {r['docs_per_s_steady']} | {r['first_shard_s']} | {r['driver_wall_s']} |"
+        "| path | docs/s end to end (pool, engine start incl.) | docs/s steady | steady window s | first shard s | driver wall s |",
+        "|---|---|---|---|---|---|",
+        *[f"| {r['mode']} | {r['docs_per_s']} | {r['docs_per_s_steady']} | {r['steady_window_s']} | {r['first_shard_s']} | "
+          f"{r['driver_wall_s']} |"
           for r in (lora, merged)],
         "",
         f"- same category on both paths: **{same} of {len(ids)}** ({figures['agreement']:.1%}; goal >= 99%: "
@@ -224,8 +226,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         *([f"- fp32 ceiling beside it: {max(fp32_before, fp32_after):.1f} GFLOP/s; merged steady = "
            f"{figures['merged_steady_share_of_fp32_ceiling']:.0%} of the fp32 docs/s ceiling (not the goal's measure "
            f"here: the engine runs {dtype})."] if dtype != "float32" else []),
-        "- steady = documents after the first shard of each actor / time after the first shard came back; "
-        "with --quick (24 articles) the steady window is short and noisy.",
+        "- steady = documents of the shards completed from the moment every actor had returned one to the last one, "
+        "less half a mean shard per actor, over that window (bench.common.steady_rate): engine starts and the pool's "
+        "shut-down are left out; end to end keeps them. With --quick (24 articles) the window is short and noisy.",
     ])
     return {"title": "Single-adapter fast path: merged vs LoRA (Ray batch)", "figures": figures, "markdown": md}
 
