@@ -133,7 +133,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     Returns:
         ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
     """
-    from adapters.merged_cache import merged_model
+    from adapters.merged_cache import merged_folder, merged_model
     from adapters.registry import Registry
     from classify.config import ModelConfig
     from classify.device import compute_dtype
@@ -153,7 +153,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             base = resolve_model(ModelConfig())
             resolved = Registry().resolve(ref, base_fingerprint=base.fingerprint)
             t0 = time.monotonic()
-            merged_ref = merged_model(resolved, base, dtype)  # cold merge timed here; the batch re-hashes and reuses it
+            cached = merged_folder(base, resolved.sha256, dtype).is_dir()
+            merged_ref = merged_model(resolved, base, dtype)  # the merge timed here; the batch re-hashes and reuses it
             merge_s = time.monotonic() - t0
             lora = _batch(corpus, "lora", ref, tmp, shard_docs)
             merged = _batch(corpus, "merged", ref, tmp, shard_docs)
@@ -181,7 +182,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 
     figures = {
         "adapter": ref, "adapter_sha256": resolved.sha256, "adapter_note": note, "articles": len(ids),
-        "actors": ACTORS, "shard_docs": shard_docs, "merge_dtype": dtype, "merge_s_cold": round(merge_s, 1),
+        "actors": ACTORS, "shard_docs": shard_docs, "merge_dtype": dtype, "merge_s": round(merge_s, 1), "merge_was_cached": cached,
         "merged_fingerprint": merged_ref.fingerprint,
         "same_category": same, "agreement": ratio(same, len(ids)),
         "lora": {k: v for k, v in lora.items() if k != "categories"},
@@ -204,7 +205,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         *([f"**Adapter:** {note}.", ""] if note else [f"Adapter `{ref}` (sha256 {resolved.sha256[:16]}...).", ""]),
         f"`docpilot batch`, {ACTORS} actors on their own cores, {len(ids)} BBC test articles in {merged['shards']} "
         f"shards of {merged['mean_shard_docs']} articles on average (a corpus this small is cut into at least 32 "
-        f"shards; `shard_docs` {shard_docs}), same adapter, both modes in this one run (merge of the adapter, {dtype}: {merge_s:.1f} s cold, "
+        f"shards; `shard_docs` {shard_docs}), same adapter, both modes in this one run (merge of the adapter, {dtype}: {merge_s:.1f} s, "
+        f"{'found in the cache and re-hashed' if cached else 'cold'}; "
         "then re-hashed and reused by the batch):",
         "",
         "| path | docs/s end to end (pool, engine start incl.) | docs/s steady | steady window s | first shard s | driver wall s |",
