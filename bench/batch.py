@@ -3,7 +3,7 @@
 1. Offline: :func:`classify.engine.build_engine` + one ``Classifier.classify`` call over all articles
    (vLLM batches them itself). Timed: engine start, and the classify call (first-call warm-up included).
 2. Ray batch, 1 actor: ``docpilot batch`` in this process (local Ray, ``config/docpilot.json``; a
-   corpus this small is cut into at least 32 shards, about 10 articles each).
+   corpus this small is cut into at least 32 shards: about 6 of the 334 articles each).
 3. Ray batch, 2 actors (``--cpu-actors 2``, 1 Ray CPU each) on the same articles, each actor's
    vLLM compute threads on its own cores (``batch.cpu_bind: "split"``, the default).
 4. Ray batch, 2 actors with vLLM's own ``auto`` binding in both (``batch.cpu_bind: "auto"``), on the
