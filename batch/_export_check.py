@@ -77,7 +77,6 @@ def _parquet_matcher(parquet: Path, manifest: Manifest, review: bool) -> RowMatc
     without one), ``False`` when the file is unreadable or has other columns (the per-row check words it)."""
     if manifest.version < 2 and not parquet.exists():
         return None
-
     try:
         pf = streaming_parquet(parquet)
     except Exception:  # noqa: BLE001 - pyarrow's errors
@@ -104,7 +103,6 @@ def _recount(tally: Tally, manifest: Manifest, summary: dict[str, Any], duplicat
 
 def _parquet_equals_jsonl(parquet: Path, jsonl: Path) -> list[str]:
     """Compare ``results.parquet`` with ``results.jsonl`` row for row, streaming both."""
-
     try:
         pf = streaming_parquet(parquet)
     except Exception as err:  # noqa: BLE001 - pyarrow's errors

@@ -272,10 +272,9 @@ def _result_batches(results: Path) -> Iterator[Any]:
 
     parquet = results.with_name(RESULTS_PARQUET)
     if parquet.is_file():
-        import pyarrow.parquet as pq
-
-        names = [c for c in ("id", "status", "category", "score", "review") if c in pq.read_schema(parquet).names]
-        yield from streaming_parquet(parquet).iter_batches(batch_size=65_536, columns=names)
+        pf = streaming_parquet(parquet)
+        names = [c for c in ("id", "status", "category", "score", "review") if c in pf.schema_arrow.names]
+        yield from pf.iter_batches(batch_size=65_536, columns=names)
         return
     rows: list[Mapping[str, Any]] = []
     with results.open("rb") as fh:

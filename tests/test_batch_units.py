@@ -234,7 +234,6 @@ def test_cpu_core_groups_are_disjoint_per_actor(n, cpus, expected):
         assert len(bound) == len(set(bound))  # no core in two engines
 
 
-
 def test_a_corpus_that_cannot_be_planned_leaves_no_empty_run_folder(tmp_path, monkeypatch):
     """An empty corpus fails before any manifest: the new run folder is removed, so status and a rerun see no batch."""
     from batch.driver import parse_args, run_batch
