@@ -170,7 +170,7 @@ def write_support_note(run_dir: Path, error: BaseException, stage: str, cfg: Any
         f"- error: {type(error).__name__}: {error}",
         f"- image/template: {image}",
         f"- device: {device_name()}",
-        f"- base model: {cfg.model.base_model} ({cfg.training.dtype})",
+        f"- base model: {cfg.model.base_model} ({cfg.training.compute_dtype()})",
         f"- sequence length: max_seq_tokens {cfg.training.max_seq_tokens}, classify.max_doc_tokens {cfg.classify.max_doc_tokens}",
         f"- batch size: {cfg.training.batch_size} x grad_accum_steps {cfg.training.grad_accum_steps}",
         "",

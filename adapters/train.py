@@ -197,7 +197,7 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
             "run_id": run_id, "finished": utc_now(), "smoke": smoke, "config_sha256": sha,
             "data": {"path": str(cfg.data.resolved_path()), "sha256": data_sha, "rows": len(rows),
                      "train_rows": len(train_rows), "validation_rows": len(val_rows)},
-            "steps": state["steps"], "resumed_from": state["resumed_from"],
+            "steps": state["steps"], "dtype": cfg.training.compute_dtype(), "resumed_from": state["resumed_from"],
             "skipped_checkpoints": state.get("skipped_checkpoints", []), "tokens": state["tokens"],
             "cpu_s": round(state["cpu_s"], 1), "wall_s": round(state["wall_s"], 1),
             "tokens_per_s_cpu": round(state["tokens"] / max(state["cpu_s"], 1e-9), 1),

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 SETTINGS = ("training.max_steps", "training.epochs", "training.batch_size", "training.learning_rate",
-            "training.max_seq_tokens", "lora.rank", "lora.alpha", "lora.layers", "classify.max_doc_tokens",
+            "training.max_seq_tokens", "training.dtype", "lora.rank", "lora.alpha", "lora.dropout", "lora.layers",
+            "classify.max_doc_tokens",
             "data.validation_rows", "training.seed")
 """Dotted config keys shown when they differ between the runs."""
 

@@ -126,6 +126,53 @@ def test_left_padding_puts_every_answer_at_the_end():
     assert batch["labels"][:, -batch["answer_len"]:].tolist() == [[-100, 7], [8, 9]]
 
 
+def test_answer_loss_matches_the_full_model_forward_and_its_gradients():
+    """The 2-D projection of the last positions gives HF's own ``logits_to_keep`` loss and LoRA gradients."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from adapters._loop import answer_loss_sum
+
+    torch.manual_seed(0)
+    base = LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                                        tie_word_embeddings=True))
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, init_lora_weights=False, target_modules=["q_proj", "down_proj"],
+                                            task_type="CAUSAL_LM"))
+    batch = collate_left([{"input_ids": [5, 6, 7, 8, 9, 10], "labels": [-100, -100, -100, -100, 9, 10]},
+                          {"input_ids": [11, 12, 13], "labels": [-100, 13, -100]}], pad_id=0)
+    loss, n = answer_loss_sum(model, batch)
+    loss.backward()
+    ours = {k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad}
+    model.zero_grad()
+    k = batch["answer_len"]
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                   position_ids=batch["position_ids"], logits_to_keep=k + 1, use_cache=False).logits[:, :-1].float()
+    ref = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["labels"][:, -k:].reshape(-1),
+                                            ignore_index=-100, reduction="sum")
+    ref.backward()
+    assert n == 3
+    assert float(loss.detach()) == pytest.approx(float(ref.detach()), rel=1e-5)
+    assert ours and all(torch.allclose(ours[k], p.grad, atol=1e-6) for k, p in model.named_parameters() if p.requires_grad)
+    assert any(float(g.abs().sum()) > 0 for g in ours.values())
+
+
+def test_training_dtype_auto_follows_the_cpu(train_config, monkeypatch):
+    import classify.device as device
+
+    auto = train_config.training.model_copy(update={"dtype": "auto"})
+    monkeypatch.setattr(device, "on_accelerator", lambda: False)
+    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: True)
+    assert auto.compute_dtype() == "bfloat16"
+    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: False)
+    assert auto.compute_dtype() == "float32"
+    assert auto.model_copy(update={"dtype": "bfloat16"}).compute_dtype() == "bfloat16"
+    with pytest.raises(ConfigError, match="dtype"):
+        parse_config(TrainConfig, {**train_config.model_dump(mode="json"),
+                                   "training": {**train_config.training.model_dump(mode="json"), "dtype": "fp8"}})
+
+
 def test_loss_fell_compares_first_and_last_window():
     hist = [{"step": i, "loss": 5.0 - i} for i in range(1, 5)]
     assert loss_fell(hist, 10) == {"passed": True, "first_window_loss": 3.5, "last_window_loss": 1.5, "window_steps": 2}
