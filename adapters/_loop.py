@@ -59,6 +59,11 @@ def _lr_lambda(warmup: int, total: int):
     return factor
 
 
+PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+"""``config.model_type`` values whose causal-LM forward is ``lm_head(hidden_states)`` with nothing after it
+(``transformers`` 5.x ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``)."""
+
+
 def answer_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
     """Summed cross-entropy over answer tokens only, computing logits for the last positions only.
 
@@ -69,6 +74,9 @@ def answer_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
     projection: ``transformers``' own ``logits_to_keep`` slice is a strided 3-D view, for which
     torch broadcasts the whole (vocabulary x hidden) weight per row of the batch into a batched
     product (measured on a 2-core CPU: about a quarter of a 4-document step, forward and backward).
+    That shortcut is taken only for :data:`PLAIN_HEAD_MODEL_TYPES`, whose logits are exactly the
+    projection; any other architecture (Granite's ``logits_scaling``, Cohere's ``logit_scale``,
+    Gemma 2's soft-capping) goes through its own forward with ``logits_to_keep``.
 
     Args:
         model: a peft ``PeftModel`` (or a plain ``transformers`` causal LM) whose decoder is its
@@ -83,14 +91,24 @@ def answer_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
 
     k = batch["answer_len"]
     causal = model.get_base_model() if hasattr(model, "get_base_model") else model
-    hidden = causal.base_model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
-        use_cache=False,
-    ).last_hidden_state
-    last = hidden[:, -(k + 1):-1, :].reshape(-1, hidden.size(-1))
-    logits = causal.get_output_embeddings()(last).float()
+    if getattr(causal.config, "model_type", None) in PLAIN_HEAD_MODEL_TYPES:
+        hidden = causal.base_model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+            use_cache=False,
+        ).last_hidden_state
+        last = hidden[:, -(k + 1):-1, :].reshape(-1, hidden.size(-1))
+        logits = causal.get_output_embeddings()(last).float()
+    else:  # the model's own forward: it may scale or soft-cap its logits after the projection
+        out = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+            logits_to_keep=k + 1,
+            use_cache=False,
+        )
+        logits = out.logits[:, :-1, :].float().reshape(-1, out.logits.size(-1))
     labels = batch["labels"][:, -k:].reshape(-1)
     loss = torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
     return loss, int((labels != -100).sum())

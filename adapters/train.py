@@ -250,7 +250,7 @@ def _publish(cfg: TrainConfig, registry: Registry, adapter_dir: Path, model_ref:
         "classify": cfg.classify.model_dump(mode="json"),
         "classification_sha256": classification_sha256(cfg.model, cfg.classify),
         "metrics": {k: summary[k] for k in ("steps", "tokens", "cpu_s", "wall_s", "tokens_per_s_cpu", "tokens_per_s_wall", "final_loss",
-                                          "run_wall_s")}
+                                          "run_wall_s", "dtype")}
         | {"loss_fell": summary["checks"]["loss_fell"], "free_answers": summary["checks"]["free_answers"],
            "engine": summary["checks"].get("engine")},
         "loss_curve": "loss_curve.png",

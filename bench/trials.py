@@ -43,6 +43,8 @@ def load_trial(run_dir: Path) -> dict[str, Any]:
     summary_path = run_dir / "summary.json"
     s = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     eng = (s.get("checks") or {}).get("engine") or {}
+    if s.get("dtype") and (cfg.get("training") or {}).get("dtype") == "auto":  # the dtype `auto` resolved to
+        cfg["training"]["dtype"] = f"auto ({s['dtype']})"
     return {"run": run_dir.name, "config": cfg, "finished": bool(s), "accuracy": eng.get("accuracy"),
             "rows": eng.get("rows"), "per_category": eng.get("per_category"),
             "temperature": (eng.get("calibration") or {}).get("temperature"),

@@ -47,6 +47,20 @@ def make_tiny_lora(model_path: str, out: Path, seed: int) -> Path:
     return out
 
 
+def score_tolerance(model_cfg) -> float:
+    """Absolute tolerance between the scores of the same document classified in different batches.
+
+    float32 engines agree to rounding (2e-3). In bfloat16 the products of a batch depend on its
+    shape and on which requests share it (oneDNN picks other kernels and accumulation orders; AMX on
+    Xeons): measured on a 2-core Xeon with AMX, the same document's score moved by 0.019 and 0.033
+    between a LoRA request alone and beside base-model requests, so 0.06 there. The category must still
+    match exactly, which is what catches an answer attributed to the wrong adapter.
+    """
+    from classify.device import compute_dtype
+
+    return 2e-3 if compute_dtype(model_cfg) == "float32" else 0.06
+
+
 @pytest.fixture(scope="module")
 def published(pilot_config, tmp_path_factory):
     """Publish a piloted adapter (tiny-lora@1) and an unpiloted one (tiny-raw@1); record a base-model pilot pass."""
@@ -176,7 +190,7 @@ def test_classify_one_document_base_model(client, pilot_config, bbc_docs):
 
 
 @pytest.mark.parametrize("adapter", [None, "tiny-lora@1"])
-def test_many_documents_equal_the_offline_engine(client, engine, published, bbc_docs, adapter):
+def test_many_documents_equal_the_offline_engine(client, engine, published, bbc_docs, adapter, pilot_config):
     documents = bbc_docs + [{"id": "blank", "text": "   \n"}, {"id": "binary", "text": "\x01\x02\x03\x04 x"}]
     resp = _classify(client, documents, adapter)
     assert resp.status_code == 200, resp.text
@@ -188,19 +202,20 @@ def test_many_documents_equal_the_offline_engine(client, engine, published, bbc_
     for got, want in zip(served, offline, strict=True):
         assert (got["id"], got["status"], got["category"], got["reason"]) == (want.id, want.status, want.category, want.reason)
         if want.score is not None:
-            assert got["score"] == pytest.approx(want.score, abs=2e-3)
+            assert got["score"] == pytest.approx(want.score, abs=score_tolerance(pilot_config.model))
     assert served[-2]["reason"] == "empty document: only whitespace"
     assert served[-1]["reason"].startswith("binary content")
 
 
-def test_base_and_adapter_served_at_once(client, bbc_docs):
+def test_base_and_adapter_served_at_once(client, bbc_docs, pilot_config):
     refs = (None, "tiny-lora@1")
     alone = {ref: _classify(client, bbc_docs, ref).json()["results"] for ref in refs}
     with ThreadPoolExecutor(len(refs)) as pool:
         together = dict(zip(refs, pool.map(lambda ref: _classify(client, bbc_docs, ref).json()["results"], refs), strict=True))
     for ref in refs:
         assert [r["category"] for r in together[ref]] == [r["category"] for r in alone[ref]]
-        assert [r["score"] for r in together[ref]] == pytest.approx([r["score"] for r in alone[ref]], abs=2e-3)
+        assert [r["score"] for r in together[ref]] == pytest.approx([r["score"] for r in alone[ref]],
+                                                                       abs=score_tolerance(pilot_config.model))
     assert [(r["category"], r["score"]) for r in alone[None]] != [(r["category"], r["score"]) for r in alone["tiny-lora@1"]]
 
 

@@ -126,18 +126,27 @@ def test_left_padding_puts_every_answer_at_the_end():
     assert batch["labels"][:, -batch["answer_len"]:].tolist() == [[-100, 7], [8, 9]]
 
 
-def test_answer_loss_matches_the_full_model_forward_and_its_gradients():
-    """The 2-D projection of the last positions gives HF's own ``logits_to_keep`` loss and LoRA gradients."""
+@pytest.mark.parametrize("arch", ["llama", "granite"])
+def test_answer_loss_matches_the_full_model_forward_and_its_gradients(arch):
+    """The answer loss equals HF's own ``logits_to_keep`` loss and LoRA gradients.
+
+    Llama takes the 2-D projection shortcut; Granite scales its logits after the projection
+    (``logits_scaling``), so it must go through its own forward.
+    """
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import GraniteConfig, GraniteForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    from adapters._loop import answer_loss_sum
+    from adapters._loop import PLAIN_HEAD_MODEL_TYPES, answer_loss_sum
 
     torch.manual_seed(0)
-    base = LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                                        tie_word_embeddings=True))
+    shape = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)
+    if arch == "llama":
+        base = LlamaForCausalLM(LlamaConfig(**shape))
+    else:
+        base = GraniteForCausalLM(GraniteConfig(**shape, logits_scaling=8.0))
+    assert (arch in PLAIN_HEAD_MODEL_TYPES) == (arch == "llama")
     model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, init_lora_weights=False, target_modules=["q_proj", "down_proj"],
                                             task_type="CAUSAL_LM"))
     batch = collate_left([{"input_ids": [5, 6, 7, 8, 9, 10], "labels": [-100, -100, -100, -100, 9, 10]},
