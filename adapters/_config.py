@@ -125,9 +125,9 @@ class TrainingSection(Frozen):
         """
         if self.dtype != "auto":
             return self.dtype
-        from classify.device import cpu_has_native_bf16, on_accelerator
+        from classify.device import auto_dtype
 
-        return "bfloat16" if on_accelerator() or cpu_has_native_bf16() else "float32"
+        return auto_dtype()
 
     @model_validator(mode="after")
     def _steps_or_epochs(self) -> TrainingSection:

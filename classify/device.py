@@ -42,6 +42,16 @@ def compute_dtype(model_cfg: ModelConfig) -> str:
     """
     if model_cfg.dtype != "auto":
         return model_cfg.dtype
+    return auto_dtype()
+
+
+def auto_dtype() -> str:
+    """What ``dtype: auto`` means on this machine, for the engine and for training alike.
+
+    Returns:
+        ``"bfloat16"`` on an accelerator or a CPU with native bf16 (:func:`cpu_has_native_bf16`),
+        else ``"float32"``.
+    """
     return "bfloat16" if on_accelerator() or cpu_has_native_bf16() else "float32"
 
 
