@@ -4,6 +4,9 @@ Stages (the first failing one is named in the support note): config -> read-data
 tokenize -> disk-check -> load-model -> train -> save -> checks -> publish. A run lives in
 ``runs/<utc>-train-<id>/`` (``config.json``, ``train.log``, ``checkpoints/``, ``adapter/``,
 ``summary.json``, and ``support_note.md`` on failure); ``--resume`` continues one in a new process.
+SIGTERM or Ctrl-C stops a run between two operations with exit 130 and the ``--resume`` command in
+its message (no support note: nothing failed); a resume that finishes removes the support note an
+earlier invocation of the run left.
 
 Example:
     $ docpilot train --config config/docpilot.json --smoke
@@ -36,11 +39,24 @@ from adapters._support import (
 from adapters._validate import FORMAT_ROWS, checkpoints_exist, free_answers, loss_fell, through_engine
 from adapters.registry import Registry, ResolvedAdapter
 from classify.config import classification_sha256, config_sha256, load_config
-from classify.errors import AdapterError, ConfigError, DocpilotError, EnvironmentCheckError, VerificationError
+from classify.errors import (
+    AdapterError,
+    ConfigError,
+    DocpilotError,
+    EnvironmentCheckError,
+    Interrupted,
+    VerificationError,
+)
 from classify.model import resolve_model
 from classify.modelshape import lora_parameter_count, shape_from_folder
 from classify.paths import runs_dir
-from classify.runrecords import code_revision, new_run_dir, utc_now, write_json_atomic
+from classify.runrecords import (
+    code_revision,
+    new_run_dir,
+    signals_raise_interrupted,
+    utc_now,
+    write_json_atomic,
+)
 
 log = logging.getLogger("adapters.train")
 
@@ -125,6 +141,8 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         The :class:`TrainOutcome`.
 
     Raises:
+        Interrupted: SIGTERM or SIGINT arrived inside :func:`classify.runrecords.signals_raise_interrupted`
+            (as under ``docpilot train``); the message names the run folder to resume.
         InputError: bad training data (before any training).
         ConfigError: bad config, an example over ``max_seq_tokens``, or a resume mismatch.
         EnvironmentCheckError: not enough free disk before training, or the disk filled up while writing a
@@ -219,9 +237,17 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
 
                 summary["merged"] = merge_adapter(adapter, run_dir / "merged")
         write_json_atomic(run_dir / "summary.json", summary)
+        stale_note = run_dir / "support_note.md"
+        if stale_note.exists():  # an earlier invocation of this run failed; this one finished it
+            stale_note.unlink()
+            log.info("removed %s: it described an earlier invocation of this run (see train.log)", stale_note)
         log.info("run %s done: final loss %.4f, %s", run_id, summary["final_loss"],
                  f"published {adapter.ref}" if adapter else "not published")
         return TrainOutcome(run_id, run_dir, summary, adapter)
+    except Interrupted as err:  # SIGTERM / Ctrl-C: nothing failed, the newest checkpoint is where a resume starts
+        log.error("run %s %s at stage %s", run_id, err, stage)
+        raise Interrupted(f"{err}: training run {run_id} stopped at stage {stage}; continue it with "
+                          f"`docpilot train --resume {run_dir}`") from err
     except BaseException as err:
         if not isinstance(err, DocpilotError) and is_disk_full(err):  # outside the checkpoints (adapter, log...)
             err = EnvironmentCheckError(
@@ -274,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns:
         0 when the run finished, passed its checks and (if configured) published.
+
+    Raises:
+        Interrupted: SIGTERM or Ctrl-C (``docpilot`` exits 130; the message names the run to resume).
     """
     parser = argparse.ArgumentParser(prog="docpilot train", description="LoRA fine-tuning with checkpoints and resume")
     parser.add_argument("--config", default="config/docpilot.json", help="train config JSON (default config/docpilot.json)")
@@ -283,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = load_config(TrainConfig, args.config)
-    outcome = train(cfg, smoke=args.smoke, resume=args.resume, publish=False if args.no_publish else None)
+    with signals_raise_interrupted(doing="stopping the run at its newest checkpoint"):
+        outcome = train(cfg, smoke=args.smoke, resume=args.resume, publish=False if args.no_publish else None)
     s = outcome.summary
     print(f"run {outcome.run_id}: {s['steps']} steps, final loss {s['final_loss']:.4f}, "
           f"{s['tokens_per_s_cpu']:.0f} tokens/s (cpu), engine check {s['checks'].get('engine', {}).get('accuracy', 'skipped')}")

@@ -243,14 +243,7 @@ def test_kill_and_resume_in_a_new_process_ends_where_an_uninterrupted_run_ends(t
     runs = Path(os.environ["DOCPILOT_RUNS"])
     before = set(runs.glob("*-train-*"))
     proc = _run_train(config)
-    deadline = time.time() + 240
-    run_dir = None
-    while time.time() < deadline and proc.poll() is None:
-        new = set(runs.glob("*-train-*")) - before
-        if new and list((run_dir := new.pop()).glob("checkpoints/step-*/meta.json")):
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-        time.sleep(0.05)
+    run_dir = _stop_at_first_checkpoint(proc, runs, before, signal.SIGKILL)
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stdout.read()
     assert run_dir is not None and not (run_dir / "summary.json").exists()
@@ -268,6 +261,48 @@ def test_kill_and_resume_in_a_new_process_ends_where_an_uninterrupted_run_ends(t
         assert (ref_w[key] - got_w[key]).abs().max().item() <= 1e-5, key
     ref_loss = [json.loads(x)["loss"] for x in (reference.run_dir / "adapter" / "loss.jsonl").read_text().splitlines()]
     assert [h["loss"] for h in history] == pytest.approx(ref_loss, abs=1e-4)
+
+
+def _stop_at_first_checkpoint(proc: subprocess.Popen, runs: Path, before: set[Path], signum: int) -> Path | None:
+    """Send ``signum`` to ``proc`` once its new run folder holds a checkpoint; returns that folder."""
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        new = set(runs.glob("*-train-*")) - before
+        if new and list((run_dir := new.pop()).glob("checkpoints/step-*/meta.json")):
+            os.kill(proc.pid, signum)
+            return run_dir
+        time.sleep(0.05)
+    return None
+
+
+@pytest.mark.parametrize("signum", [
+    signal.SIGTERM,  # a lease ending, `docker stop`, `kill`
+    pytest.param(signal.SIGINT, marks=pytest.mark.slow),  # Ctrl-C
+])
+def test_sigterm_or_ctrl_c_stops_training_with_exit_130_and_a_resume_command(train_config, tmp_path, signum):
+    cfg = _quick(train_config, max_steps=4, checkpoint_every_steps=1, train_rows=8, validation_rows=2, max_doc_tokens=16)
+    config = tmp_path / "train.json"
+    config.write_text(json.dumps(cfg.model_dump(mode="json")))
+    runs = Path(os.environ["DOCPILOT_RUNS"])
+    before = set(runs.glob("*-train-*"))
+    proc = _run_train(config)
+    run_dir = _stop_at_first_checkpoint(proc, runs, before, signum)
+    out, _ = proc.communicate(timeout=120)
+    assert run_dir is not None, out
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out, out
+    errors = [line for line in out.splitlines() if line.startswith("error [interrupted]:")]
+    assert errors == [f"error [interrupted]: stopped by {signal.Signals(signum).name}: training run {run_dir.name} stopped "
+                      f"at stage train; continue it with `docpilot train --resume {run_dir}`"], out
+    assert not (run_dir / "support_note.md").exists() and not (run_dir / "summary.json").exists()
+    assert list(run_dir.glob("checkpoints/step-*/meta.json"))
+    (run_dir / "support_note.md").write_text("# an earlier invocation of this run failed\n")
+    resumed = _run_train(config, "--resume", str(run_dir))
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 4 and len(summary["resumed_from"]) == 1
+    assert not (run_dir / "support_note.md").exists(), "a finished run keeps no support note of an earlier invocation"
 
 
 @pytest.mark.slow  # a smoke run and a second vLLM engine (merged weights): about 2 min on the 2-core CPU
