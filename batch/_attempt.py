@@ -28,6 +28,7 @@ from batch.merge import check_export, merge_results
 from batch.runfiles import Manifest, build_manifest
 from classify import storage
 from classify.accounting import export_checked
+from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
 from classify.errors import InputError, VerificationError
 from classify.export import export_complete
 from classify.model import ModelRef
@@ -261,7 +262,9 @@ class BatchRun:
         """Run the ``pending`` shards over engine actors; each completed shard is written and counted at once.
 
         Returns:
-            ``{actors, actors_started, retries, errors, first_shard_s}`` of the pool.
+            ``{actors, actors_started, retries, errors, first_shard_s, enforce_eager}`` of the pool;
+            ``enforce_eager`` is what the engines were given (:meth:`classify.config.EngineConfig.for_workload`:
+            ``false`` when ``"auto"`` turned torch.compile on for this attempt's documents per engine).
         """
         from batch._actor import actor_class, reap
         from batch._placement import actor_options
@@ -279,6 +282,12 @@ class BatchRun:
             handle = adapter.handle() if adapter else None
             plan = {s["index"]: s for s in manifest.shards}
             shards = [(i, _ShardRef(corpus, plan[i], cfg.classify.max_doc_bytes)) for i in pending]
+            per_engine = -(-sum(int(plan[i]["n_docs"]) for i in pending) // max(n_actors, 1))
+            engine_cfg = cfg.engine.for_workload(per_engine)  # "auto" compiles when each engine has enough documents
+            if engine_cfg is not cfg.engine:
+                log.info("engine: torch.compile on (`engine.enforce_eager: auto`, %d documents per engine >= %d): each "
+                         "engine start takes a minute or two longer, every step after it is faster", per_engine,
+                         COMPILE_MIN_DOCS_PER_ENGINE)
             bar = progress_bar(progress.total, progress.done, f"batch {self.batch_id}", disable=self.options.no_progress)
             lease = LeaseWatch(self.lease_ends_at, run_dir, self.batch_id)
             lease.tick(progress, bar, force=True)
@@ -313,12 +322,13 @@ class BatchRun:
                                   cfg.batch.actor_start_timeout_s, cfg.batch.actor_place_timeout_s)
             with logging_redirect():
                 stats = run_pool(lambda slot: cls.options(**options[slot]).remote(
-                                     actor_model, cfg.engine, cfg.classify, handle, actor_fingerprint,
+                                     actor_model, engine_cfg, cfg.classify, handle, actor_fingerprint,
                                      adapter.temperature if adapter else None),  # merged mode: no handle carries T
                                  n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event, deadlines)
             lease.tick(progress, bar, force=True)
             bar.close()
             return {"actors": n_actors, "actors_started": stats.actors_started, "retries": stats.retries,
-                    "errors": stats.errors, "first_shard_s": stats.first_ready_s}
+                    "errors": stats.errors, "first_shard_s": stats.first_ready_s,
+                    "enforce_eager": engine_cfg.enforce_eager}
         finally:
             _ray_local.stop(local_ray)  # a local Ray leaves no process behind; a joined cluster is left alone
