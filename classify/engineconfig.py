@@ -26,7 +26,7 @@ ENGINE_AUTO: dict[str, dict[str, Any]] = {
 """What each ``"auto"`` engine field becomes on each device (see :meth:`EngineConfig.resolve`).
 
 CPU: the values this 2-core CPU was tuned with (eager mode: torch.compile's start costs more than it
-saves on a short run; 64 sequences; ``None`` leaves the step's token budget to vLLM, 4096 for the
+saves on a short run, except in a batch long enough per engine, :meth:`EngineConfig.for_workload`; 64 sequences; ``None`` leaves the step's token budget to vLLM, 4096 for the
 offline ``LLM`` on CPU). Accelerators, vLLM's throughput settings (``vllm/engine/arg_utils.py``,
 ``EngineArgs.get_batch_defaults``; ``vllm/config/model.py`` ``enforce_eager``): CUDA graphs on
 (``enforce_eager=False``, vLLM's own default), 256 sequences (vLLM's offline default on cards

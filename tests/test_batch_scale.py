@@ -262,3 +262,39 @@ def test_a_shard_whose_returned_ids_differ_from_the_plan_is_never_written(local_
     assert not mf.shard_path(tmp_path / "runs" / "drop", 0, 2).exists()
     again = run_batch(args, _engine_actor=remote_class())  # the same batch id resumes and finishes exactly once
     assert again["total"] == 2000 and again["accepted"] + again["rejected"] == 2000
+
+
+def _eager_checking_actor(expected):
+    """An instant actor that refuses to classify unless the driver gave it ``engine.enforce_eager == expected``."""
+    from bench.instant_engine import InstantEngineActor
+
+    class EagerCheckingActor(InstantEngineActor):
+        def __init__(self, model_cfg, engine_cfg, *args, **kwargs):
+            super().__init__(model_cfg, engine_cfg, *args, **kwargs)
+            self.enforce_eager = engine_cfg.enforce_eager
+
+        def classify(self, shard):
+            if self.enforce_eager != expected:
+                raise ValueError(f"engine.enforce_eager {self.enforce_eager!r}, expected {expected!r}")
+            return super().classify(shard)
+
+    return EagerCheckingActor
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("n_docs, expected", [(1000, "auto"), (4100, False)])
+def test_auto_turns_torch_compile_on_only_for_enough_documents_per_engine(local_ray, tmp_path, monkeypatch, n_docs, expected):
+    from batch.driver import parse_args, run_batch
+    from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
+
+    assert 1000 < COMPILE_MIN_DOCS_PER_ENGINE <= 4100 // 2  # one actor below the line, two above it
+    jsonl = _jsonl(tmp_path / "c.jsonl", _docs(n_docs))
+    monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("DOCPILOT_EXPORTS", str(tmp_path / "exports"))
+    config = write_config(tmp_path / "b.json", cpu_actors=2)
+    args = parse_args(["--config", str(config), "--corpus", str(jsonl), "--batch-id", f"eager-{n_docs}",
+                       "--skip-pilot-gate", "--no-progress"])
+    actor = local_ray.remote(max_restarts=0, max_task_retries=0)(_eager_checking_actor(expected))
+    summary = run_batch(args, _engine_actor=actor)
+    assert summary["this_attempt"]["enforce_eager"] == expected and summary["this_attempt"]["actors"] == 2
+    assert summary["accepted"] == n_docs

@@ -70,3 +70,27 @@ def test_adapter_needs_a_lora_engine(engine):
 def test_first_token_collision_refused_when_forced(engine):
     with pytest.raises(EngineError, match="two categories share a first token"):
         Scorer(engine.scorer.tokenizer, ClassifyConfig(categories=("sport", "sports"), scoring="first-token"), 1024)
+
+
+@pytest.mark.slow  # a second engine with torch.compile: about 2-3 min of start on the 2-core CPU
+def test_compiled_engine_answers_like_the_eager_one(engine, pilot_config):
+    """``enforce_eager: false`` (what ``auto`` gives a batch of 2,000+ documents per engine) classifies as eager does."""
+    from bench.common import bbc_test
+    from classify.engine import build_engine
+    from tests.test_serve_http import score_tolerance
+
+    docs, _ = bbc_test(24)
+    eager = engine.classify(docs)
+    compiled_engine = build_engine(pilot_config.model, pilot_config.engine.model_copy(update={"enforce_eager": False}),
+                                   pilot_config.classify, enable_lora=False)
+    try:
+        compiled = compiled_engine.classify(docs)
+    finally:
+        compiled_engine.shutdown()
+    tol = score_tolerance(pilot_config.model)
+    assert [r.id for r in compiled] == [r.id for r in eager]
+    clear = [(e, c) for e, c in zip(eager, compiled, strict=True) if e.score >= 0.5 + tol]  # a margin no rounding can flip
+    assert len(clear) >= 12, [e.score for e in eager]
+    assert [c.category for _, c in clear] == [e.category for e, _ in clear]
+    for e, c in zip(eager, compiled, strict=True):
+        assert c.score == pytest.approx(e.score, abs=tol) or c.category != e.category, (e, c)

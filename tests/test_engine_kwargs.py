@@ -118,3 +118,16 @@ def test_engine_settings_leave_the_pilot_gate_key_alone():
     tuned = parse_config(PilotConfig, {**shipped.model_dump(mode="json"),
                                        "engine": {"enforce_eager": False, "max_num_seqs": 512}})
     assert classification_sha256(shipped.model, shipped.classify) == classification_sha256(tuned.model, tuned.classify)
+
+
+def test_for_workload_compiles_only_long_runs_and_keeps_what_the_user_set():
+    from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
+
+    auto = EngineConfig()
+    assert auto.for_workload(COMPILE_MIN_DOCS_PER_ENGINE - 1) is auto
+    compiled = auto.for_workload(COMPILE_MIN_DOCS_PER_ENGINE)
+    assert compiled.enforce_eager is False and compiled.model_copy(update={"enforce_eager": "auto"}) == auto
+    assert compiled.resolve("cpu").enforce_eager is False and compiled.resolve("cuda").enforce_eager is False
+    assert auto.resolve("cpu").enforce_eager is True  # the pilot, the server and small batches stay eager on CPU
+    for user in (True, False):
+        assert EngineConfig(enforce_eager=user).for_workload(10**7).enforce_eager is user
