@@ -81,7 +81,7 @@ def format_validation_error(err: ValidationError, source: str,
         loc = rename(tuple(item["loc"])) if rename else item["loc"]
         field = ".".join(str(p) for p in loc) or "(root)"
         got = item.get("input")
-        shown = json.dumps(got)[:80] if isinstance(got, (str, int, float, bool, list)) else type(got).__name__
+        shown = json.dumps(got)[:80] if got is None or isinstance(got, (str, int, float, bool, list)) else type(got).__name__
         problem = problem_message(item)
         if item.get("type") == "missing":  # its "input" is the enclosing object: nothing to show
             lines.append(f"{source}: `{field}` {problem}")

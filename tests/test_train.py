@@ -53,6 +53,7 @@ def test_train_config_classify_section_equals_the_pilot_config(train_config: Tra
         ({"lora": {"target_modules": ["qkv"]}}, r"`lora.target_modules` must be a non-empty subset of \['q_proj', .*\], got \['qkv'\]"),
         ({"training": {"max_steps": 5, "batch_size": 0}}, r"`training.batch_size` must be greater than or equal to 1, got 0"),
         ({"training": {"max_steps": 5, "lr": 1}}, r"`training.lr` is not a known field"),
+        ({"training": {"max_steps": 5, "dtype": None}}, r"`training.dtype` must be 'auto', 'float32' or 'bfloat16', got null$"),
     ],
 )
 def test_bad_train_configs_name_the_field(patch, message):
