@@ -141,7 +141,8 @@ def _write_error(root: Path, name: str, writing: str, err: BaseException, free: 
     newest = latest_checkpoint(root)
     what = "disk full" if is_disk_full(err) or 0 <= free < FULL_MIB else "write failed"
     kept = (f"the checkpoints already there are intact (newest: {newest.name}); free space (or set DOCPILOT_RUNS "
-            f"elsewhere for a new run) and continue with `docpilot train --resume {root.parent}`"
+            f"elsewhere for a new run) and continue with the same `docpilot train` command plus "
+            f"`--resume {root.parent}`"
             if newest else "no checkpoint was written yet; free space (or set DOCPILOT_RUNS elsewhere) and start again")
     return EnvironmentCheckError(
         f"{what}: could not write checkpoint {name} ({writing}) in {root}: {free:.1f} MiB free on that "

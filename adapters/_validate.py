@@ -135,10 +135,14 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
         # vLLM kills the engine when one model step exceeds this (default 300 s); a shared 2-core CPU can
         # need longer for a batch of 256-token prompts, and a lost check would waste the whole run.
         os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", str(ENGINE_STEP_TIMEOUT_S))
-        engine_model = _merge_for_check(cfg, adapter_dir, model_ref, merged_dir, label) if merged else model_ref
-        log.info("engine check: starting vLLM %s on %s (about a minute on a 2-core CPU)",
-                 "with the adapter merged in" if merged else "with LoRA", model_ref.name)
-        classifier = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=not merged, model=engine_model)
+        try:  # the merged copy goes whatever stops the engine's start (an error, SIGTERM / Ctrl-C)
+            engine_model = _merge_for_check(cfg, adapter_dir, model_ref, merged_dir, label) if merged else model_ref
+            log.info("engine check: starting vLLM %s on %s (about a minute on a 2-core CPU)",
+                     "with the adapter merged in" if merged else "with LoRA", model_ref.name)
+            classifier = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=not merged, model=engine_model)
+        except BaseException:
+            shutil.rmtree(merged_dir, ignore_errors=True)
+            raise
         log.info("engine check: vLLM ready in %.0f s", time.time() - t0)
     try:
         if not merged and classifier.model.fingerprint != model_ref.fingerprint:

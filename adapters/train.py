@@ -19,6 +19,7 @@ import argparse
 import gc
 import json
 import logging
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -126,7 +127,7 @@ def _log_to(run_dir: Path) -> logging.Handler:
 
 
 def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, publish: bool | None = None,
-          classifier: Any = None, registry: Registry | None = None) -> TrainOutcome:
+          classifier: Any = None, registry: Registry | None = None, resume_command: str | None = None) -> TrainOutcome:
     """Run (or resume) one training run end to end.
 
     Args:
@@ -136,6 +137,9 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         publish: override ``output.publish``.
         classifier: a running LoRA-enabled classifier for the engine check (else one is built).
         registry: where to publish (default :class:`Registry` at ``DOCPILOT_REGISTRY``).
+        resume_command: the shell command that continues this run, ``{run}`` standing for the run
+            folder, for the messages of a stopped run (``docpilot train`` passes its own arguments);
+            default ``docpilot train --config <your config> --resume {run}``.
 
     Returns:
         The :class:`TrainOutcome`.
@@ -151,6 +155,7 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         AdapterError: publishing failed.
     """
     t_run = time.time()
+    resume_command = resume_command or "docpilot train --config <your config> --resume {run}"
     cfg = cfg.for_smoke() if smoke else cfg
     sha = config_sha256(cfg)
     if resume:
@@ -247,13 +252,13 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
     except Interrupted as err:  # SIGTERM / Ctrl-C: nothing failed, the newest checkpoint is where a resume starts
         log.error("run %s %s at stage %s", run_id, err, stage)
         raise Interrupted(f"{err}: training run {run_id} stopped at stage {stage}; continue it with "
-                          f"`docpilot train --resume {run_dir}`") from err
+                          f"`{resume_command.replace('{run}', str(run_dir))}`") from err
     except BaseException as err:
         if not isinstance(err, DocpilotError) and is_disk_full(err):  # outside the checkpoints (adapter, log...)
             err = EnvironmentCheckError(
                 f"disk full: run {run_id} could not write in {run_dir} at stage {stage}: {free_mib(run_dir):.1f} MiB free "
                 f"on that file system ({type(err).__name__}: {err}); free space (or set DOCPILOT_RUNS elsewhere) "
-                f"and continue with `docpilot train --resume {run_dir}`")
+                f"and continue with `{resume_command.replace('{run}', str(run_dir))}`")
         log.error("run %s failed at stage %s: %s: %s", run_id, stage, type(err).__name__, err)
         try:
             note = write_support_note(run_dir, err, stage, cfg, run_dir / "train.log")
@@ -312,8 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = load_config(TrainConfig, args.config)
+    command = ["docpilot", "train", "--config", args.config, *(["--smoke"] if args.smoke else []),
+               *(["--no-publish"] if args.no_publish else [])]
     with signals_raise_interrupted(doing="stopping the run at its newest checkpoint"):
-        outcome = train(cfg, smoke=args.smoke, resume=args.resume, publish=False if args.no_publish else None)
+        outcome = train(cfg, smoke=args.smoke, resume=args.resume, publish=False if args.no_publish else None,
+                        resume_command=shlex.join(command) + " --resume {run}")
     s = outcome.summary
     print(f"run {outcome.run_id}: {s['steps']} steps, final loss {s['final_loss']:.4f}, "
           f"{s['tokens_per_s_cpu']:.0f} tokens/s (cpu), engine check {s['checks'].get('engine', {}).get('accuracy', 'skipped')}")

@@ -83,14 +83,15 @@ class EngineActor:
                 os._exit(70)  # noqa: SLF001 - the only way out of a thread blocked inside vLLM
 
     def info(self) -> dict[str, Any]:
-        """Process id, child process ids (the vLLM engine core), node and CPU binding, for progress and tests."""
+        """Process id, child process ids (the vLLM engine core), node, CPU binding and whether vLLM compiled the
+        model (:meth:`classify.engine.Classifier.compiled`), for progress, the summary and tests."""
         import psutil
         import ray
 
         me = psutil.Process()
         procs = [me, *me.children(recursive=True)]
         return {"pid": os.getpid(), "node": ray.util.get_node_ip_address(),
-                "cpu_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+                "cpu_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"), "compiled": self.clf.compiled(),
                 "procs": [{"pid": p.pid, "create_time": p.create_time()} for p in procs]}
 
     def classify(self, shard: RawShard | list[Document]) -> ShardOutput:

@@ -262,9 +262,11 @@ class BatchRun:
         """Run the ``pending`` shards over engine actors; each completed shard is written and counted at once.
 
         Returns:
-            ``{actors, actors_started, retries, errors, first_shard_s, enforce_eager}`` of the pool;
+            ``{actors, actors_started, retries, errors, first_shard_s, enforce_eager, compiled}`` of the pool;
             ``enforce_eager`` is what the engines were given (:meth:`classify.config.EngineConfig.for_workload`:
-            ``false`` when ``"auto"`` turned torch.compile on for this attempt's documents per engine).
+            ``false`` when ``"auto"`` turned torch.compile on for this attempt's documents per engine),
+            ``compiled`` what the actors' engines reported (``["false"]``, ``["true"]``, ``["none"]`` for
+            a stand-in engine; two values if actors differed).
         """
         from batch._actor import actor_class, reap
         from batch._placement import actor_options
@@ -283,7 +285,9 @@ class BatchRun:
             plan = {s["index"]: s for s in manifest.shards}
             shards = [(i, _ShardRef(corpus, plan[i], cfg.classify.max_doc_bytes)) for i in pending]
             per_engine = -(-sum(int(plan[i]["n_docs"]) for i in pending) // max(n_actors, 1))
-            engine_cfg = cfg.engine.for_workload(per_engine)  # "auto" compiles when each engine has enough documents
+            # "auto" compiles when each engine has enough documents; not under LoRA, where vLLM's CPU backend
+            # turns compilation off anyway (and accelerators' "auto" already compiles)
+            engine_cfg = cfg.engine.for_workload(per_engine) if handle is None else cfg.engine
             if engine_cfg is not cfg.engine:
                 log.info("engine: torch.compile on (`engine.enforce_eager: auto`, %d documents per engine >= %d): each "
                          "engine start takes a minute or two longer, every step after it is faster", per_engine,
@@ -329,6 +333,7 @@ class BatchRun:
             bar.close()
             return {"actors": n_actors, "actors_started": stats.actors_started, "retries": stats.retries,
                     "errors": stats.errors, "first_shard_s": stats.first_ready_s,
-                    "enforce_eager": engine_cfg.enforce_eager}
+                    "enforce_eager": engine_cfg.enforce_eager,
+                    "compiled": sorted({str(a.get("compiled")).lower() for a in actors.values()})}
         finally:
             _ray_local.stop(local_ray)  # a local Ray leaves no process behind; a joined cluster is left alone

@@ -125,7 +125,7 @@ def _batch(corpus: Path, mode: str, adapter: str, out: Path, shard_docs: int, co
     wall = time.monotonic() - t0
     t = summary["this_attempt"]
     rows = [json.loads(line) for line in (Path(summary["run_dir"]) / "results.jsonl").read_text().splitlines()]
-    return {"mode": name, "enforce_eager": t.get("enforce_eager"), "docs": t["processed_docs"], "actors": t["actors"], "retries": t["retries"],
+    return {"mode": name, "enforce_eager": t.get("enforce_eager"), "compiled": t.get("compiled"), "docs": t["processed_docs"], "actors": t["actors"], "retries": t["retries"],
             "driver_wall_s": round(wall, 1), "pool_wall_s": t["pool_wall_s"],
             "first_shard_s": round(t["first_shard_s"] or 0, 1), "docs_per_s": t["docs_per_s"],
             **steady_rate(Path(summary["run_dir"]), t["actors"]),

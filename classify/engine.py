@@ -84,6 +84,20 @@ class Classifier:
                 results[i] = self.scorer.result(docs[i], prompt, output.outputs[0], t)
         return [r for r in results if r is not None]
 
+    def compiled(self) -> bool | None:
+        """Whether vLLM runs this engine's model through torch.compile, as vLLM itself decided.
+
+        ``enforce_eager: false`` is not enough: vLLM's CPU platform turns compilation off when LoRA
+        is enabled (``vllm/platforms/cpu.py``, ``check_and_update_config``).
+
+        Returns:
+            ``True`` when the engine's ``compilation_config.mode`` is not ``NONE``, ``False`` when it
+            is, ``None`` when the engine does not say (not a vLLM ``LLM``).
+        """
+        config = getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None)
+        mode = getattr(getattr(config, "compilation_config", None), "mode", None)
+        return None if mode is None else int(mode) != 0  # vllm.config.CompilationMode.NONE == 0
+
     def shutdown(self) -> None:
         """Stop the engine's worker processes (safe to call twice)."""
         engine = getattr(self.llm, "llm_engine", None)

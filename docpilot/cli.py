@@ -11,9 +11,11 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 
-from classify.errors import DocpilotError
+from classify.errors import DocpilotError, Interrupted
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("classify.model_cli:main", "provision the base model into the model cache"),
@@ -122,5 +124,19 @@ def _main(argv: list[str] | None = None) -> int:
     try:
         return int(func(rest) or 0)
     except DocpilotError as err:
+        if isinstance(err, Interrupted):
+            _ignore_further_stops()
         print(f"error [{err.kind}]: {err}", file=sys.stderr)
         return err.exit_code
+
+
+def _ignore_further_stops() -> None:
+    """After a stop by SIGTERM / Ctrl-C, ignore both signals for the rest of the process (SIGKILL still stops it).
+
+    A repeated signal must not turn exit 130 into 143 while the process winds down: Python's and torch's
+    teardown take a second or more, and Python puts its own handlers back to the default action when it
+    finalizes (``signal`` module, ``_PySignal_Fini``), so only ``SIG_IGN`` holds until the process exits.
+    """
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)

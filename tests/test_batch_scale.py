@@ -297,4 +297,5 @@ def test_auto_turns_torch_compile_on_only_for_enough_documents_per_engine(local_
     actor = local_ray.remote(max_restarts=0, max_task_retries=0)(_eager_checking_actor(expected))
     summary = run_batch(args, _engine_actor=actor)
     assert summary["this_attempt"]["enforce_eager"] == expected and summary["this_attempt"]["actors"] == 2
+    assert summary["this_attempt"]["compiled"] == ["none"]  # the stand-in engine has no vLLM to ask
     assert summary["accepted"] == n_docs

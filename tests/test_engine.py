@@ -84,6 +84,7 @@ def test_compiled_engine_answers_like_the_eager_one(engine, pilot_config):
     compiled_engine = build_engine(pilot_config.model, pilot_config.engine.model_copy(update={"enforce_eager": False}),
                                    pilot_config.classify, enable_lora=False)
     try:
+        assert compiled_engine.compiled() is True and engine.compiled() is False  # as vLLM decided (LoRA: never)
         compiled = compiled_engine.classify(docs)
     finally:
         compiled_engine.shutdown()

@@ -288,13 +288,17 @@ def test_sigterm_or_ctrl_c_stops_training_with_exit_130_and_a_resume_command(tra
     before = set(runs.glob("*-train-*"))
     proc = _run_train(config)
     run_dir = _stop_at_first_checkpoint(proc, runs, before, signum)
+    time.sleep(0.3)  # a second signal while the process stops (its teardown takes a second or more) changes nothing
+    if proc.poll() is None:
+        os.kill(proc.pid, signum)
     out, _ = proc.communicate(timeout=120)
     assert run_dir is not None, out
     assert proc.returncode == 130, out
     assert "Traceback" not in out, out
     errors = [line for line in out.splitlines() if line.startswith("error [interrupted]:")]
     assert errors == [f"error [interrupted]: stopped by {signal.Signals(signum).name}: training run {run_dir.name} stopped "
-                      f"at stage train; continue it with `docpilot train --resume {run_dir}`"], out
+                      f"at stage train; continue it with `docpilot train --config {config} --smoke --no-publish "
+                      f"--resume {run_dir}`"], out
     assert not (run_dir / "support_note.md").exists() and not (run_dir / "summary.json").exists()
     assert list(run_dir.glob("checkpoints/step-*/meta.json"))
     (run_dir / "support_note.md").write_text("# an earlier invocation of this run failed\n")
