@@ -28,6 +28,7 @@ from tests.test_batch_helpers import (
     make_corpus,
     write_config,
 )
+from tests.test_serve_http import score_tolerance
 
 pytestmark = pytest.mark.ray
 
@@ -175,8 +176,17 @@ def test_real_batch_survives_a_dead_or_frozen_engine_core(tmp_path, bbc_dir, eng
     cfg = load_batch_config(config)
     corpus = read_corpus(cfg.corpus, cfg.classify.max_doc_bytes, spec["path"])
     expected = {r.id: r for r in engine.classify(list(corpus.docs))}
+    # float32: equal to rounding. bfloat16 (AMX Xeons): a batch's products depend on which prompts share it
+    # (score_tolerance), so a near tie may swap; a category with a clear margin may not, nor may any status
+    tol = score_tolerance(cfg.model)
+    clear = 0
     for row in rows:
         want_row = expected[row["id"]]
-        assert (row["status"], row["category"]) == (want_row.status, want_row.category), row["id"]
-        if want_row.score is not None:
-            assert row["score"] == pytest.approx(want_row.score, abs=2e-3)
+        assert row["status"] == want_row.status, row["id"]
+        if want_row.score is None:
+            assert row["category"] == want_row.category, row["id"]
+        elif tol < 0.01 or want_row.score >= 0.5 + tol:
+            clear += 1
+            assert row["category"] == want_row.category, row["id"]
+            assert row["score"] == pytest.approx(want_row.score, abs=tol), row["id"]
+    assert clear >= len([r for r in rows if r["status"] == "accepted"]) // 2, "too few clear answers to compare"
