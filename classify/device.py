@@ -45,14 +45,19 @@ def compute_dtype(model_cfg: ModelConfig) -> str:
     return auto_dtype()
 
 
-def auto_dtype() -> str:
-    """What ``dtype: auto`` means on this machine, for the engine and for training alike.
+def auto_dtype(device: str | None = None) -> str:
+    """What ``dtype: auto`` means, for the engine and for training alike.
+
+    Args:
+        device: ``cpu``, ``cuda`` or ``rocm`` to decide for (:func:`engine_kwargs` for a named device);
+            ``None``: this machine (an accelerator if torch sees one).
 
     Returns:
         ``"bfloat16"`` on an accelerator or a CPU with native bf16 (:func:`cpu_has_native_bf16`),
         else ``"float32"``.
     """
-    return "bfloat16" if on_accelerator() or cpu_has_native_bf16() else "float32"
+    accelerator = on_accelerator() if device is None else device != "cpu"
+    return "bfloat16" if accelerator or cpu_has_native_bf16() else "float32"
 
 
 def detect_device() -> str:
@@ -99,10 +104,7 @@ def engine_kwargs(
     """
     device = device or detect_device()
     eng = engine_cfg.resolve(device)
-    if model_cfg.dtype != "auto":
-        dtype = model_cfg.dtype
-    else:  # compute_dtype's rule, for the device asked for rather than this machine's
-        dtype = "bfloat16" if device != "cpu" or cpu_has_native_bf16() else "float32"
+    dtype = model_cfg.dtype if model_cfg.dtype != "auto" else auto_dtype(device)  # for the device asked for
     kwargs: dict[str, Any] = {
         "model": model.path,
         "tokenizer": model.path,
