@@ -19,7 +19,7 @@ from adapters._validate import loss_fell
 from adapters.registry import Registry
 from adapters.train import train
 from classify.config import PilotConfig, load_config, parse_config
-from classify.errors import ConfigError, EnvironmentCheckError, InputError
+from classify.errors import ConfigError, EngineError, EnvironmentCheckError, InputError, Interrupted
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -328,3 +328,33 @@ def test_end_check_in_merged_mode_matches_the_lora_path(train_config, engine):
     assert merged["rows"] == merged["accepted"] == merged["allowed"] == 6
     assert merged["per_category"] == lora["per_category"] and merged["accuracy"] == lora["accuracy"]
     assert merged["calibration"]["temperature"] == pytest.approx(lora["calibration"]["temperature"], rel=0.05)
+
+
+@pytest.mark.parametrize("fail_in", ["merge", "engine-start"])
+@pytest.mark.parametrize("error", [Interrupted("stopped by SIGTERM"), EngineError("vLLM could not load it")])
+def test_end_check_leaves_no_merged_copy_when_its_engine_never_starts(train_config, tmp_path, monkeypatch, fail_in, error):
+    from types import SimpleNamespace
+
+    import adapters._validate as validate
+    import classify.engine
+
+    assert train_config.model.adapter_mode == "merged"
+    adapter_dir = tmp_path / "run" / "adapter"
+    adapter_dir.mkdir(parents=True)
+    merged_dir = adapter_dir.parent / ".check-merged"
+
+    def merge(cfg, adapter, model_ref, out_dir, label):
+        (out_dir / "model.safetensors").parent.mkdir(parents=True)
+        (out_dir / "model.safetensors").write_bytes(b"weights")
+        if fail_in == "merge":
+            raise error
+        return model_ref
+
+    def start(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(validate, "_merge_for_check", merge)
+    monkeypatch.setattr(classify.engine, "build_engine", start)
+    with pytest.raises(type(error)):
+        validate.through_engine(train_config, adapter_dir, [], SimpleNamespace(name="base"), None, "check")
+    assert not merged_dir.exists()
