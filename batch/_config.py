@@ -24,6 +24,7 @@ from classify.config import (
     load_config,
 )
 from classify.errors import InputError
+from classify.paths import bbc_dir
 
 
 class CorpusConfig(Frozen):
@@ -31,7 +32,8 @@ class CorpusConfig(Frozen):
 
     Attributes:
         path: a ``.jsonl`` file (``id`` plus ``text`` or ``path``), a ``.csv`` file, or a folder of
-            files (id = relative path); relative paths are taken from the current directory.
+            files (id = relative path); ``{bbc_dir}`` is replaced by :func:`classify.paths.bbc_dir`
+            (``DOCPILOT_BBC_DIR``), relative paths are taken from the current directory.
             ``--corpus`` replaces it.
         format: ``auto`` (by suffix: ``.jsonl``/``.csv``/``.parquet``/folder), ``jsonl``, ``csv``,
             ``parquet`` or ``dir``.
@@ -44,12 +46,16 @@ class CorpusConfig(Frozen):
             unlabelled (no accuracy). ``null``: never read labels. Labels never change answers.
     """
 
-    path: str = Field("../shared/data/bbc-news/test.csv", min_length=1)
+    path: str = Field("{bbc_dir}/test.csv", min_length=1)
     format: Literal["auto", "jsonl", "csv", "parquet", "dir"] = "auto"
     text_column: str = Field("text", min_length=1)
     id_column: str | None = None
     id_prefix: str | None = Field("bbc-test", min_length=1, max_length=100)
     label_column: str | None = Field("category", min_length=1)
+
+    def resolved_path(self) -> Path:
+        """``path`` with ``{bbc_dir}`` expanded and ``~`` resolved (still relative when ``path`` is)."""
+        return Path(self.path.replace("{bbc_dir}", str(bbc_dir()))).expanduser()
 
 
 class RunConfig(Frozen):

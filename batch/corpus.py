@@ -54,7 +54,7 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
         InputError: missing path, unknown format, a folder given as a file (or back), or a JSONL/CSV file
             in UTF-16 or UTF-32 (named with its ``iconv`` fix; checked here, before the model or Ray starts).
     """
-    where = Path(path if path is not None else cfg.path).expanduser().resolve()
+    where = (Path(path).expanduser() if path is not None else cfg.resolved_path()).resolve()
     fmt = detect_format(where, cfg.format)
     if (fmt == "dir") != where.is_dir():
         raise InputError(f"corpus {where}: `corpus.format` is {fmt!r} but the path is {'a folder' if where.is_dir() else 'a file'}")

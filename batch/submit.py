@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     check_batch_id(args.batch_id)
     cfg = load_batch_config(args.config)
-    corpus = Path(args.corpus or cfg.corpus.path).expanduser().resolve()
+    corpus = (Path(args.corpus).expanduser() if args.corpus else cfg.corpus.resolved_path()).resolve()
     if not corpus.exists():
         raise InputError(f"corpus {corpus} does not exist (pass --corpus)")
     if args.address.startswith("ray://") or "://" not in args.address:

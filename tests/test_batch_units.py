@@ -72,6 +72,23 @@ def test_csv_corpus_generates_stable_ids_and_fingerprint(tmp_path, bbc_dir):
     assert read_corpus(cfg, 200_000, small).fingerprint != first.fingerprint
 
 
+def test_shipped_corpus_path_follows_docpilot_bbc_dir_from_any_directory(tmp_path, monkeypatch, bbc_dir):
+    from batch.corpus import locate_corpus
+
+    cfg = load_batch_config(ROOT / "config" / "docpilot.json").corpus
+    assert cfg.path == "{bbc_dir}/test.csv"
+    elsewhere = tmp_path / "clone"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # a clone outside the workspace: ../shared does not exist from here
+    monkeypatch.setenv("DOCPILOT_BBC_DIR", str(bbc_dir))
+    assert locate_corpus(cfg) == ((bbc_dir / "test.csv").resolve(), "csv")
+    monkeypatch.setenv("DOCPILOT_BBC_DIR", str(tmp_path / "missing"))
+    with pytest.raises(InputError, match=r"corpus .*missing/test.csv does not exist"):
+        read_corpus(cfg, 1000)
+    (elsewhere / "rel.csv").write_text("text\nhi\n", encoding="utf-8")
+    assert locate_corpus(cfg, "rel.csv")[0] == (elsewhere / "rel.csv").resolve()  # --corpus: from the working directory
+
+
 def test_csv_corpus_with_id_column_and_directory_corpus(tmp_path):
     csv_path = tmp_path / "c.csv"
     csv_path.write_text("doc,body\na1,hello world\na1,again\n,no id\n", encoding="utf-8")
