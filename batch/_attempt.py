@@ -28,6 +28,7 @@ from batch.merge import check_export, merge_results
 from batch.runfiles import Manifest, build_manifest
 from classify import storage
 from classify.accounting import export_checked
+from classify.device import cpp_compiler
 from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
 from classify.errors import InputError, VerificationError
 from classify.export import export_complete
@@ -288,6 +289,12 @@ class BatchRun:
             # "auto" compiles when each engine has enough documents; not under LoRA, where vLLM's CPU backend
             # turns compilation off anyway (and accelerators' "auto" already compiles)
             engine_cfg = cfg.engine.for_workload(per_engine) if handle is None else cfg.engine
+            if engine_cfg is not cfg.engine and cpp_compiler() is None:
+                # "auto" stays auto: eager on CPU engines, compiled on accelerators (whose compile does not need one here)
+                log.warning("engine: no C++ compiler ($CXX or g++) on %s for torch.compile: CPU engines stay eager "
+                            "(`engine.enforce_eager: auto`); install one (`apt-get install g++`) for faster steps on a batch "
+                            "this long", socket.gethostname())
+                engine_cfg = cfg.engine
             if engine_cfg is not cfg.engine:
                 log.info("engine: torch.compile on (`engine.enforce_eager: auto`, %d documents per engine >= %d): each "
                          "engine start takes a minute or two longer, every step after it is faster", per_engine,

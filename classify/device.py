@@ -8,9 +8,11 @@ build from it.
 from __future__ import annotations
 
 import os
+import platform
 from typing import Any
 
 from classify.config import EngineConfig, ModelConfig
+from classify.errors import EnvironmentCheckError
 from classify.model import ModelRef
 
 
@@ -60,6 +62,25 @@ def auto_dtype(device: str | None = None) -> str:
     return "bfloat16" if accelerator or cpu_has_native_bf16() else "float32"
 
 
+def cpp_compiler() -> str | None:
+    """The C++ compiler torch.compile (inductor) would use for CPU kernels, or ``None`` when none runs.
+
+    vLLM's CPU backend compiles its model graph with inductor when ``enforce_eager`` is false, and
+    inductor builds C++ kernels with ``$CXX`` (default ``g++``; ``torch/_inductor/config.py``,
+    ``cpp.cxx``): without one the engine start fails inside vLLM. The search is torch's own
+    (``torch._inductor.cpp_builder.get_cpp_compiler``: runs ``<cxx> --version``).
+
+    Returns:
+        The compiler command (e.g. ``"g++"``), or ``None``.
+    """
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        return get_cpp_compiler()
+    except Exception:  # torch raises InvalidCxxCompiler; an older or trimmed torch may lack the module
+        return None
+
+
 def detect_device() -> str:
     """The device this machine's engine runs on: ``cuda``, ``rocm`` (torch's HIP build) or ``cpu``.
 
@@ -101,9 +122,17 @@ def engine_kwargs(
 
     Raises:
         ConfigError: an unknown ``device``.
+        EnvironmentCheckError: torch.compile asked for on CPU (``enforce_eager: false``, no LoRA) and no
+            C++ compiler runs here (:func:`cpp_compiler`): the message says to install one or set
+            ``engine.enforce_eager: true`` (vLLM's own error would come later, from deep in the compile).
     """
     device = device or detect_device()
     eng = engine_cfg.resolve(device)
+    if device == "cpu" and eng.enforce_eager is False and not enable_lora and cpp_compiler() is None:
+        raise EnvironmentCheckError(
+            "torch.compile (`engine.enforce_eager: false`, or `auto` in a batch of 2,000 or more documents per engine) "
+            f"needs a C++ compiler on CPU ($CXX or g++): none runs on {platform.node() or 'this machine'}; install one (Debian/Ubuntu: "
+            "`apt-get install g++`) or set `engine.enforce_eager: true`")
     dtype = model_cfg.dtype if model_cfg.dtype != "auto" else auto_dtype(device)  # for the device asked for
     kwargs: dict[str, Any] = {
         "model": model.path,

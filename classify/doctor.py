@@ -4,8 +4,8 @@ Checks (design card, "Doctor"): interpreter path and version, virtual environmen
 torch version and build (cpu/cuda/rocm), visible accelerators, a real compute check
 on each device (a matrix product compared with a float64 CPU reference: relative
 error and time; an import is not proof), vLLM version and platform, Ray version,
-free disk and memory against what the configured model needs. Writes JSON, prints
-a table, exits non-zero on a blocker.
+a C++ compiler for torch.compile (CPU machines), free disk and memory against what the
+configured model needs. Writes JSON, prints a table, exits non-zero on a blocker.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from classify.config import PilotConfig, load_config
+from classify.device import cpp_compiler
 
 MATMUL_N = 512
 """Side of the square matrices of the compute check (n x n, 2 n^3 flops)."""
@@ -152,6 +153,12 @@ def run_checks(cfg: PilotConfig | None = None, check_model: bool = True) -> list
         status = "ok" if (platform == "cpu") == (n_acc == 0) else "warn"
         checks.append(Check("vllm", status, f"{dist} {vllm_version} (platform {platform})",
                             {"distribution": dist, "version": vllm_version, "platform": platform}))
+    if n_acc == 0:
+        cxx = cpp_compiler()
+        checks.append(Check("c++ compiler", "ok" if cxx else "warn",
+                            f"{cxx} (torch.compile of long CPU batches)" if cxx else
+                            "none ($CXX or g++): long CPU batches stay eager (slower steps) and `engine.enforce_eager: false` "
+                            "cannot start; install one (`apt-get install g++`)", {"command": cxx}))
     ray_version = _version("ray")
     checks.append(Check("ray", "ok" if ray_version else "warn", f"ray {ray_version}" if ray_version else "ray not installed (make batch needs it)",
                         {"version": ray_version}))

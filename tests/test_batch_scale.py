@@ -282,17 +282,21 @@ def _eager_checking_actor(expected):
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("n_docs, expected", [(1000, "auto"), (4100, False)])
-def test_auto_turns_torch_compile_on_only_for_enough_documents_per_engine(local_ray, tmp_path, monkeypatch, n_docs, expected):
+@pytest.mark.parametrize("n_docs, compiler, expected", [(1000, "g++", "auto"), (4100, "g++", False), (4100, None, "auto")],
+                         ids=["short", "long", "long-no-compiler"])
+def test_auto_turns_torch_compile_on_only_for_enough_documents_per_engine(local_ray, tmp_path, monkeypatch, n_docs, compiler,
+                                                                         expected):
     from batch.driver import parse_args, run_batch
     from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
+
+    monkeypatch.setattr("batch._attempt.cpp_compiler", lambda: compiler)  # none: "auto" stays eager on CPU engines
 
     assert 1000 < COMPILE_MIN_DOCS_PER_ENGINE <= 4100 // 2  # one actor below the line, two above it
     jsonl = _jsonl(tmp_path / "c.jsonl", _docs(n_docs))
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("DOCPILOT_EXPORTS", str(tmp_path / "exports"))
     config = write_config(tmp_path / "b.json", cpu_actors=2)
-    args = parse_args(["--config", str(config), "--corpus", str(jsonl), "--batch-id", f"eager-{n_docs}",
+    args = parse_args(["--config", str(config), "--corpus", str(jsonl), "--batch-id", f"eager-{n_docs}-{compiler or 'none'}".replace("+", "p"),
                        "--skip-pilot-gate", "--no-progress"])
     actor = local_ray.remote(max_restarts=0, max_task_retries=0)(_eager_checking_actor(expected))
     summary = run_batch(args, _engine_actor=actor)

@@ -24,8 +24,11 @@ def test_findings_and_json(tmp_path):
     code = doctor.main(["--json", str(out)])
     doc = json.loads(out.read_text())
     names = [c["name"] for c in doc["checks"]]
-    for expected in ("python", "virtualenv", "torch", "accelerators", "compute cpu float32", "vllm", "ray", "disk", "memory"):
+    for expected in ("python", "virtualenv", "torch", "accelerators", "compute cpu float32", "vllm", "c++ compiler", "ray", "disk",
+                     "memory"):
         assert expected in names
+    cxx = next(c for c in doc["checks"] if c["name"] == "c++ compiler")
+    assert cxx["status"] == "ok" and cxx["data"]["command"] == "g++"  # this machine compiles long CPU batches
     torch_check = next(c for c in doc["checks"] if c["name"] == "torch")
     assert torch_check["data"]["build"] in ("cpu", "cuda", "rocm")
     assert code == (6 if not doc["ok"] else 0)
@@ -37,3 +40,11 @@ def test_wrong_results_are_a_blocker(monkeypatch, tmp_path):
     assert doctor.compute_check("cpu", "float32", n=64).status == "blocker"
     assert doctor.main(["--json", str(tmp_path / "e.json")]) == 6
     assert not json.loads((tmp_path / "e.json").read_text())["ok"]
+
+
+def test_a_missing_cpp_compiler_is_a_warning_not_a_blocker(monkeypatch):
+    # long CPU batches then stay eager (batch._attempt) and enforce_eager false is refused (classify.device)
+    monkeypatch.setattr(doctor, "cpp_compiler", lambda: None)
+    checks = {c.name: c for c in doctor.run_checks(check_model=False)}
+    assert checks["c++ compiler"].status == "warn" and "apt-get install g++" in checks["c++ compiler"].detail
+    assert checks["c++ compiler"] not in doctor.blockers(list(checks.values()))

@@ -131,3 +131,22 @@ def test_for_workload_compiles_only_long_runs_and_keeps_what_the_user_set():
     assert auto.resolve("cpu").enforce_eager is True  # the pilot, the server and small batches stay eager on CPU
     for user in (True, False):
         assert EngineConfig(enforce_eager=user).for_workload(10**7).enforce_eager is user
+
+
+def test_torch_compile_on_cpu_without_a_cpp_compiler_is_refused_before_vllm():
+    import torch._inductor.config as inductor_config
+
+    from classify.device import cpp_compiler
+    from classify.errors import EnvironmentCheckError
+
+    assert cpp_compiler() is not None  # this machine has g++ (the compiled-engine tests need it)
+    with inductor_config.patch({"cpp.cxx": (None, "docpilot-no-such-c++")}):  # what CXX=docpilot-no-such-c++ gives inductor
+        assert cpp_compiler() is None
+        with pytest.raises(EnvironmentCheckError, match=r"needs a C\+\+ compiler on CPU \(\$CXX or g\+\+\): none runs on .*"
+                                                         r"`apt-get install g\+\+`\) or set `engine.enforce_eager: true`"):
+            engine_kwargs(MODEL, ModelConfig(), EngineConfig(enforce_eager=False), False, device="cpu")
+        assert engine_kwargs(MODEL, ModelConfig(), EngineConfig(), False, device="cpu")["enforce_eager"] is True
+        # LoRA on CPU never compiles (vLLM turns it off); accelerators are not checked (their kernels are Triton's)
+        assert engine_kwargs(MODEL, ModelConfig(), EngineConfig(enforce_eager=False), True, device="cpu")["enforce_eager"] is False
+        assert engine_kwargs(MODEL, ModelConfig(), EngineConfig(enforce_eager=False), False, device="cuda")["enforce_eager"] is False
+    assert cpp_compiler() is not None
