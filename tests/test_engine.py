@@ -77,7 +77,7 @@ def test_compiled_engine_answers_like_the_eager_one(engine, pilot_config):
     """``enforce_eager: false`` (what ``auto`` gives a batch of 2,000+ documents per engine) classifies as eager does."""
     from bench.common import bbc_test
     from classify.engine import build_engine
-    from tests.test_serve_http import score_tolerance
+    from tests.answers import assert_same_answers, score_tolerance
 
     docs, _ = bbc_test(24)
     eager = engine.classify(docs)
@@ -88,10 +88,5 @@ def test_compiled_engine_answers_like_the_eager_one(engine, pilot_config):
         compiled = compiled_engine.classify(docs)
     finally:
         compiled_engine.shutdown()
-    tol = score_tolerance(pilot_config.model)
     assert [r.id for r in compiled] == [r.id for r in eager]
-    clear = [(e, c) for e, c in zip(eager, compiled, strict=True) if e.score >= 0.5 + tol]  # a margin no rounding can flip
-    assert len(clear) >= 12, [e.score for e in eager]
-    assert [c.category for _, c in clear] == [e.category for e, _ in clear]
-    for e, c in zip(eager, compiled, strict=True):
-        assert c.score == pytest.approx(e.score, abs=tol) or c.category != e.category, (e, c)
+    assert_same_answers(eager, compiled, score_tolerance(pilot_config.model), min_clear=12)

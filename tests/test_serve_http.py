@@ -22,6 +22,7 @@ import pytest
 
 from classify.documents import document_from_text
 from classify.tabular import iter_csv
+from tests.answers import score_tolerance
 
 pytestmark = pytest.mark.engine
 
@@ -45,20 +46,6 @@ def make_tiny_lora(model_path: str, out: Path, seed: int) -> Path:
     cfg = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     get_peft_model(base, cfg).save_pretrained(out)
     return out
-
-
-def score_tolerance(model_cfg) -> float:
-    """Absolute tolerance between the scores of the same document classified in different batches.
-
-    float32 engines agree to rounding (2e-3). In bfloat16 the products of a batch depend on its
-    shape and on which requests share it (oneDNN picks other kernels and accumulation orders; AMX on
-    Xeons): measured on a 2-core Xeon with AMX, the same document's score moved by 0.019 and 0.033
-    between a LoRA request alone and beside base-model requests, so 0.06 there. The category must still
-    match exactly, which is what catches an answer attributed to the wrong adapter.
-    """
-    from classify.device import compute_dtype
-
-    return 2e-3 if compute_dtype(model_cfg) == "float32" else 0.06
 
 
 @pytest.fixture(scope="module")

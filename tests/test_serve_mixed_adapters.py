@@ -18,7 +18,8 @@ import pytest
 
 from classify.documents import document_from_text
 from classify.tabular import iter_csv
-from tests.test_serve_http import make_tiny_lora, score_tolerance
+from tests.answers import score_tolerance
+from tests.test_serve_http import make_tiny_lora
 
 pytestmark = pytest.mark.engine
 
