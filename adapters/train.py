@@ -102,6 +102,53 @@ def find_run(resume: str, sha: str) -> Path:
     raise ConfigError(f"`--resume latest` found no unfinished train run with this config under {root}")
 
 
+def resume_dtype(cfg: TrainConfig, run_dir: Path) -> tuple[TrainConfig, list[str]]:
+    """Keep a resumed run in the compute dtype it started with, where this machine can.
+
+    ``training.dtype: auto`` is in the config hash as ``auto``, so a run started on a CPU with native
+    bf16 (bfloat16) may be resumed on one without (float32) and the other way round. The run's
+    ``config.json`` records the dtypes its invocations trained in (``compute_dtypes``, in order):
+
+    * the first one again here: nothing changes;
+    * float32 first, bfloat16 here: the run continues in float32 (pinned; logged);
+    * bfloat16 first, float32 here (no native bf16: a bf16 product runs ~100x slower than float32 on
+      such a CPU, :func:`classify.device.cpu_has_native_bf16`): the run continues in float32 with a
+      warning. The LoRA weights and optimizer state are float32 either way, so the checkpoint loads;
+      the base model's products change precision from that step on, and the record says so.
+
+    A dtype the user set (not ``auto``) is in the config hash and is kept as set. Runs made before
+    the record existed continue in this machine's dtype (nothing to compare with).
+
+    Args:
+        cfg: the config of this invocation (its hash matched the run's).
+        run_dir: the run folder being resumed; its ``config.json`` is updated when the dtype changes.
+
+    Returns:
+        ``(cfg, dtypes)``: the config to continue with, and the run's compute dtypes in order
+        (``["bfloat16", "float32"]`` after a switch), for ``summary.json``.
+    """
+    here = cfg.training.compute_dtype()
+    path = run_dir / "config.json"
+    record = json.loads(path.read_text())
+    history = list(record.get("compute_dtypes") or [])
+    if not history:
+        return cfg, [here]
+    use = here
+    if cfg.training.dtype == "auto" and history[0] == "float32" and here != "float32":
+        use = "float32"
+        log.info("run %s started in float32 (`training.dtype: auto` on its first machine): continuing in float32, "
+                 "not this machine's %s", run_dir.name, here)
+        cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"dtype": "float32"})})
+    elif cfg.training.dtype == "auto" and history[0] != here:
+        log.warning("run %s started in %s (`training.dtype: auto`), but this CPU has no native bf16 (a bf16 product would "
+                    "run ~100x slower): continuing in %s; summary.json records every dtype (`dtypes`)", run_dir.name,
+                    history[0], here)
+    if history[-1] != use:
+        history.append(use)
+        write_json_atomic(path, {**record, "compute_dtypes": history})
+    return cfg, history
+
+
 class _RunLog(logging.FileHandler):
     """``train.log``; on a full disk it stops writing after one console warning (no logging traceback)."""
 
@@ -158,12 +205,16 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
     resume_command = resume_command or "docpilot train --config <your config> --resume {run}"
     cfg = cfg.for_smoke() if smoke else cfg
     sha = config_sha256(cfg)
+    card_cfg = cfg  # the adapter card keeps the config as given (its hash is the run's); a resume may pin the dtype
     if resume:
         run_dir = find_run(resume, sha)
         run_id = run_dir.name
+        cfg, dtypes = resume_dtype(cfg, run_dir)
     else:
         run_id, run_dir = new_run_dir("train", runs_dir())
-        write_json_atomic(run_dir / "config.json", {"config": cfg.model_dump(mode="json"), "config_sha256": sha, "smoke": smoke})
+        dtypes = [cfg.training.compute_dtype()]
+        write_json_atomic(run_dir / "config.json", {"config": cfg.model_dump(mode="json"), "config_sha256": sha, "smoke": smoke,
+                                                    "compute_dtypes": dtypes})
     handler = _log_to(run_dir)
     stage = "config"
     try:
@@ -220,7 +271,7 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
             "run_id": run_id, "finished": utc_now(), "smoke": smoke, "config_sha256": sha,
             "data": {"path": str(cfg.data.resolved_path()), "sha256": data_sha, "rows": len(rows),
                      "train_rows": len(train_rows), "validation_rows": len(val_rows)},
-            "steps": state["steps"], "dtype": cfg.training.compute_dtype(), "resumed_from": state["resumed_from"],
+            "steps": state["steps"], "dtype": cfg.training.compute_dtype(), "dtypes": dtypes, "resumed_from": state["resumed_from"],
             "skipped_checkpoints": state.get("skipped_checkpoints", []), "tokens": state["tokens"],
             "cpu_s": round(state["cpu_s"], 1), "wall_s": round(state["wall_s"], 1),
             "tokens_per_s_cpu": round(state["tokens"] / max(state["cpu_s"], 1e-9), 1),
@@ -235,7 +286,7 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         adapter = None
         if cfg.output.publish if publish is None else publish:
             stage = "publish"
-            adapter = _publish(cfg, registry or Registry(), adapter_dir, model_ref, summary)
+            adapter = _publish(card_cfg, registry or Registry(), adapter_dir, model_ref, summary)
             summary["adapter"] = {"ref": adapter.ref, "sha256": adapter.sha256, "path": str(adapter.path)}
             if cfg.output.merge:
                 from adapters.merge import merge_adapter
@@ -281,7 +332,7 @@ def _publish(cfg: TrainConfig, registry: Registry, adapter_dir: Path, model_ref:
         "classify": cfg.classify.model_dump(mode="json"),
         "classification_sha256": classification_sha256(cfg.model, cfg.classify),
         "metrics": {k: summary[k] for k in ("steps", "tokens", "cpu_s", "wall_s", "tokens_per_s_cpu", "tokens_per_s_wall", "final_loss",
-                                          "run_wall_s", "dtype")}
+                                          "run_wall_s", "dtype", "dtypes")}
         | {"loss_fell": summary["checks"]["loss_fell"], "free_answers": summary["checks"]["free_answers"],
            "engine": summary["checks"].get("engine")},
         "loss_curve": "loss_curve.png",

@@ -183,6 +183,33 @@ def test_training_dtype_auto_follows_the_cpu(train_config, monkeypatch):
                                    "training": {**train_config.training.model_dump(mode="json"), "dtype": "fp8"}})
 
 
+def test_a_resumed_run_keeps_the_dtype_it_started_in_where_the_cpu_can(train_config, tmp_path, monkeypatch, caplog):
+    import classify.device as device
+    from adapters.train import resume_dtype
+
+    monkeypatch.setattr(device, "on_accelerator", lambda: False)
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def resume(started, native_bf16, dtype="auto"):
+        (run / "config.json").write_text(json.dumps({"config_sha256": "x", "compute_dtypes": started}))
+        monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: native_bf16)
+        cfg = train_config.model_copy(update={"training": train_config.training.model_copy(update={"dtype": dtype})})
+        cfg, dtypes = resume_dtype(cfg, run)
+        assert json.loads((run / "config.json").read_text())["compute_dtypes"] == dtypes  # the record follows
+        return cfg.training.compute_dtype(), dtypes
+
+    assert resume(["bfloat16"], True) == ("bfloat16", ["bfloat16"])
+    assert resume(["float32"], True) == ("float32", ["float32"])  # pinned: the whole run in float32
+    with caplog.at_level("WARNING", logger="adapters.train"):
+        assert resume(["bfloat16"], False) == ("float32", ["bfloat16", "float32"])
+    assert "started in bfloat16" in caplog.text and "no native bf16" in caplog.text
+    assert resume(["bfloat16", "float32"], True) == ("bfloat16", ["bfloat16", "float32", "bfloat16"])
+    assert resume(["bfloat16"], True, dtype="float32") == ("float32", ["bfloat16", "float32"])  # (a set dtype is kept)
+    (run / "config.json").write_text(json.dumps({"config_sha256": "x"}))  # a run from before the record
+    assert resume_dtype(train_config, run)[1] == [train_config.training.compute_dtype()]
+
+
 def test_loss_fell_compares_first_and_last_window():
     hist = [{"step": i, "loss": 5.0 - i} for i in range(1, 5)]
     assert loss_fell(hist, 10) == {"passed": True, "first_window_loss": 3.5, "last_window_loss": 1.5, "window_steps": 2}
@@ -302,11 +329,18 @@ def test_sigterm_or_ctrl_c_stops_training_with_exit_130_and_a_resume_command(tra
     assert not (run_dir / "support_note.md").exists() and not (run_dir / "summary.json").exists()
     assert list(run_dir.glob("checkpoints/step-*/meta.json"))
     (run_dir / "support_note.md").write_text("# an earlier invocation of this run failed\n")
+    # as if the run had started on the other kind of CPU (`training.dtype: auto` resolved otherwise there)
+    record = json.loads((run_dir / "config.json").read_text())
+    here = record["compute_dtypes"][0]
+    other = "float32" if here == "bfloat16" else "bfloat16"
+    (run_dir / "config.json").write_text(json.dumps({**record, "compute_dtypes": [other]}))
     resumed = _run_train(config, "--resume", str(run_dir))
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 4 and len(summary["resumed_from"]) == 1
+    # a float32 run stays float32 on a bf16 CPU; a bf16 run goes on in float32 on a CPU without native bf16, and says so
+    assert summary["dtype"] == "float32" and summary["dtypes"] == (["float32"] if here == "bfloat16" else ["bfloat16", "float32"])
     assert not (run_dir / "support_note.md").exists(), "a finished run keeps no support note of an earlier invocation"
 
 
