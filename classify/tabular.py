@@ -95,22 +95,42 @@ def csv_header(path: Path) -> tuple[list[str], int]:
         raise InputError(f"{path}: cannot read CSV: {err}{_NOT_UTF8_HINT if isinstance(err, UnicodeDecodeError) else ''}") from None
 
 
-def _decoded_lines(fh: Any, end: list[int], first: bool) -> Iterator[str]:
+def _decoded_lines(fh: Any, end: list[int], first: bool, bad: list[tuple[int, UnicodeDecodeError]] | None = None) -> Iterator[str]:
     """Lines of a binary file decoded as UTF-8 (the first one as ``utf-8-sig``); ``end[0]`` follows the byte offset.
 
+    Args:
+        fh: the file, opened in binary and positioned at a line start.
+        end: ``[byte offset]`` of ``fh``'s position, advanced past each line yielded.
+        first: the first line may start with a UTF-8 byte order mark.
+        bad: ``None``: a line that is not UTF-8 raises. A list: such a line is decoded with
+            ``surrogateescape`` (each bad byte becomes U+DC80..U+DCFF, which valid UTF-8 never gives)
+            and ``(its byte offset, the decode error)`` is appended, for the caller to reject its record.
+
     Raises:
-        UnicodeDecodeError: a line is not UTF-8; its reason names the line's byte offset in the file.
+        UnicodeDecodeError: a line is not UTF-8 and ``bad`` is ``None``; its reason names the line's byte offset.
     """
     for raw in fh:
         start = end[0]
         end[0] += len(raw)
+        codec = "utf-8-sig" if first else "utf-8"
         try:
-            text = raw.decode("utf-8-sig" if first else "utf-8")
+            text = raw.decode(codec)
         except UnicodeDecodeError as err:
             err.reason = f"{err.reason} (in the line at byte offset {start} of the file)"
-            raise
+            if bad is None:
+                raise
+            bad.append((start, err))
+            text = raw.decode(codec, errors="surrogateescape")
         yield text
         first = False
+
+
+def _not_utf8_reason(index: int, bad: list[tuple[int, UnicodeDecodeError]]) -> str:
+    """The reject reason of CSV record ``index`` whose lines ``bad`` were not UTF-8."""
+    start, err = bad[0]
+    byte = err.object[err.start]
+    return (f"row {index} is not valid UTF-8: byte 0x{byte:02X} at byte offset {start + err.start} of the file "
+            "(the file, or this row, is in another encoding: convert it, e.g. iconv -f <its encoding> -t UTF-8 IN > OUT)")
 
 
 def iter_csv_rows(
@@ -150,12 +170,15 @@ def iter_csv_rows(
         refuse_wide_file(path)
         offset = 0
     end = [offset]
+    bad: list[tuple[int, UnicodeDecodeError]] = []  # lines of the record being read that were not UTF-8
     try:
         fh = path.open("rb")
         fh.seek(offset)
-        reader = csv.reader(_decoded_lines(fh, end, first=offset == 0), strict=True)
+        reader = csv.reader(_decoded_lines(fh, end, first=offset == 0, bad=bad), strict=True)
         if from_start:
             header = next(reader, [])
+            if bad:  # a header that is not UTF-8: the whole file is suspect, and no column can be found
+                raise bad[0][1]
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise InputError(f"{path}: cannot read CSV: {err}{_NOT_UTF8_HINT if isinstance(err, UnicodeDecodeError) else ''}") from None
     assert header is not None
@@ -188,13 +211,14 @@ def iter_csv_rows(
                         doc_id, error = where, f"row {index} has an empty `{id_column}`"
                 else:
                     doc_id = f"{prefix}-{index:04d}"
+                if bad:  # rejected with the byte named; its id (escaped if the bad byte is in it) is kept
+                    error = error or _not_utf8_reason(index, bad)
+                    bad.clear()
                 yield CsvRow(index, escape_surrogates(doc_id), values, end[0], where, error, text_column)
                 index += 1
         except csv.Error as err:
             raise InputError(f"{path}: malformed CSV in the record starting at line {good_line + 1}: {err} "
                              "(an unclosed quote would merge every following row into one document); fix the file") from None
-        except UnicodeDecodeError as err:
-            raise InputError(f"{path}: cannot read CSV: {err}{_NOT_UTF8_HINT}") from None
 
 
 def parquet_columns(path: Path, text_column: str, id_column: str | None) -> tuple[Any, bool]:

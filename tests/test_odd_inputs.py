@@ -304,13 +304,31 @@ def test_document_from_text_is_the_one_rule_for_serve(tmp_path):
     assert time.perf_counter() - start < 1
 
 
-def test_a_csv_line_that_is_not_utf8_is_named_by_its_byte_offset(tmp_path):
-    """A whole CSV must be UTF-8 (it is parsed as text); the error says where the bad line starts."""
+def test_a_csv_row_that_is_not_utf8_is_rejected_by_its_byte_offset_and_the_rest_is_read(tmp_path):
+    """One bad byte costs its row (rejected, the byte and its offset named), not the whole corpus; a bad header stops."""
+    from batch._config import CorpusConfig
+    from batch.corpus import read_corpus
     from classify.tabular import csv_header, iter_csv_rows
 
     bad = tmp_path / "bad.csv"
-    bad.write_bytes(b"id,text\na,fine\nb,caf\xe9 latin-1\nc,ok\n")
+    bad.write_bytes(b'id,text\na,fine\nb,caf\xe9 latin-1\n"c\xff","two\nlines"\nd,"multi\nline \xe9"\ne,ok\n')
     header, offset = csv_header(bad)
-    with pytest.raises(InputError, match=r"bad\.csv: cannot read CSV: 'utf-8' codec can't decode byte 0xe9 .*"
-                                         r"\(in the line at byte offset 15 of the file\); the file is not UTF-8"):
-        list(iter_csv_rows(bad, "text", "id", "x", offset=offset, first_index=0, max_rows=10, header=header))
+    rows = list(iter_csv_rows(bad, "text", "id", "x", offset=offset, first_index=0, max_rows=10, header=header))
+    assert [r.error for r in rows] == [
+        None,
+        "row 1 is not valid UTF-8: byte 0xE9 at byte offset 20 of the file (the file, or this row, is in another "
+        "encoding: convert it, e.g. iconv -f <its encoding> -t UTF-8 IN > OUT)",
+        "row 2 is not valid UTF-8: byte 0xFF at byte offset 32 of the file (the file, or this row, is in another "
+        "encoding: convert it, e.g. iconv -f <its encoding> -t UTF-8 IN > OUT)",
+        "row 3 is not valid UTF-8: byte 0xE9 at byte offset 61 of the file (the file, or this row, is in another "
+        "encoding: convert it, e.g. iconv -f <its encoding> -t UTF-8 IN > OUT)",
+        None,
+    ]
+    corpus = read_corpus(CorpusConfig(path=str(bad), id_column="id"), 1000)  # the batch's plan and read: every row once
+    assert [d.id for d in corpus.docs] == ["a", "b", "c\\udcff", "d", "e"]
+    assert [d.text for d in corpus.docs] == ["fine", None, None, None, "ok"]
+    assert all(d.reject_reason.startswith(f"row {i} is not valid UTF-8") for i, d in enumerate(corpus.docs[1:4], 1))
+    (tmp_path / "head.csv").write_bytes(b"id,t\xe9xt\na,fine\n")
+    with pytest.raises(InputError, match=r"head\.csv: cannot read CSV: 'utf-8' codec can't decode byte 0xe9 .*"
+                                         r"\(in the line at byte offset 0 of the file\); the file is not UTF-8"):
+        csv_header(tmp_path / "head.csv")
