@@ -99,6 +99,13 @@ def job_request(args: argparse.Namespace, staging: Path, batch_id: str, corpus: 
     }
 
 
+UNREACHABLE_HINT = (" (nothing answers there: the job server is the head's Ray dashboard, port 8265 unless "
+                    "`ray start --head --dashboard-port` says otherwise; start the head with `--dashboard-host 0.0.0.0` "
+                    "to reach it from another machine, or tunnel it: ssh -L 8265:localhost:8265 HEAD; then pass "
+                    "--address http://HOST:8265 or set RAY_ADDRESS)")
+"""Appended to an unreachable job server's error: where the job server is and how to reach it."""
+
+
 def connect(address: str) -> Any:
     """A :class:`ray.job_submission.JobSubmissionClient` for ``address`` (imported here: Ray loads slowly).
 
@@ -203,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Job '{job_id}' submitted successfully", flush=True)
         rc = 0 if args.no_wait else report(client, job_id, follow(client, job_id))
     except (ConnectionError, RuntimeError, RayError) as err:  # unreachable, refused token, duplicate submission id, ...
-        print(f"error [ray]: job server {args.address}: {err}", file=sys.stderr)
+        hint = UNREACHABLE_HINT if isinstance(err, ConnectionError) else ""
+        print(f"error [ray]: job server {args.address}: {err}{hint}", file=sys.stderr)
         return 1
     run_dir = runs_dir() / batch_id
     outcome = f"submitted (follow: ray job logs -f {job_id})" if args.no_wait else f"exited {rc}"

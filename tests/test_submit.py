@@ -113,7 +113,17 @@ def test_unreachable_job_server_exits_1(monkeypatch, capsys, corpus):
     rc = docpilot(["submit", "--config", str(ROOT / "config" / "docpilot.json"), "--corpus", str(corpus),
                    "--batch-id", "b5", "--address", "http://127.0.0.1:9"])
     assert rc == 1
-    assert "error [ray]: job server http://127.0.0.1:9: Failed to connect" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "error [ray]: job server http://127.0.0.1:9: Failed to connect" in err
+    assert "(nothing answers there: the job server is the head's Ray dashboard, port 8265" in err and "RAY_ADDRESS)" in err
+
+
+def test_a_real_unreachable_address_exits_1_with_the_hint(capsys, corpus):
+    # Ray's own client against a closed port on 127.0.0.1 (nothing listens on the discard port)
+    rc = docpilot(["submit", "--config", str(ROOT / "config" / "docpilot.json"), "--corpus", str(corpus),
+                   "--batch-id", "b6", "--address", "http://127.0.0.1:9"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Failed to connect to Ray at address: http://127.0.0.1:9" in err and "nothing answers there" in err, err
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [
