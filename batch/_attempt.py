@@ -33,7 +33,7 @@ from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
 from classify.errors import InputError, VerificationError
 from classify.export import export_complete
 from classify.model import ModelRef
-from classify.paths import exports_dir
+from classify.paths import exports_dir, verbose_logs
 from classify.records import Result
 from classify.runrecords import utc_now, write_bytes_atomic, write_json_atomic
 
@@ -49,12 +49,7 @@ def _init_ray() -> Any:
     Returns:
         The local session this call started (end it with :func:`batch._ray_local.stop`), else None.
     """
-    return _ray_local.start(include_dashboard=False, object_store_memory=512 * 1024**2, log_to_driver=_verbose())
-
-
-def _verbose() -> bool:
-    """Whether Ray's and vLLM's own log lines are wanted (``docpilot --verbose`` / ``DOCPILOT_VERBOSE=1``)."""
-    return os.environ.get("DOCPILOT_VERBOSE", "") not in ("", "0")
+    return _ray_local.start(include_dashboard=False, object_store_memory=512 * 1024**2, log_to_driver=verbose_logs())
 
 
 class _ShardRef:

@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 ENV_PASSED_TO_ACTORS = ("DOCPILOT_HOME", "DOCPILOT_MODEL_CACHE", "DOCPILOT_REGISTRY", "DOCPILOT_RUNS",
                         "DOCPILOT_EXPORTS", "HF_HUB_OFFLINE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
                         "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_LOGGING_LEVEL", "TRANSFORMERS_VERBOSITY",
-                        "RAY_LOGGER_LEVEL", "RAY_BACKEND_LOG_LEVEL", "DOCPILOT_VERBOSE")
+                        "RAY_LOGGER_LEVEL", "RAY_BACKEND_LOG_LEVEL", "TORCH_CPP_LOG_LEVEL", "PYTHONWARNINGS", "DOCPILOT_VERBOSE")
 
 
 def cpu_core_groups(n_actors: int, cpus: list[int]) -> list[str] | None:

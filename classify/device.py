@@ -14,6 +14,7 @@ from typing import Any
 from classify.config import EngineConfig, ModelConfig
 from classify.errors import EnvironmentCheckError
 from classify.model import ModelRef
+from classify.paths import verbose_logs
 
 
 def on_accelerator() -> bool:
@@ -144,6 +145,7 @@ def engine_kwargs(
         "seed": eng.seed,
         "logprobs_mode": "processed_logprobs",
         "enable_prefix_caching": True,
+        "use_tqdm_on_load": verbose_logs(),  # the "Loading safetensors checkpoint shards" bar only with --verbose
     }
     if eng.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = eng.max_num_batched_tokens

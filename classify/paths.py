@@ -57,3 +57,8 @@ def exports_dir() -> Path:
 def bbc_dir() -> Path:
     """Return the BBC News data folder (``DOCPILOT_BBC_DIR``, default ``../shared/data/bbc-news``)."""
     return _env_path("DOCPILOT_BBC_DIR", Path.cwd().parent / "shared" / "data" / "bbc-news")
+
+
+def verbose_logs() -> bool:
+    """Whether vLLM's, Ray's and transformers' own output is wanted (``docpilot --verbose`` / ``DOCPILOT_VERBOSE=1``)."""
+    return os.environ.get("DOCPILOT_VERBOSE", "") not in ("", "0")

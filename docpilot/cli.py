@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 from classify.errors import DocpilotError, Interrupted
 
@@ -36,6 +37,8 @@ QUIET_ENV: dict[str, str] = {
     "TRANSFORMERS_VERBOSITY": "error",
     "RAY_LOGGER_LEVEL": "error",  # the `ray` Python loggers (ray_constants.LOGGER_LEVEL)
     "RAY_BACKEND_LOG_LEVEL": "error",  # raylet, GCS and core worker C++ logs
+    "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10 warnings printed as "[W... file.cpp:N] Warning: ..." (vLLM's NUMA binding note)
+    "PYTHONWARNINGS": "ignore::FutureWarning",  # libraries' deprecation notices, in the engine's child processes too
 }
 """Environment set by default (unless the user set the name) so vLLM, Ray and transformers log only errors.
 Set before any of them is imported; child processes inherit it (Ray actors through runtime_env)."""
@@ -70,6 +73,8 @@ def configure_logging(verbose: bool) -> None:
     if not verbose:
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.ERROR)
+        if os.environ.get("PYTHONWARNINGS") == QUIET_ENV["PYTHONWARNINGS"]:  # this process read it before it was set
+            warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 def _usage() -> str:

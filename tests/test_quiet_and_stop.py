@@ -176,18 +176,31 @@ init_logger("vllm.probe").info("vllm-info-line")
 init_logger("vllm.probe").error("vllm-error-line")
 logging.getLogger("ray.probe").warning("ray-warning-line")
 logging.getLogger("docpilot.probe").info("docpilot-info-line")
+from classify.config import EngineConfig, ModelConfig
+from classify.device import engine_kwargs
+from classify.model import ModelRef
+print("tqdm-on-load", engine_kwargs(ModelRef("m", "/m", "sha256:0", "local"), ModelConfig(dtype="float32"), EngineConfig(), False,
+                                    device="cpu")["use_tqdm_on_load"])
+# what vLLM's engine processes print: a fresh interpreter (as its spawned engine core and worker) with a library's
+# FutureWarning and vLLM's c10 NUMA-binding warning
+import subprocess
+subprocess.run([sys.executable, "-c", "import warnings; warnings.warn('a-future-warning', FutureWarning); "
+                "import torch, vllm._C; torch.ops._C.init_cpu_memory_env([0])"], check=True)
 """
 
 
 @pytest.mark.parametrize("args", [[], ["--verbose"], ["batch", "--verbose"]])
 def test_third_party_logs_are_quiet_unless_verbose(args):
-    env = {k: v for k, v in os.environ.items() if k not in ("DOCPILOT_VERBOSE", "VLLM_LOGGING_LEVEL", "RAY_LOGGER_LEVEL")}
+    env = {k: v for k, v in os.environ.items() if k not in ("DOCPILOT_VERBOSE", "VLLM_LOGGING_LEVEL", "RAY_LOGGER_LEVEL",
+                                                            "TORCH_CPP_LOG_LEVEL", "PYTHONWARNINGS")}
     out = subprocess.run([sys.executable, "-c", QUIET_PROBE, *args], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=120)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
     verbose = "--verbose" in args
     assert ("vllm-info-line" in text) == verbose and ("ray-warning-line" in text) == verbose, text[-3000:]
+    assert ("a-future-warning" in text) == verbose and ("NUMA binding" in text) == verbose, text[-3000:]
+    assert f"tqdm-on-load {verbose}" in text, text[-3000:]
     assert "vllm-error-line" in text and "docpilot-info-line" in text  # errors and docpilot's own lines stay
 
 
