@@ -35,10 +35,13 @@ def iter_csv(
             ``<id_prefix>-<row index, 4 digits>`` counted from 0 (stable across runs).
         id_prefix: prefix for generated ids (default: the file's stem).
 
+    A row whose bytes are not UTF-8 is a rejected document whose reason names the byte and its offset
+    in the file; the rows around it are read as usual.
+
     Raises:
         InputError: the file is UTF-16 or UTF-32 (the message names the encoding and the ``iconv`` fix),
-            cannot be decoded, is malformed (an unclosed quote: the error names the line) or lacks
-            ``text_column``.
+            its header is not UTF-8, it is malformed (an unclosed quote: the error names the line) or
+            it lacks ``text_column``.
     """
     for row in iter_csv_rows(path, text_column, id_column, id_prefix):
         yield csv_row_document(row, max_doc_bytes), row.values
