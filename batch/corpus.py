@@ -39,6 +39,7 @@ from batch._shard_io import RawShard, fold_shard, jsonl_documents
 from classify.documents import read_file_document
 from classify.errors import InputError
 from classify.files import file_sha256
+from classify.paths import bbc_dir_hint
 from classify.records import Document
 from classify.tabular import csv_row_document, iter_csv_rows
 from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file
@@ -55,6 +56,9 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
             in UTF-16 or UTF-32 (named with its ``iconv`` fix; checked here, before the model or Ray starts).
     """
     where = (Path(path).expanduser() if path is not None else cfg.resolved_path()).resolve()
+    if path is None and not where.exists():
+        raise InputError(f"corpus {where} does not exist (set `corpus.path` in the config or pass --corpus)"
+                         f"{bbc_dir_hint(cfg.path)}")
     fmt = detect_format(where, cfg.format)
     if (fmt == "dir") != where.is_dir():
         raise InputError(f"corpus {where}: `corpus.format` is {fmt!r} but the path is {'a folder' if where.is_dir() else 'a file'}")

@@ -33,7 +33,7 @@ from typing import Any
 
 from batch._config import check_batch_id, load_batch_config
 from classify.errors import ConfigError, InputError
-from classify.paths import exports_dir, model_cache_dir, registry_dir, runs_dir, state_dir
+from classify.paths import bbc_dir_hint, exports_dir, model_cache_dir, registry_dir, runs_dir, state_dir
 from classify.runrecords import new_run_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,7 +158,8 @@ def report(client: Any, job_id: str, status: str) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="docpilot submit", description="Submit the batch to a Ray cluster's job server.")
     p.add_argument("--config", default="config/docpilot.json", help="batch config (default: %(default)s)")
-    p.add_argument("--corpus", help="corpus file or folder on the head node (default: the config's `corpus.path`)")
+    p.add_argument("--corpus", help="corpus file or folder: checked here, read by the driver on the head node, so the same path must exist on both "
+                        "(a shared mount; default: the config's `corpus.path`)")
     p.add_argument("--adapter", help="adapter name@version")
     p.add_argument("--batch-id", help="batch id (default: a new one); an existing one is resumed")
     p.add_argument("--export-dir", help="parent folder of the export copy, on the head node")
@@ -188,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_batch_config(args.config)
     corpus = (Path(args.corpus).expanduser() if args.corpus else cfg.corpus.resolved_path()).resolve()
     if not corpus.exists():
-        raise InputError(f"corpus {corpus} does not exist (pass --corpus)")
+        hint = "" if args.corpus else bbc_dir_hint(cfg.corpus.path)
+        raise InputError(f"corpus {corpus} does not exist (pass --corpus){hint}")
     if args.address.startswith("ray://") or "://" not in args.address:
         raise ConfigError(f"`--address` (default: $RAY_ADDRESS) must be the job server's http://host:port (dashboard, e.g. "
                           f"http://HEAD:8265; not the HEAD:6379 address `make batch` joins), got {args.address!r}")

@@ -62,3 +62,20 @@ def bbc_dir() -> Path:
 def verbose_logs() -> bool:
     """Whether vLLM's, Ray's and transformers' own output is wanted (``docpilot --verbose`` / ``DOCPILOT_VERBOSE=1``)."""
     return os.environ.get("DOCPILOT_VERBOSE", "") not in ("", "0")
+
+
+def bbc_dir_hint(configured: str) -> str:
+    """A note for a "does not exist" error about a configured path: how ``{bbc_dir}`` was expanded, if it was used.
+
+    Args:
+        configured: the path as written in the config (``train.data.path``, ``corpus.path``).
+
+    Returns:
+        ``""`` when ``configured`` has no ``{bbc_dir}``; else a parenthesised note naming
+        ``DOCPILOT_BBC_DIR`` and its value or default.
+    """
+    if "{bbc_dir}" not in configured:
+        return ""
+    where = os.environ.get("DOCPILOT_BBC_DIR")
+    source = f"DOCPILOT_BBC_DIR={where}" if where else "unset DOCPILOT_BBC_DIR: ../shared/data/bbc-news from the current directory"
+    return f" ({{bbc_dir}} is {bbc_dir()}, from {source}; set DOCPILOT_BBC_DIR to the BBC News data folder)"

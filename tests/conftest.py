@@ -54,7 +54,7 @@ def engine(pilot_config):
 
 @pytest.fixture(scope="session")
 def bbc_dir() -> Path:
-    """The shared BBC News data folder (skips the test when it is absent)."""
+    """The shared BBC News data folder (``DOCPILOT_BBC_DIR``, else ``../shared/data/bbc-news``); fails the test when absent."""
     from classify.paths import bbc_dir as _bbc
 
     folder = _bbc()

@@ -80,3 +80,14 @@ def test_capture_and_fit_calibration_writes_the_card_block(tmp_path):
     assert (tmp_path / "reliability_validation_before.png").is_file()
     assert (tmp_path / "reliability_validation_after.png").is_file()
     assert fit_calibration({}, rows, CATS) is None
+
+
+def test_missing_training_data_names_docpilot_bbc_dir_when_the_path_uses_it(tmp_path, monkeypatch):
+    from adapters._data import load_rows
+
+    monkeypatch.setenv("DOCPILOT_BBC_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(InputError, match=r"training data .*nowhere/train.csv does not exist \(`train.data.path` in the config "
+                                         r"file\) \(\{bbc_dir\} is .*nowhere, from DOCPILOT_BBC_DIR=.*nowhere; set DOCPILOT_BBC_DIR"):
+        load_rows(DataSection(), ("business", "tech"))
+    with pytest.raises(InputError, match=r"does not exist \(`train.data.path` in the config file\)$"):
+        load_rows(DataSection(path=str(tmp_path / "t.csv")), ("business", "tech"))
