@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from classify.config import ClassifyConfig, CommandConfig, EngineConfig, Frozen, ModelConfig
 from classify.modelshape import LINEAR_MODULES
-from classify.paths import bbc_dir
+from classify.paths import expand_bbc_dir
 
 LLAMA_LORA_MODULES = LINEAR_MODULES
 """Linear layers of a Llama-architecture block that vLLM can apply LoRA to (:data:`classify.modelshape.LINEAR_MODULES`)."""
@@ -42,7 +42,7 @@ class DataSection(Frozen):
 
     def resolved_path(self) -> Path:
         """The data file with ``{bbc_dir}`` expanded."""
-        return Path(self.path.replace("{bbc_dir}", str(bbc_dir()))).expanduser()
+        return expand_bbc_dir(self.path)
 
 
 class LoraSection(Frozen):

@@ -24,7 +24,7 @@ from classify.config import (
     load_config,
 )
 from classify.errors import InputError
-from classify.paths import bbc_dir
+from classify.paths import expand_bbc_dir
 
 
 class CorpusConfig(Frozen):
@@ -55,7 +55,7 @@ class CorpusConfig(Frozen):
 
     def resolved_path(self) -> Path:
         """``path`` with ``{bbc_dir}`` expanded and ``~`` resolved (still relative when ``path`` is)."""
-        return Path(self.path.replace("{bbc_dir}", str(bbc_dir()))).expanduser()
+        return expand_bbc_dir(self.path)
 
 
 class RunConfig(Frozen):

@@ -36,10 +36,9 @@ def detect_format(path: Path, fmt: str) -> str:
         ``jsonl``, ``csv``, ``parquet`` or ``dir``.
 
     Raises:
-        InputError: the path does not exist, or ``auto`` cannot tell the format.
+        InputError: ``auto`` cannot tell the format (the caller, :func:`batch.corpus.locate_corpus`, has
+            checked that the path exists).
     """
-    if not path.exists():
-        raise InputError(f"corpus {path} does not exist (set `corpus.path` in the config or pass --corpus)")
     if fmt != "auto":
         return fmt
     if path.is_dir():

@@ -56,9 +56,9 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
             in UTF-16 or UTF-32 (named with its ``iconv`` fix; checked here, before the model or Ray starts).
     """
     where = (Path(path).expanduser() if path is not None else cfg.resolved_path()).resolve()
-    if path is None and not where.exists():
+    if not where.exists():
         raise InputError(f"corpus {where} does not exist (set `corpus.path` in the config or pass --corpus)"
-                         f"{bbc_dir_hint(cfg.path)}")
+                         f"{bbc_dir_hint(cfg.path) if path is None else ''}")
     fmt = detect_format(where, cfg.format)
     if (fmt == "dir") != where.is_dir():
         raise InputError(f"corpus {where}: `corpus.format` is {fmt!r} but the path is {'a folder' if where.is_dir() else 'a file'}")

@@ -12,6 +12,7 @@ import platform
 from typing import Any
 
 from classify.config import EngineConfig, ModelConfig
+from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
 from classify.errors import EnvironmentCheckError
 from classify.model import ModelRef
 from classify.paths import verbose_logs
@@ -131,7 +132,8 @@ def engine_kwargs(
     eng = engine_cfg.resolve(device)
     if device == "cpu" and eng.enforce_eager is False and not enable_lora and cpp_compiler() is None:
         raise EnvironmentCheckError(
-            "torch.compile (`engine.enforce_eager: false`, or `auto` in a batch of 2,000 or more documents per engine) "
+            f"torch.compile (`engine.enforce_eager: false`, or `auto` in a batch of {COMPILE_MIN_DOCS_PER_ENGINE:,} or more "
+            "documents per engine) "
             f"needs a C++ compiler on CPU ($CXX or g++): none runs on {platform.node() or 'this machine'}; install one (Debian/Ubuntu: "
             "`apt-get install g++`) or set `engine.enforce_eager: true`")
     dtype = model_cfg.dtype if model_cfg.dtype != "auto" else auto_dtype(device)  # for the device asked for

@@ -59,6 +59,18 @@ def bbc_dir() -> Path:
     return _env_path("DOCPILOT_BBC_DIR", Path.cwd().parent / "shared" / "data" / "bbc-news")
 
 
+def expand_bbc_dir(configured: str) -> Path:
+    """A configured path with ``{bbc_dir}`` replaced by :func:`bbc_dir` and ``~`` expanded (still relative when it was).
+
+    Args:
+        configured: the path as written in the config (``train.data.path``, ``corpus.path``).
+
+    Returns:
+        The path, e.g. ``../shared/data/bbc-news/test.csv`` for ``{bbc_dir}/test.csv`` with ``DOCPILOT_BBC_DIR`` unset.
+    """
+    return Path(configured.replace("{bbc_dir}", str(bbc_dir()))).expanduser()
+
+
 def verbose_logs() -> bool:
     """Whether vLLM's, Ray's and transformers' own output is wanted (``docpilot --verbose`` / ``DOCPILOT_VERBOSE=1``)."""
     return os.environ.get("DOCPILOT_VERBOSE", "") not in ("", "0")

@@ -17,6 +17,7 @@ import threading
 import warnings
 
 from classify.errors import DocpilotError, Interrupted
+from classify.paths import verbose_logs
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("classify.model_cli:main", "provision the base model into the model cache"),
@@ -51,7 +52,7 @@ def _verbose(argv: list[str]) -> tuple[bool, list[str]]:
     end = argv.index("--") if "--" in argv else len(argv)
     flag = "--verbose" in argv[:end]
     rest = [a for i, a in enumerate(argv) if not (a == "--verbose" and i < end)]
-    return flag or os.environ.get("DOCPILOT_VERBOSE", "") not in ("", "0"), rest
+    return flag or verbose_logs(), rest
 
 
 def configure_logging(verbose: bool) -> None:
