@@ -13,8 +13,8 @@ Measured where (issue 10 item 8):
   the test suite (the test machine is a CPU).
 * Throughput: documents and prompt tokens of the classify stage over its wall time.
 
-The estimate is :mod:`batch._plan_memory`'s for the same model and engine section:
-:func:`~batch._plan_memory.cpu_serving_estimate` on CPU; on an accelerator vLLM claims the whole
+The estimate is :mod:`classify.memory`'s for the same model and engine section:
+:func:`~classify.memory.cpu_serving_estimate` on CPU; on an accelerator vLLM claims the whole
 ``gpu_memory_utilization`` share of the card (KV blocks fill what weights and activations leave), so
 the plan's figure for what the engine occupies is ``usable`` = card x ``gpu_memory_utilization``.
 """
@@ -24,9 +24,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from batch._plan_memory import DTYPE_BYTES, GIB, cpu_serving_estimate, serving_estimate
 from classify.config import PilotConfig
 from classify.engine import Classifier
+from classify.memory import DTYPE_BYTES, GIB, cpu_serving_estimate, serving_estimate
 from classify.modelshape import shape_from_folder
 
 log = logging.getLogger(__name__)

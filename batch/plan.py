@@ -17,7 +17,10 @@ from typing import Any
 
 from pydantic import AwareDatetime, ValidationError
 
-from batch._plan_memory import (
+from batch.lots import LotsConfig, gpu_spec
+from classify.config import Frozen, ModelConfig, config_sha256, load_config
+from classify.errors import ConfigError
+from classify.memory import (
     BUILTIN_SHAPES,
     DTYPE_BYTES,
     GIB,
@@ -25,9 +28,6 @@ from batch._plan_memory import (
     serving_estimate,
     training_estimate,
 )
-from batch.lots import LotsConfig, gpu_spec
-from classify.config import Frozen, ModelConfig, config_sha256, load_config
-from classify.errors import ConfigError
 from classify.modelshape import ModelShape, shape_from_folder
 
 _NAMES = {"cuda": "CUDA", "rocm": "ROCm"}

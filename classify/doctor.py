@@ -23,6 +23,7 @@ from typing import Any
 
 from classify.config import PilotConfig, load_config
 from classify.device import cpp_compiler
+from classify.memory import Estimate
 
 MATMUL_N = 512
 """Side of the square matrices of the compute check (n x n, 2 n^3 flops)."""
@@ -100,13 +101,40 @@ def compute_check(device: str, dtype_name: str, n: int = MATMUL_N) -> Check:
     )
 
 
-def _model_bytes(cfg: PilotConfig) -> int:
-    """Estimated bytes the configured model needs in memory: weights + KV cache reservation (+1 GiB runtime)."""
-    from classify.model import resolve_model
+def engine_memory(cfg: PilotConfig, usable_bytes: int) -> tuple[Estimate, str]:
+    """Host memory one engine of ``cfg``'s model needs here: the estimate ``make plan`` and the pilot use.
 
-    path = Path(resolve_model(cfg.model).path)
-    weights = sum(p.stat().st_size for p in path.glob("*.safetensors")) if path.is_dir() else 0
-    return weights + cfg.engine.kv_cache_space_gib * 2**30 + 2**30
+    On CPU: :func:`classify.memory.cpu_serving_estimate` (weights in the compute dtype + the whole
+    ``engine.kv_cache_space_gib`` + LoRA slots + 3 processes x 1 GiB runtime), LoRA slots counted
+    (a pilot or server may apply an adapter). On an accelerator the KV cache and LoRA slots live on the
+    card (``make plan`` sizes it): the host part is the weights (loaded through host memory) and the
+    runtime reserve.
+
+    Args:
+        cfg: the config (model, dtype, engine section).
+        usable_bytes: host memory the engine may use (``MemAvailable``).
+
+    Returns:
+        ``(estimate, formula)``: the :class:`~classify.memory.Estimate` (bytes, ``fits``) and its parts in words.
+
+    Raises:
+        ConfigError, EnvironmentCheckError: the model cannot be resolved; OSError/ValueError: its
+        ``config.json`` cannot be read.
+    """
+    from classify.device import compute_dtype, detect_device
+    from classify.memory import DTYPE_BYTES, cpu_serving_estimate
+    from classify.model import resolve_model
+    from classify.modelshape import shape_from_folder
+
+    shape = shape_from_folder(resolve_model(cfg.model).path)
+    nbytes = DTYPE_BYTES[compute_dtype(cfg.model)]
+    device = detect_device()
+    eng = cfg.engine.resolve(device)
+    if device == "cpu":
+        return (cpu_serving_estimate(shape, nbytes, eng.kv_cache_space_gib, eng.max_loras, eng.max_lora_rank, True, usable_bytes),
+                "weights + KV cache + LoRA slots + 3 engine processes x 1 GiB, as `make plan`")
+    return (cpu_serving_estimate(shape, nbytes, 0, 0, 0, False, usable_bytes),
+            f"host side: weights + 3 engine processes x 1 GiB; the KV cache is on the {device} card (`make plan`)")
 
 
 def run_checks(cfg: PilotConfig | None = None, check_model: bool = True) -> list[Check]:
@@ -170,10 +198,12 @@ def run_checks(cfg: PilotConfig | None = None, check_model: bool = True) -> list
     mem_available = _mem_available_bytes()
     if check_model:
         try:
-            need = _model_bytes(cfg)
+            est, formula = engine_memory(cfg, mem_available if mem_available is not None else 0)
+            need = est.needed
             status = "ok" if mem_available is None or mem_available >= need else "blocker"
-            detail = f"{(mem_available or 0) / 2**30:.1f} GiB available, model needs ~{need / 2**30:.1f} GiB (weights + KV cache + 1 GiB)"
-            checks.append(Check("memory", status, detail, {"available_bytes": mem_available, "need_bytes": need}))
+            detail = f"{(mem_available or 0) / 2**30:.1f} GiB available, one engine needs ~{need / 2**30:.2f} GiB ({formula})"
+            checks.append(Check("memory", status, detail, {"available_bytes": mem_available, "need_bytes": need,
+                                                           "parts": est.parts}))
         except Exception as err:
             checks.append(Check("memory", "blocker", f"cannot size the model {cfg.model.base_model!r}: {err}"))
     return checks

@@ -48,3 +48,31 @@ def test_a_missing_cpp_compiler_is_a_warning_not_a_blocker(monkeypatch):
     checks = {c.name: c for c in doctor.run_checks(check_model=False)}
     assert checks["c++ compiler"].status == "warn" and "apt-get install g++" in checks["c++ compiler"].detail
     assert checks["c++ compiler"] not in doctor.blockers(list(checks.values()))
+
+
+def test_memory_need_is_the_plans_estimate(monkeypatch):
+    # one formula for the doctor, `make plan` and the pilot's measured-vs-estimate check (classify.memory);
+    # the doctor's own figure (weights + KV + 1 GiB, ~2.3 GiB) passed machines the engine (4.3 GiB measured) did not fit
+    from classify.config import PilotConfig
+    from classify.device import compute_dtype
+    from classify.memory import (
+        CPU_ENGINE_PROCESSES,
+        CPU_RUNTIME_BYTES_PER_PROCESS,
+        DTYPE_BYTES,
+        GIB,
+        cpu_serving_estimate,
+    )
+    from classify.model import resolve_model
+    from classify.modelshape import shape_from_folder
+
+    cfg = PilotConfig()
+    eng = cfg.engine.resolve("cpu")
+    expected = cpu_serving_estimate(shape_from_folder(resolve_model(cfg.model).path), DTYPE_BYTES[compute_dtype(cfg.model)],
+                                    eng.kv_cache_space_gib, eng.max_loras, eng.max_lora_rank, True, 0).needed
+    assert expected > eng.kv_cache_space_gib * GIB + CPU_ENGINE_PROCESSES * CPU_RUNTIME_BYTES_PER_PROCESS  # weights counted
+    monkeypatch.setattr(doctor, "_mem_available_bytes", lambda: expected - 1)  # one byte short: a blocker
+    mem = next(c for c in doctor.run_checks(cfg) if c.name == "memory")
+    assert mem.status == "blocker" and mem.data["need_bytes"] == expected
+    assert set(mem.data["parts"]) == {"weights", "kv_cache", "lora_slots", "runtime"} and "make plan" in mem.detail
+    monkeypatch.setattr(doctor, "_mem_available_bytes", lambda: expected)
+    assert next(c for c in doctor.run_checks(cfg) if c.name == "memory").status == "ok"

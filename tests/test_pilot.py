@@ -250,7 +250,7 @@ def test_prompt_mismatch_names_each_prompt_field_the_adapter_was_trained_without
 @pytest.mark.engine
 def test_summary_holds_measured_peak_memory_and_throughput_beside_the_plan(default_trial, pilot_config):
     """summary.json: the engine's peak RSS, docs/s and tokens/s, next to make plan's CPU estimate; decision.md says it."""
-    from batch._plan_memory import GIB
+    from classify.memory import GIB
 
     summary = json.loads((default_trial.run_dir / "summary.json").read_text())
     m = summary["measured"]

@@ -1,4 +1,4 @@
-"""Tests of ``make plan`` (batch/plan.py, batch/_plan_memory.py).
+"""Tests of ``make plan`` (batch/plan.py, classify/memory.py).
 
 Prices come from the shipped example table in ``config/lots.json``. Memory figures are
 hand-computed here from the models' published ``config.json`` numbers; the last tests
@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from batch._plan_memory import (
+from batch.lots import LotsConfig
+from batch.plan import build_plan, main, model_shape, order_summary, ray_plan
+from classify.config import ModelConfig, load_config, parse_config
+from classify.errors import ConfigError
+from classify.memory import (
     BUILTIN_SHAPES,
     GIB,
     activation_bytes,
@@ -22,10 +26,6 @@ from batch._plan_memory import (
     serving_estimate,
     training_estimate,
 )
-from batch.lots import LotsConfig
-from batch.plan import build_plan, main, model_shape, order_summary, ray_plan
-from classify.config import ModelConfig, load_config, parse_config
-from classify.errors import ConfigError
 from classify.modelshape import LINEAR_MODULES, lora_parameter_count
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -278,7 +278,7 @@ def test_kv_estimate_matches_vllm_allocation(engine, pilot_config):
 
 def test_cpu_serving_estimate_parts():
     """The CPU figure the pilot compares its measured peak RSS with: weights + the whole CPU KV space + runtime."""
-    from batch._plan_memory import CPU_ENGINE_PROCESSES, CPU_RUNTIME_BYTES_PER_PROCESS, cpu_serving_estimate
+    from classify.memory import CPU_ENGINE_PROCESSES, CPU_RUNTIME_BYTES_PER_PROCESS, cpu_serving_estimate
 
     shape = model_shape(ModelConfig())
     est = cpu_serving_estimate(shape, 4, 1, 2, 8, False, 16 * GIB)

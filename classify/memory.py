@@ -1,4 +1,7 @@
-"""Private machinery of ``make plan``: per-card memory estimates (model shapes: :mod:`classify.modelshape`).
+"""Memory estimates of vLLM engines and LoRA training (model shapes: :mod:`classify.modelshape`).
+
+One set of formulas for every place that sizes an engine: ``make plan`` (per-card fit of the chosen
+lots), the pilot (its measured peak beside the estimate) and ``docpilot doctor`` (host memory on CPU).
 
 All sizes are bytes unless a name says otherwise. The formulas assume the Llama
 layout (rotary attention with grouped KV heads, gated SiLU MLP, RMSNorm, no linear
