@@ -157,7 +157,27 @@ def _loads(raw: bytes) -> object:
     try:
         return _DECODER.decode(raw)
     except (msgspec.DecodeError, UnicodeDecodeError):
+        raw.decode("utf-8-sig", "surrogatepass")  # UnicodeDecodeError for a line that is not UTF-8 (json.loads would guess UTF-16)
         return json.loads(raw)
+
+
+def _not_utf8_line(name: str, lineno: int, raw_line: bytes) -> tuple[str, str]:
+    """``(id, reason)`` of a JSONL line that is not UTF-8: the id the line gives when read with its bad bytes
+    escaped (``<name>#L<line>`` without one), the reason naming the first bad byte and the ``iconv`` fix."""
+    start = 0
+    try:
+        raw_line.decode("utf-8", "surrogatepass")  # positions in the line itself (the caller's utf-8-sig skips a mark)
+    except UnicodeDecodeError as err:
+        start = err.start
+    reason = (f"line {lineno} is not valid UTF-8: byte 0x{raw_line[start]:02X} at byte {start} of the line "
+              "(the file, or this line, is in another encoding: convert it, e.g. iconv -f <its encoding> -t UTF-8 IN > OUT)")
+    try:
+        record = json.loads(raw_line.decode("utf-8", "surrogateescape"))
+    except json.JSONDecodeError:
+        record = None
+    if isinstance(record, dict) and record.get("id") not in (None, "") and _id_type_error(record["id"]) is None:
+        return escape_surrogates(str(record["id"])), reason
+    return f"{name}#L{lineno}", reason
 
 
 def jsonl_line_id(name: str, lineno: int, raw_line: bytes) -> tuple[str, dict | None, str | None]:
@@ -170,13 +190,16 @@ def jsonl_line_id(name: str, lineno: int, raw_line: bytes) -> tuple[str, dict | 
 
     Returns:
         ``(id, record, error)``: ``record`` is the parsed object when the line has a usable id
-        (``None`` otherwise) and ``error`` the reject reason of a line without one (``None`` otherwise);
+        (``None`` otherwise) and ``error`` the reject reason of a line without one or not in UTF-8 (``None`` otherwise);
         the id is what :func:`iter_jsonl` gives the same line (``<name>#L<line>`` when there is no usable id).
     """
     where = f"{name}#L{lineno}"
     try:
         record = _loads(raw_line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except UnicodeDecodeError:
+        doc_id, reason = _not_utf8_line(name, lineno, raw_line)
+        return doc_id, None, reason
+    except json.JSONDecodeError as err:
         return where, None, f"line {lineno} is not valid JSON: {err}"
     if not isinstance(record, dict) or "id" not in record or record["id"] == "":
         return where, None, f"line {lineno} has no `id` (string or integer)"
@@ -204,7 +227,7 @@ def jsonl_line_document(path: Path, name: str, lineno: int, raw_line: bytes, max
         parsed: dict = {}
         if error and error.startswith("`id` must be"):  # a JSON object whose id has the wrong type
             parsed = json.loads(raw_line)
-        return Document(where, None, hashlib.sha256(raw_line).hexdigest(), 0, error or "", where), parsed
+        return Document(doc_id, None, hashlib.sha256(raw_line).hexdigest(), 0, error or "", where), parsed
     return checked_id(_jsonl_document(path, str(record["id"]), record, max_doc_bytes, where)), record
 
 

@@ -332,3 +332,28 @@ def test_a_csv_row_that_is_not_utf8_is_rejected_by_its_byte_offset_and_the_rest_
     with pytest.raises(InputError, match=r"head\.csv: cannot read CSV: 'utf-8' codec can't decode byte 0xe9 .*"
                                          r"\(in the line at byte offset 0 of the file\); the file is not UTF-8"):
         csv_header(tmp_path / "head.csv")
+
+
+def test_a_jsonl_line_that_is_not_utf8_is_rejected_by_its_byte_and_keeps_its_id(tmp_path):
+    """A stray UTF-16 mark or a latin-1 byte costs its line, named (was: "not valid JSON: Expecting value"), and the
+    line keeps its id when it parses with the bad bytes escaped, as a CSV row does; the plan and the read agree."""
+    from classify.documents import iter_jsonl
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"id": "a", "text": "fine"}\n\xff\xfe{"id": "b", "text": "x"}\n{"id": "c", "text": "caf\xe9"}\n'
+                    b'{"id": "d\xff", "text": "ok"}\n{"id": "e", "text": "ok"}\n{"id": "c", "text": "again \xe9"}\n')
+    hint = "(the file, or this line, is in another encoding: convert it, e.g. iconv -f <its encoding> -t UTF-8 IN > OUT)"
+    docs = [d for d, _ in iter_jsonl(bad, 1000)]
+    assert [(d.id, d.reject_reason) for d in docs] == [
+        ("a", None),
+        ("bad.jsonl#L2", f"line 2 is not valid UTF-8: byte 0xFF at byte 0 of the line {hint}"),
+        ("c", f"line 3 is not valid UTF-8: byte 0xE9 at byte 24 of the line {hint}"),
+        ("d\\udcff", f"line 4 is not valid UTF-8: byte 0xFF at byte 9 of the line {hint}"),
+        ("e", None),
+        ("c", f"line 6 is not valid UTF-8: byte 0xE9 at byte 27 of the line {hint}"),
+    ]
+    corpus = read_corpus(CorpusConfig(path=str(bad)), 1000)  # the batch's plan and read: every id once
+    assert [d.id for d in corpus.docs] == ["a", "bad.jsonl#L2", "c", "d\\udcff", "e"]
+    assert [d.text for d in corpus.docs] == ["fine", None, None, None, "ok"]
+    assert "line 2 is not valid UTF-8" in corpus.docs[1].reject_reason
+    assert "duplicate" in corpus.docs[2].reject_reason  # the repeated id: one rejected row naming its occurrences
