@@ -133,6 +133,10 @@ def measurement_notes(measured: dict[str, Any] | None) -> tuple[list[str], bool]
     return notes, blocks
 
 
+def _first_error(stage: str, error: BaseException) -> dict[str, str]:
+    return {"stage": stage, "kind": getattr(error, "kind", "internal"), "type": type(error).__name__, "message": str(error)}
+
+
 def decide(summary: dict[str, Any] | None, stage: str, error: BaseException | None) -> dict[str, Any]:
     """Choose ``proceed``, ``fix-environment`` or ``revisit-configuration`` with the reasons.
 
@@ -142,7 +146,9 @@ def decide(summary: dict[str, Any] | None, stage: str, error: BaseException | No
         error: the first error, if a stage failed.
 
     Returns:
-        ``{"decision", "reasons": [...], "stage_reached", "first_error"}``.
+        ``{"decision", "reasons": [...], "stage_reached", "first_error"}``; ``first_error`` is
+        ``{"stage", "kind", "type", "message"}`` (``kind`` as in ``error [kind]: ...``; ``internal`` for an
+        error docpilot did not name).
     """
     if isinstance(error, Interrupted):
         return {
@@ -151,7 +157,7 @@ def decide(summary: dict[str, Any] | None, stage: str, error: BaseException | No
                         "nothing was learned about the model or configuration (the pilot gate and adapter card are "
                         "unchanged): run the pilot again when the machine is free"],
             "stage_reached": stage,
-            "first_error": {"stage": stage, "type": type(error).__name__, "message": str(error)},
+            "first_error": _first_error(stage, error),
         }
     if error is not None:
         config_side = isinstance(error, (ConfigError, InputError, AdapterError))
@@ -162,7 +168,7 @@ def decide(summary: dict[str, Any] | None, stage: str, error: BaseException | No
             "decision": what,
             "reasons": [f"stage {stage!r} failed: {type(error).__name__}: {error}", hint],
             "stage_reached": stage,
-            "first_error": {"stage": stage, "type": type(error).__name__, "message": str(error)},
+            "first_error": _first_error(stage, error),
         }
     assert summary is not None
     failed = [c for c in summary["checks"] if not c["ok"]]

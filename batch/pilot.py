@@ -299,7 +299,7 @@ def main(argv: list[str]) -> int:
     print(f"run folder: {outcome.run_dir}\nexport copy: {outcome.export_dir or '(none)'}")
     first = outcome.summary.get("first_error")
     if first:
-        print(f"error at stage {first['stage']}: {first['type']}: {first['message']}", file=sys.stderr)
+        print(f"error [{first['kind']}] at stage {first['stage']}: {first['type']}: {first['message']}", file=sys.stderr)
         return outcome.exit_code
     if args.require_proceed and outcome.decision != "proceed":
         return 10

@@ -227,7 +227,7 @@ def test_pilot_stops_at_load_adapter_without_starting_the_engine(tmp_path, base,
     code = main(["pilot", "--adapter", ref, "--export-dir", str(tmp_path / "exports")])
     assert code == 4 and not started and time.monotonic() - t0 < 60
     err = capsys.readouterr().err
-    assert "error at stage load-adapter: AdapterIncompatible: adapter over@1 cannot be applied" in err
+    assert "error [adapter_incompatible] at stage load-adapter: AdapterIncompatible: adapter over@1 cannot be applied" in err
     assert "`r` is 16, over engine.max_lora_rank 8" in err
     # the adapter's card keeps its old status: a refused adapter was never piloted
     assert Registry(tmp_path / "registry").show(ref).card["pilot"]["run_id"] == "run-old"

@@ -149,7 +149,7 @@ def test_broken_model_path_stops_at_load_model(pilot_config, tmp_path):
 def test_bad_pilot_input_stops_at_read_inputs(pilot_config, tmp_path, make_input, message):
     outcome = run_pilot(pilot_config, make_input(tmp_path))
     assert outcome.stage == "read-inputs" and outcome.exit_code == 3
-    assert outcome.summary["first_error"]["type"] == "InputError"
+    assert outcome.summary["first_error"]["type"] == "InputError" and outcome.summary["first_error"]["kind"] == "input"
     import re
 
     assert re.search(message, outcome.summary["first_error"]["message"])
@@ -166,7 +166,7 @@ def _jsonl(folder: Path, n: int, dup: bool = False) -> Path:
 def test_cli_reports_the_first_error_and_exit_code(tmp_path, capsys):
     code = main(["--input", str(tmp_path / "nowhere")])
     assert code == 3
-    assert "error at stage read-inputs: InputError" in capsys.readouterr().err
+    assert "error [input] at stage read-inputs: InputError" in capsys.readouterr().err
 
 
 def test_a_pilot_set_without_a_planned_reject_fails_its_check(pilot_config):
@@ -215,10 +215,10 @@ def test_sigterm_during_engine_start_still_records_where_the_pilot_stopped(tmp_p
     (run_dir,) = (tmp_path / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stage_reached"] == "load-model" and summary["verdict"] == "fail"
-    assert summary["first_error"] == {"stage": "load-model", "type": "Interrupted", "message": "stopped by SIGTERM"}
+    assert summary["first_error"] == {"stage": "load-model", "kind": "interrupted", "type": "Interrupted", "message": "stopped by SIGTERM"}
     decision = json.loads((run_dir / "decision.json").read_text())
     assert decision["decision"] == "fix-environment" and "run the pilot again" in decision["reasons"][1]
-    assert "error at stage load-model: Interrupted: stopped by SIGTERM" in out
+    assert "error [interrupted] at stage load-model: Interrupted: stopped by SIGTERM" in out
     assert not (tmp_path / "home" / "pilots").exists() or not any((tmp_path / "home" / "pilots").iterdir())
     _, alive = psutil.wait_procs(children, timeout=30)
     assert not alive, f"engine processes left behind: {[p.pid for p in alive]}"
