@@ -12,8 +12,10 @@ goals are judged on the compiled merged row. Figures:
 * docs/s per path: end to end over the pool (engine start included) and steady (from the moment
   every actor has returned a shard to the last shard, :func:`bench.common.steady_rate`), and the
   merged / LoRA ratios;
-* the machine's matrix-product ceiling measured in the same run (``bench.common.matmul_gflops``,
-  before and after the batches, best of the two) turned into a docs/s ceiling: ``2 N`` FLOPs per
+* the machine's matrix-product ceiling measured in the same run, laid out as the actors compute
+  (``bench.common.matmul_gflops_groups``: one product per actor's cores, all at once, summed; one
+  process with torch's threads, ``bench.common.matmul_gflops``, is given beside it), before and after
+  the batches, best of the two, turned into a docs/s ceiling: ``2 N`` FLOPs per
   prompt token (Kaplan et al. 2020, sec. 2.1; ``N`` = non-embedding parameters, counted from the
   weights) times the mean prompt tokens per article; the steady merged docs/s as a share of it.
   The ceiling is taken in the engine's compute dtype (``float32`` on AVX2-only CPUs, ``bfloat16``
@@ -40,11 +42,26 @@ from pathlib import Path
 from typing import Any
 
 from bench.batch import _corpus
-from bench.common import forward_gflop_per_token, matmul_gflops, steady_rate
+from bench.common import forward_gflop_per_token, matmul_gflops, matmul_gflops_groups, steady_rate
 from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTORS = 2
+
+
+def actor_core_groups() -> list[list[int]] | None:
+    """The cores of each engine actor as the batch binds them here (``batch.cpu_bind: split``,
+    :func:`batch._placement.cpu_core_groups`), or ``None`` when the machine has fewer cores than actors."""
+    from batch._placement import cpu_core_groups
+
+    groups = cpu_core_groups(ACTORS, list(os.sched_getaffinity(0)))
+    return [[int(c) for c in g.split(",")] for g in groups] if groups else None
+
+
+def _ceiling(dtype: str, groups: list[list[int]] | None) -> float:
+    """The matrix-product ceiling of the actors: one product per actor's cores at once
+    (:func:`bench.common.matmul_gflops_groups`), else one process with torch's threads."""
+    return matmul_gflops_groups(dtype, groups) if groups else matmul_gflops(dtype)
 
 
 def _adapter(tmp: Path) -> tuple[str, str]:
@@ -158,8 +175,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             ref, note = _adapter(tmp)
             corpus = _corpus(tmp, n)
             dtype = compute_dtype(ModelConfig())
-            ceiling_before = matmul_gflops(dtype)
-            fp32_before = matmul_gflops("float32") if dtype != "float32" else ceiling_before
+            groups = actor_core_groups()
+            ceiling_before, one_process_before = _ceiling(dtype, groups), matmul_gflops(dtype)
+            fp32_before = _ceiling("float32", groups) if dtype != "float32" else ceiling_before
             base = resolve_model(ModelConfig())
             resolved = Registry().resolve(ref, base_fingerprint=base.fingerprint)
             t0 = time.monotonic()
@@ -169,8 +187,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             lora = _batch(corpus, "lora", ref, tmp, shard_docs)
             merged_eager = _batch(corpus, "merged", ref, tmp, shard_docs)
             merged = _batch(corpus, "merged", ref, tmp, shard_docs, compiled=True)
-            ceiling_after = matmul_gflops(dtype)
-            fp32_after = matmul_gflops("float32") if dtype != "float32" else ceiling_after
+            ceiling_after, one_process_after = _ceiling(dtype, groups), matmul_gflops(dtype)
+            fp32_after = _ceiling("float32", groups) if dtype != "float32" else ceiling_after
             n_params = _non_embedding_params(merged_ref.path)
             if note:  # a random adapter's merge is of no later use: keep the shared model cache clean
                 shutil.rmtree(merged_ref.path, ignore_errors=True)
@@ -206,7 +224,11 @@ def run(quick: bool = False) -> dict[str, Any]:
         "speedup_end_to_end": ratio(merged["docs_per_s"], lora["docs_per_s"]),
         "speedup_steady": ratio(merged["docs_per_s_steady"], lora["docs_per_s_steady"]),
         "ceiling_dtype": dtype,
+        "ceiling_layout": {"actor_core_groups": groups, "method": "matmul_gflops_groups" if groups else "matmul_gflops"},
         "matmul_gflops": {"before": round(ceiling_before, 1), "after": round(ceiling_after, 1)},
+        "one_process_matmul_gflops": {"before": round(one_process_before, 1), "after": round(one_process_after, 1)},
+        "merged_steady_share_of_one_process_ceiling": ratio(
+            merged["docs_per_s_steady"], max(one_process_before, one_process_after) / gflop_per_doc),
         "fp32_matmul_gflops": {"before": round(fp32_before, 1), "after": round(fp32_after, 1)},
         "merged_steady_share_of_fp32_ceiling": ratio(merged["docs_per_s_steady"], fp32_docs_s),
         "non_embedding_params": n_params, "prompt_tokens_per_doc": round(tokens_per_doc, 1),
@@ -240,11 +262,18 @@ def run(quick: bool = False) -> dict[str, Any]:
         f"- merged / LoRA: **{figures['speedup_steady']}x** steady compiled, {figures['speedup_end_to_end']}x end to end "
         f"(goal >= 2.5x steady: {'met' if goal_speed else 'NOT met'}); eager {figures['speedup_steady_eager']}x steady",
         f"- {dtype} matmul ceiling in this run (the engine's compute dtype): {ceiling_gflops:.1f} GFLOP/s (2048^2 "
-        f"products, before {ceiling_before:.1f} / after {ceiling_after:.1f}); {n_params / 1e6:.1f} M non-embedding "
+        f"products, before {ceiling_before:.1f} / after {ceiling_after:.1f}; "
+        + (f"one process per actor, bound to the actor's cores {groups}, all at once, rates summed: the actors' layout"
+           if groups else "one process, torch's threads: fewer cores than actors")
+        + f"); {n_params / 1e6:.1f} M non-embedding "
         f"parameters x 2 FLOPs x {tokens_per_doc:.0f} prompt tokens per article = {gflop_per_doc:.2f} GFLOP per "
         f"article -> ceiling {ceiling_docs_s:.2f} docs/s; merged steady = "
         f"**{figures['merged_steady_share_of_ceiling']:.0%}** of it compiled (goal >= 70%: {'met' if goal_ceiling else 'NOT met'}), "
         f"{figures['merged_eager_steady_share_of_ceiling']:.0%} eager, LoRA steady = {figures['lora_steady_share_of_ceiling']:.0%}.",
+        *([f"- one process with torch's {os.cpu_count()} threads measured {max(one_process_before, one_process_after):.1f} "
+           f"GFLOP/s (before {one_process_before:.1f} / after {one_process_after:.1f}); merged steady = "
+           f"{figures['merged_steady_share_of_one_process_ceiling']:.0%} of that one (the measure of earlier runs, which "
+           "can understate the cores side by side)."] if groups else []),
         *([f"- fp32 ceiling beside it: {max(fp32_before, fp32_after):.1f} GFLOP/s; merged steady = "
            f"{figures['merged_steady_share_of_fp32_ceiling']:.0%} of the fp32 docs/s ceiling (not the goal's measure "
            f"here: the engine runs {dtype})."] if dtype != "float32" else []),
