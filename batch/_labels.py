@@ -18,13 +18,13 @@ from typing import Any
 
 from batch._shard_io import jsonl_lines
 from batch.corpus import CorpusPlan
-from classify.documents import jsonl_line_id
+from classify.documents import jsonl_line_fields, jsonl_line_id
 from classify.tabular import csv_header, iter_csv_rows, parquet_columns, parquet_row_id
 from classify.textcheck import escape_surrogates
 
 
 def _label(value: Any) -> str | None:
-    return value.strip() if isinstance(value, str) and value.strip() else None
+    return escape_surrogates(value.strip()) if isinstance(value, str) and value.strip() else None  # a line not UTF-8
 
 
 def has_labels(plan: CorpusPlan, column: str | None) -> bool:
@@ -91,7 +91,7 @@ def iter_labels(plan: CorpusPlan, column: str) -> Iterator[tuple[str, str | None
                 if not raw.strip() or lineno in skip:
                     continue
                 doc_id, record, _ = jsonl_line_id(name, lineno, raw)
-                yield doc_id, _label((record or {}).get(column))
+                yield doc_id, _label((record if record is not None else jsonl_line_fields(raw)).get(column))
     elif plan.format == "csv":
         r = plan.reading
         for shard in plan.shards:

@@ -45,7 +45,7 @@ def _read_labels_file(folder: Path) -> dict[str, str]:
 def _label_of(record: dict) -> str | None:
     for key in LABEL_KEYS:
         if isinstance(record.get(key), str) and record[key]:
-            return record[key]
+            return escape_surrogates(record[key])  # a line that is not UTF-8 is read with its bad bytes escaped
     return None
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,8 +127,10 @@ def iter_jsonl(path: Path, max_doc_bytes: int) -> Iterator[tuple[Document, dict]
     ``path`` is read relative to the JSONL file's folder. A line that is not a JSON object, has
     no ``id``, or whose ``id`` is neither a string nor an integer (``true``, ``1.5``, ``null``, a list
     or an object: the reason names the type) is yielded as a rejected document with id
-    ``<file name>#L<line>`` so it is still accounted for. An id with a lone surrogate is escaped
-    and rejected (:func:`checked_id`). Blank lines are skipped.
+    ``<file name>#L<line>`` so it is still accounted for. A line that is not UTF-8 is rejected with a
+    reason naming its first bad byte and the ``iconv`` fix; it keeps its id and fields (a label) when it
+    parses with the bad bytes escaped (bad bytes before the object skipped). An id with a lone
+    surrogate is escaped and rejected (:func:`checked_id`). Blank lines are skipped.
 
     Args:
         path: the JSONL file (UTF-8).
@@ -171,13 +174,45 @@ def _not_utf8_line(name: str, lineno: int, raw_line: bytes) -> tuple[str, str]:
         start = err.start
     reason = (f"line {lineno} is not valid UTF-8: byte 0x{raw_line[start]:02X} at byte {start} of the line "
               "(the file, or this line, is in another encoding: convert it, e.g. iconv -f <its encoding> -t UTF-8 IN > OUT)")
-    try:
-        record = json.loads(raw_line.decode("utf-8", "surrogateescape"))
-    except json.JSONDecodeError:
-        record = None
-    if isinstance(record, dict) and record.get("id") not in (None, "") and _id_type_error(record["id"]) is None:
+    record = _escaped_record(raw_line)
+    if record.get("id") not in (None, "") and _id_type_error(record["id"]) is None:
         return escape_surrogates(str(record["id"])), reason
     return f"{name}#L{lineno}", reason
+
+
+_LEADING_JUNK = re.compile("^[\\udc80-\\udcff\\ufeff]+")
+"""Undecodable bytes (surrogate-escaped) and byte-order marks at the start of a line."""
+
+
+def _escaped_record(raw_line: bytes) -> dict:
+    """The JSON object of a line that is not UTF-8, its bad bytes read as lone surrogates (``{}`` if none);
+    bad bytes or marks before the object (a stray UTF-16 mark FF FE) are skipped."""
+    text = _LEADING_JUNK.sub("", raw_line.decode("utf-8", "surrogateescape"))
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def jsonl_line_fields(raw_line: bytes) -> dict:
+    """The fields of one JSONL line whatever its id, for its label: the parsed object, a line that is not
+    UTF-8 read with its bad bytes escaped (:func:`classify.textcheck.escape_surrogates` before writing any of
+    them), ``{}`` for a line that is not a JSON object.
+
+    Args:
+        raw_line: the line's bytes.
+
+    Returns:
+        The line's JSON object, or ``{}``.
+    """
+    try:
+        record = _loads(raw_line)
+    except UnicodeDecodeError:
+        return _escaped_record(raw_line)
+    except json.JSONDecodeError:
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def jsonl_line_id(name: str, lineno: int, raw_line: bytes) -> tuple[str, dict | None, str | None]:
@@ -219,15 +254,13 @@ def jsonl_line_document(path: Path, name: str, lineno: int, raw_line: bytes, max
         max_doc_bytes: size limit per document in bytes.
 
     Returns:
-        ``(document, record)``; ``record`` is ``{}`` for a line that is not a JSON object or has no id.
+        ``(document, record)``; ``record`` is ``{}`` for a line that is not a JSON object; a rejected line's
+        fields are given too (:func:`jsonl_line_fields`: its label still counts).
     """
     where = f"{name}#L{lineno}"
     doc_id, record, error = jsonl_line_id(name, lineno, raw_line)
-    if record is None:
-        parsed: dict = {}
-        if error and error.startswith("`id` must be"):  # a JSON object whose id has the wrong type
-            parsed = json.loads(raw_line)
-        return Document(doc_id, None, hashlib.sha256(raw_line).hexdigest(), 0, error or "", where), parsed
+    if record is None:  # rejected; its other fields (a label) still count
+        return Document(doc_id, None, hashlib.sha256(raw_line).hexdigest(), 0, error or "", where), jsonl_line_fields(raw_line)
     return checked_id(_jsonl_document(path, str(record["id"]), record, max_doc_bytes, where)), record
 
 

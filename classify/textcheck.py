@@ -126,12 +126,16 @@ def wide_encoding(head: bytes) -> tuple[str, str] | None:
     Returns:
         ``(description, iconv source encoding)``, e.g. ``("UTF-16 LE (byte-order mark FF FE)", "UTF-16")``;
         ``None`` when the bytes do not look like UTF-16 or UTF-32. Without a byte-order mark only UTF-16
-        whose first two characters are ASCII is recognised (a zero byte beside each ASCII byte).
+        whose first two characters are ASCII is recognised (a zero byte beside each ASCII byte); a UTF-16
+        mark followed by an ASCII byte with no zero beside it is a stray mark on a UTF-8 file (``None``:
+        its first line is then rejected as not UTF-8, and the rest is read).
     """
     if head and 0 < head[0] < 0x80 and (len(head) < 2 or head[1]):
         return None  # the common case, an ASCII first byte: no mark starts so, and UTF-16 would have a zero beside it
     for bom, name, iconv in _BOMS:
         if head.startswith(bom):
+            if len(bom) == 2 and len(head) >= 4 and 0 < head[2] < 0x80 and head[3]:
+                return None  # a UTF-16 mark, then an ASCII byte with no zero beside it: a stray mark on a UTF-8 line
             return f"{name} (byte-order mark {bom.hex(' ').upper()})", iconv
     if len(head) >= 4 and head[0] and head[2] and not head[1] and not head[3] and head[0] < 0x80 and head[2] < 0x80:
         return "UTF-16 LE without a byte-order mark", "UTF-16LE"

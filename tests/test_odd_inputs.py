@@ -346,14 +346,52 @@ def test_a_jsonl_line_that_is_not_utf8_is_rejected_by_its_byte_and_keeps_its_id(
     docs = [d for d, _ in iter_jsonl(bad, 1000)]
     assert [(d.id, d.reject_reason) for d in docs] == [
         ("a", None),
-        ("bad.jsonl#L2", f"line 2 is not valid UTF-8: byte 0xFF at byte 0 of the line {hint}"),
+        ("b", f"line 2 is not valid UTF-8: byte 0xFF at byte 0 of the line {hint}"),  # a stray mark: skipped for the id
         ("c", f"line 3 is not valid UTF-8: byte 0xE9 at byte 24 of the line {hint}"),
         ("d\\udcff", f"line 4 is not valid UTF-8: byte 0xFF at byte 9 of the line {hint}"),
         ("e", None),
         ("c", f"line 6 is not valid UTF-8: byte 0xE9 at byte 27 of the line {hint}"),
     ]
     corpus = read_corpus(CorpusConfig(path=str(bad)), 1000)  # the batch's plan and read: every id once
-    assert [d.id for d in corpus.docs] == ["a", "bad.jsonl#L2", "c", "d\\udcff", "e"]
+    assert [d.id for d in corpus.docs] == ["a", "b", "c", "d\\udcff", "e"]
     assert [d.text for d in corpus.docs] == ["fine", None, None, None, "ok"]
     assert "line 2 is not valid UTF-8" in corpus.docs[1].reject_reason
     assert "duplicate" in corpus.docs[2].reject_reason  # the repeated id: one rejected row naming its occurrences
+
+
+def test_a_jsonl_line_that_is_not_utf8_keeps_its_label_and_a_first_line_mark(tmp_path):
+    """The label of such a line still counts (pilot: a planned reject; batch: labelled rows), like a CSV row's;
+    a UTF-8 byte-order mark on line 1 does not cost that line its id."""
+    from batch._labels import iter_labels
+    from batch._pilot_inputs import read_pilot_set
+    from batch.corpus import plan_corpus
+    from classify.documents import iter_jsonl
+
+    bad = tmp_path / "lab.jsonl"
+    bad.write_bytes(b'\xef\xbb\xbf{"id": "b1", "text": "caf\xe9", "label": "reject"}\n'
+                    b'{"id": "ok", "text": "fine", "label": "sport"}\n'
+                    b'\xff\xfe{"id": "m", "text": "x", "label": "reject"}\n')
+    pairs = list(iter_jsonl(bad, 1000))
+    assert [(d.id, d.text is None, r.get("label")) for d, r in pairs] == [
+        ("b1", True, "reject"), ("ok", False, "sport"), ("m", True, "reject")]
+    assert "byte 0xE9 at byte 28 of the line" in pairs[0][0].reject_reason  # counted in the line's bytes, mark included
+    docs, labels = read_pilot_set(bad, ClassifyConfig(), 3)
+    assert labels == {"b1": "reject", "ok": "sport", "m": "reject"}
+    plan = plan_corpus(CorpusConfig(path=str(bad)), 16, 1 << 20, bad, 1000)
+    assert list(iter_labels(plan, "label")) == [("b1", "reject"), ("ok", "sport"), ("m", "reject")]
+
+
+def test_a_stray_utf16_mark_at_the_start_of_a_utf8_jsonl_costs_only_its_line(tmp_path):
+    """FF FE then `{"` cannot be UTF-16 (no zero beside the ASCII): not refused as UTF-16 (whose iconv would
+    garble the file), the first line is one rejected row; a real UTF-16 file is still refused."""
+    from classify.documents import iter_jsonl
+
+    stray = tmp_path / "stray.jsonl"
+    stray.write_bytes(b'\xff\xfe{"id": "s1", "text": "one"}\n{"id": "s2", "text": "two"}\n')
+    docs = [d for d, _ in iter_jsonl(stray, 1000)]
+    assert [(d.id, d.text) for d in docs] == [("s1", None), ("s2", "two")]
+    assert docs[0].reject_reason.startswith("line 1 is not valid UTF-8: byte 0xFF at byte 0 of the line")
+    wide = tmp_path / "wide.jsonl"
+    wide.write_bytes('{"id": "w", "text": "x"}\n'.encode("utf-16"))  # with its mark
+    with pytest.raises(InputError, match=r"UTF-16 LE \(byte-order mark FF FE\), not UTF-8"):
+        list(iter_jsonl(wide, 1000))
