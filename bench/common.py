@@ -61,20 +61,25 @@ def matmul_gflops(dtype_name: str, n: int = 2048, repeats: int = 3, trials: int 
 
 
 def _group_rate(dtype_name: str, cores: list[int], n: int, seconds: float, start: Any, out: Any) -> None:
-    """One process of :func:`matmul_gflops_groups`: bound to ``cores``, one torch thread per core."""
-    import torch
+    """One process of :func:`matmul_gflops_groups`: bound to ``cores``, one torch thread per core; puts
+    ``("ok", GFLOP/s)`` or ``("error", message)`` on ``out``."""
+    try:
+        import torch
 
-    os.sched_setaffinity(0, set(cores))
-    torch.set_num_threads(len(cores))
-    dtype = getattr(torch, dtype_name)
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    start.wait()
-    count, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
+        os.sched_setaffinity(0, set(cores))
+        torch.set_num_threads(len(cores))
+        dtype = getattr(torch, dtype_name)
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         a @ b
-        count += 1
-    out.put(2 * n**3 * count / (time.perf_counter() - started) / 1e9)
+        start.wait(timeout=300)
+        count, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            a @ b
+            count += 1
+        out.put(("ok", 2 * n**3 * count / (time.perf_counter() - started) / 1e9))
+    except BaseException as err:  # noqa: BLE001 - any failure goes back to the parent, which raises it
+        start.abort()  # the other processes stop waiting
+        out.put(("error", f"cores {cores}: {type(err).__name__}: {err}"))
 
 
 def matmul_gflops_groups(dtype_name: str, groups: list[list[int]], n: int = 2048, seconds: float = 2.0,
@@ -91,21 +96,32 @@ def matmul_gflops_groups(dtype_name: str, groups: list[list[int]], n: int = 2048
 
     Args:
         dtype_name: ``float32`` or ``bfloat16``.
-        groups: one list of CPU ids per process (disjoint).
+        groups: one list of CPU ids per process: disjoint, non-empty, each id one this process may use
+            (``os.sched_getaffinity(0)``).
         n: matrix side.
-        seconds: timed window per trial, per process.
-        trials: the best summed rate of this many windows is returned (a shared host varies by 10% or more).
+        seconds: timed window per trial, per process (> 0).
+        trials: the best summed rate of this many windows is returned (>= 1; a shared host varies by 10% or more).
 
     Returns:
         The best summed rate over ``trials``, GFLOP/s.
 
     Raises:
-        ValueError: ``groups`` is empty or holds an empty group.
+        ValueError: a bad argument (named in the message).
+        RuntimeError: a measuring process failed (its error in the message) or gave no answer within
+            ``seconds`` + 300 s.
     """
     import multiprocessing as mp
+    import queue
 
-    if not groups or not all(groups):
-        raise ValueError(f"matmul_gflops_groups needs non-empty core groups, got {groups!r}")
+    allowed = os.sched_getaffinity(0)
+    flat = [c for g in groups or [] for c in g]
+    if not groups or not all(groups) or not all(type(c) is int for c in flat):
+        raise ValueError(f"matmul_gflops_groups needs non-empty core groups of CPU ids (ints), got {groups!r}")
+    if len(set(flat)) != len(flat) or not set(flat) <= allowed:
+        raise ValueError(f"core groups {groups!r} must be disjoint and within this process's CPUs {sorted(allowed)}")
+    if dtype_name not in ("float32", "bfloat16", "float16") or seconds <= 0 or trials < 1 or n < 1:
+        raise ValueError(f"matmul_gflops_groups: dtype_name float32/bfloat16/float16, seconds > 0, trials >= 1, "
+                         f"n >= 1; got {dtype_name!r}, {seconds}, {trials}, {n}")
     ctx = mp.get_context("spawn")  # a fresh torch per process: no inherited thread pool
     best = 0.0
     for _ in range(trials):
@@ -113,10 +129,28 @@ def matmul_gflops_groups(dtype_name: str, groups: list[list[int]], n: int = 2048
         procs = [ctx.Process(target=_group_rate, args=(dtype_name, g, n, seconds, start, out)) for g in groups]
         for p in procs:
             p.start()
-        rates = [out.get(timeout=300) for _ in procs]
-        for p in procs:
-            p.join()
-        best = max(best, sum(rates))
+        answers: list[tuple[str, Any]] = []
+        deadline = time.monotonic() + seconds + 300
+        try:
+            while len(answers) < len(procs):
+                try:
+                    answers.append(out.get(timeout=1))
+                except queue.Empty:
+                    crashed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                    if crashed or time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"matmul_gflops_groups: no answer from the processes of {groups!r} "
+                            + (f"(exit codes {crashed}: see their error above)" if crashed
+                               else f"within {seconds + 300:.0f} s")) from None
+        finally:
+            for p in procs:
+                p.join(timeout=10)
+                if p.is_alive():
+                    p.kill()
+        errors = [value for kind, value in answers if kind == "error"]
+        if errors:
+            raise RuntimeError(f"matmul_gflops_groups failed: {'; '.join(errors)}")
+        best = max(best, sum(value for _, value in answers))
     return best
 
 

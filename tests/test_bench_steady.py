@@ -56,3 +56,12 @@ def test_the_actor_layout_ceiling_runs_one_bound_process_per_group():
     assert 0 < rate < 1e6
     with pytest.raises(ValueError, match="non-empty core groups"):
         matmul_gflops_groups("float32", [[]])
+    with pytest.raises(ValueError, match="disjoint and within this process's CPUs"):
+        matmul_gflops_groups("float32", [[cores[0]], [cores[0]]])
+    with pytest.raises(ValueError, match="disjoint and within this process's CPUs"):
+        matmul_gflops_groups("float32", [[max(cores) + 1]])
+    with pytest.raises(ValueError, match="seconds > 0, trials >= 1"):
+        matmul_gflops_groups("bf16", [[cores[0]]])
+    # a process that fails (here: 4 TB of matrix) is an error naming its cores, at once, not a wait
+    with pytest.raises(RuntimeError, match=rf"failed: cores \[{cores[0]}\]: RuntimeError: .*allocate"):
+        matmul_gflops_groups("float32", [[cores[0]]], n=10**6, seconds=0.2, trials=1)
