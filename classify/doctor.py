@@ -1,4 +1,4 @@
-"""``docpilot doctor``: can this machine run the configured model? Run first by pilot, batch, train and serve.
+"""``docpilot doctor``: can this machine run the configured model? The pilot runs these checks first (all but memory).
 
 Checks (design card, "Doctor"): interpreter path and version, virtual environment,
 torch version and build (cpu/cuda/rocm), visible accelerators, a real compute check
@@ -102,13 +102,14 @@ def compute_check(device: str, dtype_name: str, n: int = MATMUL_N) -> Check:
 
 
 def engine_memory(cfg: PilotConfig, usable_bytes: int) -> tuple[Estimate, str]:
-    """Host memory one engine of ``cfg``'s model needs here: the estimate ``make plan`` and the pilot use.
+    """Host memory one engine of ``cfg``'s model needs here: the estimate the pilot records beside its peak.
 
     On CPU: :func:`classify.memory.cpu_serving_estimate` (weights in the compute dtype + the whole
     ``engine.kv_cache_space_gib`` + LoRA slots + 3 processes x 1 GiB runtime), LoRA slots counted
     (a pilot or server may apply an adapter). On an accelerator the KV cache and LoRA slots live on the
     card (``make plan`` sizes it): the host part is the weights (loaded through host memory) and the
-    runtime reserve.
+    runtime reserve. A model that is not a local folder (a hub id vLLM fetches) is sized without its
+    weights, and the formula says so.
 
     Args:
         cfg: the config (model, dtype, engine section).
@@ -122,17 +123,32 @@ def engine_memory(cfg: PilotConfig, usable_bytes: int) -> tuple[Estimate, str]:
         ``config.json`` cannot be read.
     """
     from classify.device import compute_dtype, detect_device
-    from classify.memory import DTYPE_BYTES, cpu_serving_estimate
+    from classify.memory import (
+        CPU_ENGINE_PROCESSES,
+        CPU_RUNTIME_BYTES_PER_PROCESS,
+        DTYPE_BYTES,
+        GIB,
+        cpu_serving_estimate,
+        verdict,
+    )
     from classify.model import resolve_model
     from classify.modelshape import shape_from_folder
 
-    shape = shape_from_folder(resolve_model(cfg.model).path)
-    nbytes = DTYPE_BYTES[compute_dtype(cfg.model)]
+    path = resolve_model(cfg.model).path
     device = detect_device()
     eng = cfg.engine.resolve(device)
+    kv_gib = eng.kv_cache_space_gib if device == "cpu" else 0
+    if not Path(path).is_dir():  # a hub id vLLM fetches itself: its size is not known here
+        parts = {"weights": 0, "kv_cache": kv_gib * GIB, "lora_slots": 0,
+                 "runtime": CPU_ENGINE_PROCESSES * CPU_RUNTIME_BYTES_PER_PROCESS}
+        return verdict(parts, usable_bytes), (f"KV cache + 3 engine processes x 1 GiB; the weights of {path} are not "
+                                              "counted: not a local folder, vLLM fetches it")
+    shape = shape_from_folder(path)
+    nbytes = DTYPE_BYTES[compute_dtype(cfg.model)]
     if device == "cpu":
-        return (cpu_serving_estimate(shape, nbytes, eng.kv_cache_space_gib, eng.max_loras, eng.max_lora_rank, True, usable_bytes),
-                "weights + KV cache + LoRA slots + 3 engine processes x 1 GiB, as `make plan`")
+        return (cpu_serving_estimate(shape, nbytes, kv_gib, eng.max_loras, eng.max_lora_rank, True, usable_bytes),
+                "weights + KV cache + LoRA slots + 3 engine processes x 1 GiB: the estimate the pilot records "
+                "beside its measured peak")
     return (cpu_serving_estimate(shape, nbytes, 0, 0, 0, False, usable_bytes),
             f"host side: weights + 3 engine processes x 1 GiB; the KV cache is on the {device} card (`make plan`)")
 
@@ -255,5 +271,7 @@ def main(argv: list[str]) -> int:
     doc = findings_json(checks)
     print(json.dumps(doc, indent=2))
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(doc, indent=2) + "\n")
+        out = Path(args.json_out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=2) + "\n")
     return 6 if blockers(checks) else 0

@@ -79,7 +79,8 @@ class Estimate:
         return out
 
 
-def _verdict(parts: dict[str, int], usable: int) -> Estimate:
+def verdict(parts: dict[str, int], usable: int) -> Estimate:
+    """The :class:`Estimate` of ``parts`` (bytes each) against ``usable`` bytes: needed = their sum."""
     needed = sum(parts.values())
     return Estimate(parts, needed, usable, usable - needed, usable >= needed)
 
@@ -126,7 +127,7 @@ def serving_estimate(
         "lora_slots": max_loras * max_lora_rank * lora_parameter_count(shape, LINEAR_MODULES) * dtype_bytes,
         "overhead": overhead_bytes,
     }
-    return _verdict(parts, usable_bytes)
+    return verdict(parts, usable_bytes)
 
 
 def activation_bytes(shape: ModelShape, batch_size: int, seq_len: int, gradient_checkpointing: bool, dtype_bytes: int) -> int:
@@ -201,7 +202,7 @@ def training_estimate(
         "activations": activation_bytes(shape, batch_size, seq_len, gradient_checkpointing, dtype_bytes),
         "overhead": overhead_bytes,
     }
-    return _verdict(parts, usable_bytes)
+    return verdict(parts, usable_bytes)
 
 
 CPU_ENGINE_PROCESSES = 3
@@ -256,4 +257,4 @@ def cpu_serving_estimate(
                        if enable_lora else 0),
         "runtime": runtime_bytes,
     }
-    return _verdict(parts, usable_bytes)
+    return verdict(parts, usable_bytes)

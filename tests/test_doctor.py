@@ -73,6 +73,18 @@ def test_memory_need_is_the_plans_estimate(monkeypatch):
     monkeypatch.setattr(doctor, "_mem_available_bytes", lambda: expected - 1)  # one byte short: a blocker
     mem = next(c for c in doctor.run_checks(cfg) if c.name == "memory")
     assert mem.status == "blocker" and mem.data["need_bytes"] == expected
-    assert set(mem.data["parts"]) == {"weights", "kv_cache", "lora_slots", "runtime"} and "make plan" in mem.detail
+    assert set(mem.data["parts"]) == {"weights", "kv_cache", "lora_slots", "runtime"} and "measured peak" in mem.detail
     monkeypatch.setattr(doctor, "_mem_available_bytes", lambda: expected)
+    assert next(c for c in doctor.run_checks(cfg) if c.name == "memory").status == "ok"
+
+
+def test_memory_of_a_hub_model_id_is_sized_without_its_weights(monkeypatch):
+    # vLLM fetches a hub id itself: not a blocker here, and the line says the weights are not counted
+    from classify.config import ModelConfig, PilotConfig
+
+    cfg = PilotConfig(model=ModelConfig(base_model="HuggingFaceTB/SmolLM2-135M-Instruct"))
+    est, formula = doctor.engine_memory(cfg, 64 * 2**30)
+    assert est.parts["weights"] == 0 and est.parts["kv_cache"] == cfg.engine.kv_cache_space_gib * 2**30 and est.fits
+    assert "not counted: not a local folder" in formula
+    monkeypatch.setattr(doctor, "_mem_available_bytes", lambda: 64 * 2**30)
     assert next(c for c in doctor.run_checks(cfg) if c.name == "memory").status == "ok"
