@@ -137,7 +137,8 @@ def iter_jsonl(path: Path, max_doc_bytes: int) -> Iterator[tuple[Document, dict]
         max_doc_bytes: size limit per document in bytes.
 
     Yields:
-        ``(document, record)``; ``record`` is ``{}`` for a line that is not a JSON object or has no id.
+        ``(document, record)``; ``record`` is the line's JSON object (a rejected line's too, for its label), ``{}``
+        for a line that is not one.
 
     Raises:
         InputError: the file is UTF-16 or UTF-32 (the message names the encoding and the ``iconv`` fix).
