@@ -58,6 +58,13 @@ def actor_core_groups() -> list[list[int]] | None:
     return [[int(c) for c in g.split(",")] for g in groups] if groups else None
 
 
+def _torch_threads() -> int:
+    """The threads :func:`bench.common.matmul_gflops` runs on (torch's default here, not ``os.cpu_count()``)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 def _ceiling(dtype: str, groups: list[list[int]] | None) -> float:
     """The matrix-product ceiling of the actors: one product per actor's cores at once
     (:func:`bench.common.matmul_gflops_groups`), else one process with torch's threads."""
@@ -270,7 +277,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         f"article -> ceiling {ceiling_docs_s:.2f} docs/s; merged steady = "
         f"**{figures['merged_steady_share_of_ceiling']:.0%}** of it compiled (goal >= 70%: {'met' if goal_ceiling else 'NOT met'}), "
         f"{figures['merged_eager_steady_share_of_ceiling']:.0%} eager, LoRA steady = {figures['lora_steady_share_of_ceiling']:.0%}.",
-        *([f"- one process with torch's {os.cpu_count()} threads measured {max(one_process_before, one_process_after):.1f} "
+        *([f"- one process with torch's {_torch_threads()} threads measured {max(one_process_before, one_process_after):.1f} "
            f"GFLOP/s (before {one_process_before:.1f} / after {one_process_after:.1f}); merged steady = "
            f"{figures['merged_steady_share_of_one_process_ceiling']:.0%} of that one (the measure of earlier runs, which "
            "can understate the cores side by side)."] if groups else []),
