@@ -1,11 +1,12 @@
-"""The batch's one adapter: resolved and verified from the registry, and how the engines run it."""
+"""The one adapter preparation of batch and pilot: resolved and verified from the registry (integrity, base
+model, the engine's LoRA rules), merged (cached) in merged mode, and how the engines run it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from classify.config import ModelConfig
+from classify.config import ClassifyConfig, ModelConfig
 from classify.model import ModelRef
 
 
@@ -57,6 +58,11 @@ class BatchAdapter:
             return model_cfg, base_fingerprint
         return model_cfg.model_copy(update={"base_model": self.merged.path}), self.merged.fingerprint
 
+    @property
+    def card(self) -> dict[str, Any]:
+        """The adapter's registry card."""
+        return self.resolved.card
+
     def describe(self) -> dict[str, Any]:
         """``{"adapter_mode", "merged_model"}`` for ``manifest.json`` and ``summary.json``."""
         merged = {"path": self.merged.path, "fingerprint": self.merged.fingerprint} if self.merged else None
@@ -92,3 +98,24 @@ def resolve_adapter(ref: str | None, model: ModelRef, engine: Any = None,
     from classify.device import compute_dtype
 
     return BatchAdapter(resolved, "merged", merged_model(resolved, model, compute_dtype(model_cfg)))
+
+
+PROMPT_FIELDS = ("categories", "instruction", "max_doc_tokens")
+"""The ``classify`` fields that shape the prompt an adapter was trained on."""
+
+
+def prompt_mismatch(card: dict[str, Any], classify_cfg: ClassifyConfig) -> list[str]:
+    """Where the prompt an adapter was trained on differs from the one this config builds.
+
+    Args:
+        card: the adapter's registry card (its ``classify`` section is the training config's).
+        classify_cfg: the ``classify`` section the run uses.
+
+    Returns:
+        One ``"<field>: trained <value>, piloted <value>"`` line per differing field of
+        :data:`PROMPT_FIELDS`; empty when they agree or the card has no ``classify`` section.
+    """
+    trained = card.get("classify") or {}
+    now = classify_cfg.model_dump(mode="json")
+    return [f"{k}: trained {trained[k]!r}, piloted {now[k]!r}" for k in PROMPT_FIELDS
+            if k in trained and trained[k] != now[k]]

@@ -27,11 +27,11 @@ from batch.corpus import CorpusPlan, plan_corpus, quick_fingerprint
 from batch.merge import check_export, merge_results
 from batch.runfiles import Manifest, build_manifest
 from classify import storage
-from classify.accounting import export_checked
+from classify.accounting import recheck_export
 from classify.device import cpp_compiler
 from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
 from classify.errors import InputError, VerificationError
-from classify.export import export_complete
+from classify.export import export_complete, export_run
 from classify.model import ModelRef
 from classify.paths import exports_dir, verbose_logs
 from classify.records import Result
@@ -90,18 +90,53 @@ def plan_or_reuse(cfg: BatchConfig, where: Path, fmt: str, old: Manifest | None,
     return plan
 
 
-def export_batch(run_dir: Path, dest: storage.Dest) -> storage.Dest:
+class RunHooks:
+    """What a caller of :class:`BatchRun` may add to a run without a second pipeline (the pilot does).
+
+    Every method is a no-op here; :class:`batch.pilot.PilotHooks` overrides them.
+    """
+
+    def stage(self, name: str) -> None:
+        """The run enters stage ``name`` (:data:`STAGES`): a failure from here on is this stage's."""
+
+    def actor_ready(self, info: dict[str, Any]) -> None:
+        """An engine actor started (``info`` is :meth:`batch._actor.EngineActor.info`)."""
+
+    def shard_written(self, index: int, n_docs: int) -> None:
+        """Shard ``index`` (``n_docs`` documents) was written, its engine actors still running."""
+
+    def summarize(self, summary: dict[str, Any]) -> None:
+        """Add to the merged run's summary (in place) before ``summary.json`` is written and the run exported."""
+
+
+STAGES = ("doctor", "read-inputs", "plan", "start-pool", "load-model", "load-adapter", "classify", "write", "merge",
+          "export", "verify")
+"""The stages of one run, in the words a failed pilot reports (``stage_reached``); the pilot adds ``doctor``."""
+
+
+def export_batch(run_dir: Path, dest: storage.Dest, hooks: RunHooks | None = None) -> storage.Dest:
     """Copy the finished run with SHA256SUMS and re-check the copy (an earlier attempt's copy is re-checked, not overwritten).
 
     ``dest`` is a folder or an object-storage URL; a URL copy is read back from the store for the
-    re-check, and an incomplete one (an interrupted upload: no SHA256SUMS) is completed.
+    re-check, and an incomplete one (an interrupted upload: no SHA256SUMS) is completed. The re-check is
+    :func:`batch.merge.check_export`, the one re-check of batch and pilot.
+
+    Args:
+        run_dir: the finished run folder.
+        dest: where the copy goes.
+        hooks: told the ``export`` and ``verify`` stages.
 
     Raises:
         VerificationError: the copy fails its re-check.
     """
+    hooks = hooks or RunHooks()
+    hooks.stage("export")
     if export_complete(dest):
         log.info("export %s exists (an earlier attempt); re-checking it", dest)
-    export_checked(run_dir, dest, check_export, f"export {dest}")
+    else:
+        export_run(run_dir, dest)
+    hooks.stage("verify")
+    recheck_export(dest, check_export, f"export {dest}")
     return dest
 
 
@@ -118,6 +153,12 @@ class BatchRun:
         batch_id, run_dir: the run folder.
         t_start: ``time.monotonic()`` when the command started (wall time in the summary).
         engine_actor: PRIVATE (bench and tests): an actor class run in place of the vLLM engine actor.
+        lease_ends_at: the lease end (set by :meth:`run` from the options).
+        corpus_plan: the corpus already planned by the caller (the pilot plans it to check its count first),
+            else planned (or reused) by :meth:`run`.
+        labels: id -> expected label for the quality report (the pilot's labels file), else the corpus's
+            ``corpus.label_column``.
+        hooks: the caller's additions (:class:`RunHooks`), told each stage.
     """
 
     options: BatchOptions
@@ -132,6 +173,13 @@ class BatchRun:
     t_start: float
     engine_actor: Any = None
     lease_ends_at: Any = None
+    corpus_plan: CorpusPlan | None = None
+    labels: dict[str, str] | None = None
+    hooks: RunHooks | None = None
+
+    def _stage(self, name: str) -> None:
+        if self.hooks is not None:
+            self.hooks.stage(name)
 
     def _export_dest(self) -> storage.Dest:
         root = storage.as_dest(self.options.export_dir or self.cfg.batch.export_dir or exports_dir())
@@ -150,8 +198,9 @@ class BatchRun:
         from batch.plan import lease_end
 
         self.lease_ends_at = lease_end(self.options.lots_config, self.options.lease_ends)
+        self._stage("plan")
         old = mf.read_manifest(self.run_dir)
-        corpus = plan_or_reuse(self.cfg, self.corpus_path, self.corpus_format, old, self.batch_id)
+        corpus = self.corpus_plan or plan_or_reuse(self.cfg, self.corpus_path, self.corpus_format, old, self.batch_id)
         new = build_manifest(self.batch_id, self.cfg, corpus, self.model, self.adapter, self.gate_record)
         manifest = new if old is None else self._resumable(old, new)
         log.info("batch %s: %d distinct ids (%d input rows) in %d shards, run folder %s",
@@ -163,7 +212,7 @@ class BatchRun:
             log.info("batch %s is already complete: %d shards; re-checking it, writing nothing", self.batch_id, len(done))
             self._merge(manifest, write=False)
             summary = json.loads((self.run_dir / mf.SUMMARY).read_text(encoding="utf-8"))
-            summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export_batch(self.run_dir, dest))
+            summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export_batch(self.run_dir, dest, self.hooks))
             return summary
         attempt = {"started_at": utc_now(), "pid": os.getpid(), "host": socket.gethostname(),
                    "pilot_gate": self.gate_record, "cpu_actors": self.cfg.batch.cpu_actors,
@@ -175,7 +224,7 @@ class BatchRun:
         log.info("batch %s: %d shards complete, %d to run", self.batch_id, len(done), len(pending))
         try:
             summary = self._run_and_merge(corpus, manifest, pending, progress, attempt)
-            export = export_batch(self.run_dir, dest)
+            export = export_batch(self.run_dir, dest, self.hooks)
         except Exception as err:
             progress.fail(f"{type(err).__name__}: {err}")
             attempt.update(failed_at=utc_now(), error=f"{type(err).__name__}: {err}"[:2000])
@@ -205,6 +254,7 @@ class BatchRun:
             with _ray_local.interrupts():  # SIGTERM / Ctrl-C inside Ray's blocking calls -> Interrupted (exit 130)
                 pool = self.run_shards(corpus, manifest, pending, progress)
         t_end = t_merge = time.monotonic()
+        self._stage("merge")
         counts = self._merge(manifest)
         processed, tokens = progress.processed, progress.processed_tokens
         pool_s = max(t_end - t_pool, 1e-9)
@@ -229,6 +279,8 @@ class BatchRun:
                            counts["accepted"] + counts["rejected"] == corpus.distinct_ids, "problems": []},
         })
         summary.update(self._quality(corpus))
+        if self.hooks is not None:
+            self.hooks.summarize(summary)
         write_json_atomic(self.run_dir / mf.SUMMARY, summary)
         attempt.update(finished_at=utc_now(), processed_docs=processed, wall_s=round(time.monotonic() - self.t_start, 2))
         mf.write_manifest(self.run_dir, manifest)
@@ -242,11 +294,17 @@ class BatchRun:
             ``{"quality": report}``, plus ``accuracy`` on a labelled corpus and ``review`` (flags per
             category) when ``classify.review_below_score`` is set.
         """
-        from batch.quality import batch_report
+        from batch.quality import batch_report, tally_rows, write_report
+        from classify.runrecords import read_jsonl
 
         cfg = self.cfg
-        report = batch_report(self.run_dir, corpus, cfg.corpus.label_column, cfg.classify.categories,
-                              cfg.classify.review_below_score, self.batch_id)
+        if self.labels is not None:  # the pilot's labels file: a few rows, tallied in memory
+            tally = tally_rows(read_jsonl(self.run_dir / mf.RESULTS), self.labels, cfg.classify.categories,
+                               cfg.classify.review_below_score)
+            report = write_report(self.run_dir, tally, self.batch_id, "Labels from the pilot set's labels.")
+        else:
+            report = batch_report(self.run_dir, corpus, cfg.corpus.label_column, cfg.classify.categories,
+                                  cfg.classify.review_below_score, self.batch_id)
         out: dict[str, Any] = {"quality": report}
         if "labelled" in report:
             out["accuracy"] = report["labelled"]["accuracy"]
@@ -270,6 +328,8 @@ class BatchRun:
         from batch.lease import LeaseWatch
 
         cfg, run_dir, adapter = self.cfg, self.run_dir, self.adapter
+        hooks = self.hooks or RunHooks()
+        hooks.stage("start-pool")
         local_ray = _init_ray()
         try:
             if progress.previous_actors:
@@ -301,12 +361,16 @@ class BatchRun:
 
             def on_event(name: str, detail: dict[str, Any]) -> None:
                 if name == "actor-ready":
+                    if not actors:
+                        hooks.stage("classify")
                     actors[detail["slot"]] = detail
+                    hooks.actor_ready(detail)
                     progress.update(actors=list(actors.values()))
                 elif name == "retry":
                     progress.update(last_error=detail["error"], retries=progress.retries + 1)
 
             def on_done(index: int, out: ShardOutput | list[Any]) -> None:
+                hooks.stage("write")
                 if isinstance(out, ShardOutput):  # the shard file as the actor wrote it: check its ids, write it
                     if out.ids_sha256 != plan[index]["ids_sha256"]:
                         raise VerificationError(f"shard {index}: the engine actor returned {out.n_docs} results whose ids "
@@ -319,6 +383,8 @@ class BatchRun:
                     mf.write_shard(run_dir, index, results, manifest.version)
                     progress.shard_done(results)
                     n = len(results)
+                hooks.shard_written(index, n)
+                hooks.stage("classify")
                 lease.tick(progress, bar)
                 bar.update(n)
 
@@ -326,6 +392,7 @@ class BatchRun:
                                               else (cfg.model, manifest.model_fingerprint))
             deadlines = Deadlines(cfg.batch.shard_timeout_base_s, cfg.batch.shard_timeout_per_doc_s,
                                   cfg.batch.actor_start_timeout_s, cfg.batch.actor_place_timeout_s)
+            hooks.stage("load-adapter" if handle is not None else "load-model")  # the engines start (LoRA: with slots)
             with logging_redirect():
                 stats = run_pool(lambda slot: cls.options(**options[slot]).remote(
                                      actor_model, engine_cfg, cfg.classify, handle, actor_fingerprint,

@@ -1,4 +1,11 @@
-"""Reading a pilot set: a folder (``documents/`` + ``labels.json``), a JSONL or a CSV file, with its labels."""
+"""The pilot set read by the batch's own reader: where its documents are, its labels, and its size checks.
+
+The documents are planned and read by :mod:`batch.corpus` (:func:`~batch.corpus.locate_corpus`,
+:func:`~batch.corpus.plan_corpus`, :meth:`~batch.corpus.CorpusPlan.read_shard`), exactly as
+``make batch`` reads a corpus: a folder (``documents/`` beside ``labels.json``/``labels.csv``), JSONL,
+CSV or Parquet. Only the labels are the pilot's own: the labels file of a folder, or the first of
+:data:`LABEL_KEYS` that is a column/key of a file (read by :mod:`batch._labels`, the batch's label reader).
+"""
 
 from __future__ import annotations
 
@@ -6,15 +13,52 @@ import csv
 import json
 from pathlib import Path
 
+from batch._config import BatchConfig
+from batch.corpus import CorpusPlan, locate_corpus
 from classify.config import ClassifyConfig
-from classify.documents import LABEL_FILES, find_duplicate_ids, iter_directory, iter_jsonl
+from classify.documents import LABEL_FILES
 from classify.errors import InputError
 from classify.records import Document
-from classify.tabular import iter_csv
 from classify.textcheck import escape_surrogates, refuse_wide_file
 
 REJECT_LABEL = "reject"
 LABEL_KEYS = ("label", "category", "expected")
+"""The column (CSV, Parquet) or key (JSONL) of a pilot file's labels: the first one the file has."""
+
+
+def pilot_corpus(input_path: Path, cfg: BatchConfig) -> tuple[BatchConfig, Path, str]:
+    """The batch config the pilot runs under, with its ``corpus`` section pointed at the pilot set.
+
+    The corpus reading options (``text_column``) are the batch config's; the pilot's files carry
+    their ids in an ``id`` column/key (generated ids as the batch makes them when there is none), and
+    labels are never read as ``corpus.label_column`` (the pilot reads its own, :func:`pilot_labels`).
+
+    Args:
+        input_path: the pilot set: a folder holding ``documents/`` and a labels file, or a
+            ``.jsonl``, ``.csv`` or ``.parquet`` file.
+        cfg: the batch config the pilot gates.
+
+    Returns:
+        ``(config, corpus path, format)`` as :func:`batch.corpus.locate_corpus` checked them.
+
+    Raises:
+        InputError: a missing path, a folder without ``documents/``, or a file the batch reader refuses
+            (unknown suffix, UTF-16/UTF-32 text).
+    """
+    if not input_path.exists():
+        raise InputError(f"pilot input {input_path} does not exist")
+    docs = input_path
+    if input_path.is_dir():
+        if (input_path / "documents").is_dir():
+            docs = input_path / "documents"
+        elif any((input_path / name).is_file() for name in LABEL_FILES):
+            raise InputError(f"pilot input folder {input_path}: put the documents in {input_path / 'documents'}/ beside "
+                             "the labels file (a folder corpus is every file in it, as `make batch` reads it)")
+    corpus = cfg.corpus.model_copy(update={"path": str(docs), "format": "auto", "id_column": "id", "id_prefix": None,
+                                           "label_column": None})
+    run = cfg.model_copy(update={"corpus": corpus})
+    where, fmt = locate_corpus(corpus, docs)
+    return run, where, fmt
 
 
 def _read_labels_file(folder: Path) -> dict[str, str]:
@@ -42,65 +86,65 @@ def _read_labels_file(folder: Path) -> dict[str, str]:
     raise InputError(f"no labels file in {folder} (expected one of {', '.join(LABEL_FILES)})")
 
 
-def _label_of(record: dict) -> str | None:
-    for key in LABEL_KEYS:
-        if isinstance(record.get(key), str) and record[key]:
-            return escape_surrogates(record[key])  # a line that is not UTF-8 is read with its bad bytes escaped
-    return None
-
-
-def read_pilot_set(path: Path, cfg: ClassifyConfig, expected_documents: int) -> tuple[list[Document], dict[str, str]]:
-    """Read the pilot documents and their expected labels.
+def pilot_labels(input_path: Path, plan: CorpusPlan) -> dict[str, str]:
+    """The pilot set's expected labels: the folder's labels file, else the file's first :data:`LABEL_KEYS` column.
 
     Args:
-        path: a folder (documents in ``documents/`` or the folder itself, labels in
-            ``labels.json``/``labels.csv``), a ``.jsonl`` file (``id``, ``text`` or ``path``, ``label``)
-            or a ``.csv`` file (``id``, ``text``, ``label`` columns).
-        cfg: classify config (size limit, allowed categories).
-        expected_documents: exact number of documents required.
+        input_path: the pilot set as given.
+        plan: its corpus plan (:func:`batch.corpus.plan_corpus`).
 
     Returns:
-        ``(documents, labels)``; ``labels`` maps ids to a category or ``"reject"`` and may miss ids
-        (the pilot's ``labels_complete`` check then fails and names them).
+        id -> category or ``"reject"``; ids without a label are missing (the ``labels_complete`` check names them).
 
     Raises:
-        InputError: missing path, empty folder, unsupported file type, wrong count, duplicate ids,
-            an unreadable labels file (a UTF-16/UTF-32 one is named with its ``iconv`` fix), or a label
-            outside the allowed categories.
+        InputError: no or an unreadable labels file (a UTF-16/UTF-32 one is named with its ``iconv`` fix).
     """
-    if not path.exists():
-        raise InputError(f"pilot input {path} does not exist")
-    labels: dict[str, str] = {}
-    if path.is_dir():
-        docs_dir = path / "documents" if (path / "documents").is_dir() else path
-        docs = list(iter_directory(docs_dir, cfg.max_doc_bytes))
-        if not docs:
-            raise InputError(f"pilot input folder {docs_dir} holds no documents")
-        labels = _read_labels_file(path)
-    elif path.suffix == ".jsonl":
-        pairs = list(iter_jsonl(path, cfg.max_doc_bytes))
-        docs = [d for d, _ in pairs]
-        labels = {d.id: lab for d, rec in pairs if (lab := _label_of(rec)) is not None}
-    elif path.suffix == ".csv":
-        pairs = list(iter_csv(path, cfg.max_doc_bytes, text_column="text", id_column="id"))
-        docs = [d for d, _ in pairs]
-        labels = {d.id: lab for d, rec in pairs if (lab := _label_of(rec)) is not None}
-    else:
-        raise InputError(f"pilot input {path} must be a folder, a .jsonl or a .csv file")
-    if not docs:
-        raise InputError(f"pilot input {path} holds no documents")
-    dups = find_duplicate_ids(docs)
+    if plan.format == "dir":
+        return _read_labels_file(input_path)
+    from batch._labels import has_labels, iter_labels
+
+    for key in LABEL_KEYS:
+        if has_labels(plan, key):
+            return {i: lab for i, lab in iter_labels(plan, key) if lab is not None}
+    return {}
+
+
+def pilot_documents(plan: CorpusPlan, path: Path, cfg: ClassifyConfig, expected_documents: int) -> list[Document]:
+    """Read the planned pilot set (:meth:`batch.corpus.CorpusPlan.read_shard`) and check its size and ids.
+
+    Args:
+        plan: the pilot set's corpus plan.
+        path: the pilot set as given (for messages).
+        cfg: classify config (size limit).
+        expected_documents: exact number of documents required (``thresholds.expected_documents``).
+
+    Returns:
+        The documents in plan order (the rows of ``results.jsonl``).
+
+    Raises:
+        InputError: duplicate ids, or not exactly ``expected_documents`` documents.
+    """
+    docs = [d for shard in plan.shards for d in plan.read_shard(shard, cfg.max_doc_bytes)]
+    dups = [d for d in docs if (d.reject_reason or "").startswith("duplicate id:")]
     if dups:
-        shown = "; ".join(f"{k!r} at {', '.join(v)}" for k, v in list(dups.items())[:5])
+        shown = "; ".join(f"{d.id!r} at {d.reject_reason}" for d in dups[:5])
         raise InputError(f"duplicate ids in pilot input {path}: {shown}; every document needs a unique id")
-    if len(docs) != expected_documents:
+    if plan.input_rows != expected_documents:
         raise InputError(
-            f"pilot input {path} holds {len(docs)} documents; the pilot needs exactly {expected_documents} "
+            f"pilot input {path} holds {plan.input_rows} documents; the pilot needs exactly {expected_documents} "
             "(thresholds.expected_documents)"
         )
+    return docs
+
+
+def check_labels(labels: dict[str, str], cfg: ClassifyConfig) -> None:
+    """Refuse a label that is neither an allowed category nor ``reject``.
+
+    Raises:
+        InputError: names the first such label and the allowed ones.
+    """
     allowed = set(cfg.categories) | {REJECT_LABEL}
     bad = {k: v for k, v in labels.items() if v not in allowed}
     if bad:
         k, v = next(iter(bad.items()))
         raise InputError(f"label {v!r} for {k!r} is not an allowed category (allowed: {', '.join(sorted(allowed))})")
-    return docs, labels

@@ -2,15 +2,15 @@
 
 Measured where (issue 10 item 8):
 
+The engines run in the batch's Ray actors (the pilot is a 12-document batch), so what is measured is
+the processes each actor reported when it started (:meth:`batch._actor.EngineActor.info`: the actor
+and its ``VLLM::`` engine processes), sampled after every shard while they still run:
+
 * CPU: the peak resident set (``VmHWM`` of ``/proc/<pid>/status``, the kernel's high-water mark of
-  RSS) of the pilot process and of its ``VLLM::`` descendants (engine core, workers), summed. Shared
-  library pages count once per process, so the sum is an upper bound of the host RAM taken.
-* CUDA / ROCm: vLLM's own account from its worker (weights, KV cache, peak activations, torch's
-  ``max_memory_allocated``), reached with ``LLM.collective_rpc`` when the engine may run a callable
-  (``VLLM_ALLOW_INSECURE_SERIALIZATION=1``), else the device memory NVML reports for the engine's
-  processes; the front end's own ``torch.cuda.max_memory_allocated`` is recorded too (zero unless
-  the engine runs in-process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``). Not exercised on hardware by
-  the test suite (the test machine is a CPU).
+  RSS) of those processes, summed. Shared library pages count once per process, so the sum is an
+  upper bound of the host RAM taken.
+* CUDA / ROCm: the device memory NVML reports for those processes. Not exercised on hardware by the
+  test suite (the test machine is a CPU).
 * Throughput: documents and prompt tokens of the classify stage over its wall time.
 
 The estimate is :mod:`classify.memory`'s for the same model and engine section:
@@ -24,8 +24,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from classify.config import PilotConfig
-from classify.engine import Classifier
 from classify.memory import DTYPE_BYTES, GIB, cpu_serving_estimate, serving_estimate
 from classify.modelshape import shape_from_folder
 
@@ -56,83 +54,50 @@ def vmhwm_bytes(pid: int) -> int | None:
     return None
 
 
-def engine_process_peaks() -> dict[str, int]:
-    """Peak RSS of this process and its ``VLLM::`` descendants, by ``"<pid> <title>"``.
+def pool_peaks(procs: dict[int, str]) -> dict[str, int]:
+    """Peak RSS of the engine actors' processes (the actor and its ``VLLM::`` engine processes), by ``"<pid> <title>"``.
 
-    vLLM names its processes ``VLLM::<name>`` (``vllm/utils/system_utils.py``, ``set_process_title``).
+    Args:
+        procs: pid -> process title, as the actors reported them (:meth:`batch._actor.EngineActor.info`).
+
+    Returns:
+        ``VmHWM`` of each process still readable.
     """
-    import psutil
-
-    me = psutil.Process()
-    peaks: dict[str, int] = {}
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            title = " ".join(proc.cmdline()) or proc.name()
-        except psutil.Error:
-            continue
-        if proc.pid != me.pid and "VLLM::" not in title:
-            continue
-        peak = vmhwm_bytes(proc.pid)
+    peaks = {}
+    for pid, title in procs.items():
+        peak = vmhwm_bytes(pid)
         if peak is not None:
-            peaks[f"{proc.pid} {'pilot' if proc.pid == me.pid else title.split()[0]}"] = peak
+            peaks[f"{pid} {title}"] = peak
     return peaks
 
 
-def _worker_memory(worker: Any) -> dict[str, int | None]:
-    """Run inside a vLLM GPU worker (``collective_rpc``): its own account of the card's memory."""
-    import torch
+def process_titles(pids: list[int]) -> dict[int, str]:
+    """pid -> the process title (vLLM names its processes ``VLLM::<name>``, Ray its workers ``ray::<name>``)."""
+    import psutil
 
-    runner = getattr(worker, "model_runner", None)
-    return {
-        "weights_bytes": int(getattr(runner, "model_memory_usage", 0) or 0) or None,
-        "kv_cache_bytes": int(getattr(worker, "available_kv_cache_memory_bytes", 0) or 0) or None,
-        "peak_activation_bytes": int(getattr(worker, "peak_activation_memory", 0) or 0) or None,
-        "torch_max_allocated_bytes": int(torch.cuda.max_memory_allocated()),
-        "torch_max_reserved_bytes": int(torch.cuda.max_memory_reserved()),
-    }
-
-
-def accelerator_memory(llm: Any) -> dict[str, Any]:
-    """What the engine on an accelerator says it holds, and what the device says the engine's processes use.
-
-    Returns:
-        ``{"peak_bytes", "source", "vllm": {...} | None, "nvml_bytes": int | None,
-        "front_end_torch_max_allocated_bytes": int}``: ``peak_bytes`` is vLLM's total (weights + KV cache +
-        peak activations) when reachable, else NVML's, else the front end's torch peak.
-    """
-    import os
-
-    import torch
-
-    out: dict[str, Any] = {"vllm": None, "nvml_bytes": None,
-                           "front_end_torch_max_allocated_bytes": int(torch.cuda.max_memory_allocated())}
-    if os.environ.get("VLLM_ALLOW_INSECURE_SERIALIZATION") == "1":
+    out = {}
+    for pid in pids:
         try:
-            out["vllm"] = llm.collective_rpc(_worker_memory)[0]
-        except Exception as err:  # the account is optional; record why it is missing
-            out["vllm_error"] = f"{type(err).__name__}: {err}"
+            proc = psutil.Process(pid)
+            out[pid] = (" ".join(proc.cmdline()) or proc.name()).split()[0]
+        except (psutil.Error, IndexError):
+            continue
+    return out
+
+
+def nvml_bytes(pids: list[int]) -> int | None:
+    """Device memory NVML reports for ``pids`` on every card, or ``None`` (no NVML, no permission, none used)."""
     try:
-        import psutil
         import pynvml
 
         pynvml.nvmlInit()
-        pids = {os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))}
         used = 0
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             used += sum(p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid in pids)
-        out["nvml_bytes"] = used or None
-    except Exception as err:  # pynvml absent (ROCm) or no permission
-        out["nvml_error"] = f"{type(err).__name__}: {err}"
-    acct = out["vllm"] or {}
-    parts = [acct.get(k) for k in ("weights_bytes", "kv_cache_bytes", "peak_activation_bytes")]
-    if all(parts):
-        out.update(peak_bytes=sum(parts), source="vllm worker account (weights + KV cache + peak activations)")
-    elif out["nvml_bytes"]:
-        out.update(peak_bytes=out["nvml_bytes"], source="NVML device memory of the engine processes")
-    else:
-        out.update(peak_bytes=out["front_end_torch_max_allocated_bytes"], source="front end torch.cuda.max_memory_allocated")
-    return out
+        return used or None
+    except Exception:  # pynvml absent (ROCm) or no permission
+        return None
 
 
 def plan_estimate(model_path: str, dtype: str, max_model_len: int, engine: Any, enable_lora: bool) -> dict[str, Any]:
@@ -210,58 +175,52 @@ def measured_block(device: str, peak_bytes: int, docs: int, tokens: int, seconds
     }
 
 
-def measure_engine(engine: Any, model_cfg: Any, engine_cfg: Any, device: str, docs: int, tokens: int,
-                   seconds: float) -> dict[str, Any]:
-    """Measure the pilot's engine after its classify stage and put the plan's estimate beside it.
+def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, model_path: str, model_cfg: Any, engine_cfg: Any,
+                 enable_lora: bool, docs: int, tokens: int, seconds: float) -> dict[str, Any]:
+    """What the pilot's engine actors used, beside make plan's estimate for the same engine.
 
     Args:
-        engine: the :class:`classify.engine.Classifier` that classified.
-        model_cfg: the model section.
-        engine_cfg: the engine section (``"auto"`` resolved here for ``device``).
-        device: ``cpu``, ``cuda`` or ``rocm``.
+        peaks: :func:`pool_peaks` of the actors' processes, sampled while they ran.
+        gpu_bytes: :func:`nvml_bytes` of those processes on an accelerator (``None`` on CPU).
+        model_path: the folder the engines loaded (the merged model in merged mode).
+        model_cfg: the model section (dtype, ``max_model_len``).
+        engine_cfg: the engine section (``"auto"`` resolved here for the device).
+        enable_lora: whether the engines reserved LoRA slots.
         docs: documents through the classify stage.
         tokens: their prompt tokens.
-        seconds: the stage's wall time.
+        seconds: the classify stage's wall time (first engine ready to last shard written).
 
     Returns:
-        :func:`measured_block`'s dict. An estimate that cannot be made (a hub id without a local
-        ``config.json``) is ``None`` with the reason in ``detail``; nothing here raises.
+        :func:`measured_block`'s dict, or ``{"error": ...}`` when there was nothing to measure (a stand-in
+        engine without processes); nothing here raises.
     """
-    import psutil
-
-    detail: dict[str, Any] = {}
-    settings = engine_cfg.resolve(device)
-    vc = getattr(getattr(engine.llm, "llm_engine", None), "vllm_config", None)
-    dtype = str(getattr(getattr(vc, "model_config", None), "dtype", "")).removeprefix("torch.") or "float32"
-    estimate = None
     try:
-        estimate = plan_estimate(engine.model.path, dtype if dtype in DTYPE_BYTES else "float32",
-                                 model_cfg.max_model_len, settings, engine.lora_enabled)
-    except Exception as err:  # the measurement is a record, never a reason to fail the pilot
-        detail["estimate_error"] = f"{type(err).__name__}: {err}"
-    if device == "cpu":
-        procs = engine_process_peaks()
-        detail.update(source="sum of VmHWM over the pilot process and its VLLM:: processes", processes=procs)
-        peak, machine = sum(procs.values()), psutil.virtual_memory().total
-    else:
-        acc = accelerator_memory(engine.llm)
-        detail.update(acc)
-        import torch
+        import psutil
 
-        peak, machine = int(acc["peak_bytes"]), int(torch.cuda.get_device_properties(0).total_memory)
-    return measured_block(device, peak, docs, tokens, seconds, estimate, machine, detail)
+        from classify.device import compute_dtype, detect_device
 
+        device = detect_device()
+        if device == "cpu" and not peaks:
+            return {"error": "no engine process to measure (the actors reported none)"}
+        detail: dict[str, Any] = {}
+        estimate = None
+        try:
+            estimate = plan_estimate(model_path, compute_dtype(model_cfg), model_cfg.max_model_len,
+                                     engine_cfg.resolve(device), enable_lora)
+        except Exception as err:  # the measurement is a record, never a reason to fail the pilot
+            detail["estimate_error"] = f"{type(err).__name__}: {err}"
+        if device == "cpu":
+            detail.update(source="sum of VmHWM over the engine actors' processes (actor and VLLM:: processes)",
+                          processes=peaks)
+            peak, machine = sum(peaks.values()), psutil.virtual_memory().total
+        else:
+            if not gpu_bytes:
+                return {"error": "NVML reported no device memory for the engine actors' processes"}
+            import torch
 
-def measure_pilot(engine: Classifier, cfg: PilotConfig, results: list[Any], seconds: float) -> dict[str, Any]:
-    """The engine's peak memory and the classify stage's throughput beside make plan's estimate.
-
-    See :mod:`batch._pilot_measure` for what is measured where; a failed measurement is recorded, never raised.
-    """
-    from classify.device import detect_device
-
-    try:
-        return measure_engine(engine, cfg.model, cfg.engine, detect_device(), len(results),
-                              sum(r.n_tokens or 0 for r in results), seconds)
+            detail.update(source="NVML device memory of the engine actors' processes", processes=peaks)
+            peak, machine = gpu_bytes, int(torch.cuda.get_device_properties(0).total_memory)
+        return measured_block(device, peak, docs, tokens, seconds, estimate, machine, detail)
     except Exception as err:
-        log.warning("pilot: could not measure the engine: %s: %s", type(err).__name__, err)
+        log.warning("pilot: could not measure the engines: %s: %s", type(err).__name__, err)
         return {"error": f"{type(err).__name__}: {err}"}

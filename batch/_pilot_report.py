@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from classify.accounting import account, recount_mismatches
+from batch._attempt import STAGES  # noqa: F401 - the batch's stages, which the pilot reports
+from classify.accounting import account
 from classify.config import PilotConfig
 from classify.errors import AdapterError, ConfigError, InputError, Interrupted
-from classify.records import Result, read_results
+from classify.records import Result
 
-STAGES = ("doctor", "read-inputs", "load-model", "load-adapter", "classify", "write", "export", "verify")
 PROCEED, FIX_ENV, REVISIT = "proceed", "fix-environment", "revisit-configuration"
 
 # Checks whose failure means the machine or the code path is broken, not the configuration.
@@ -28,7 +27,7 @@ def build_summary(
     labels: dict[str, str],
     cfg: PilotConfig,
 ) -> dict[str, Any]:
-    """Recompute the pilot summary from results (used on the run folder and again on the export copy).
+    """The pilot's checks over the merged results of its run (the batch's ``results.jsonl``).
 
     Args:
         results: the results (the records of ``results.jsonl``).
@@ -211,22 +210,3 @@ def decision_markdown(run_id: str, decision: dict[str, Any], summary: dict[str, 
                       f"Classify stage: {m['docs_per_s']} docs/s, {m['tokens_per_s']} prompt tokens/s "
                       f"({m['docs']} documents in {m['classify_s']} s)."]
     return "\n".join(lines) + "\n"
-
-
-def recheck_copy(folder: Path, cfg: PilotConfig) -> list[str]:
-    """Recompute the summary invariants from a copied run folder's ``results.jsonl`` and compare.
-
-    Returns:
-        Problems (empty = the copy agrees with its own summary).
-    """
-    import json
-
-    results = read_results(folder / "results.jsonl")
-    stored = json.loads((folder / "summary.json").read_text())
-    inputs = json.loads((folder / "inputs.json").read_text())
-    again = build_summary(results, inputs["ids"], inputs["labels"], cfg)
-    problems = recount_mismatches(stored, again, ("total", "accepted", "rejected", "duplicate_ids", "unknown_ids",
-                                                  "missing_ids", "accuracy", "correct"))
-    if again["accepted"] + again["rejected"] != again["total"]:
-        problems.append("accepted + rejected != total in the copied results")
-    return problems

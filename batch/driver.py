@@ -22,11 +22,10 @@ from batch._adapter import resolve_adapter
 from batch._attempt import BatchRun
 from batch._config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
 from batch.corpus import locate_corpus
-from classify.config import classification_sha256
 from classify.errors import InputError
 from classify.model import resolve_model
 from classify.paths import runs_dir
-from classify.pilotgate import combo_key, require_pilot
+from classify.pilotgate import gate_key, pipeline_differences, pipeline_settings, require_pilot
 from classify.runrecords import signals_raise_interrupted, utc_now
 
 log = logging.getLogger("docpilot.batch")
@@ -87,6 +86,29 @@ def parse_args(argv: list[str]) -> BatchOptions:
     return BatchOptions(**vars(p.parse_args(argv)))
 
 
+def warn_pipeline(pilot: dict[str, Any], cfg: Any, adapter_mode: str | None) -> list[str]:
+    """Say plainly, before the batch starts, where its pipeline settings differ from the ones its pilot ran with.
+
+    The answers are the same (the gate key covers what decides them); what the pilot did not prove is
+    this pipeline: another actor count, binding or engine section can fail where the pilot's did not.
+
+    Args:
+        pilot: the gate's latest pilot record (its ``pipeline`` block, :func:`classify.pilotgate.pipeline_settings`).
+        cfg: the batch config.
+        adapter_mode: the batch's adapter mode, ``None`` without adapter.
+
+    Returns:
+        The differences (also logged as one warning and printed to stderr); empty when they agree.
+    """
+    diffs = pipeline_differences(pilot.get("pipeline"), pipeline_settings(cfg.engine, cfg.batch, adapter_mode))
+    if diffs:
+        line = (f"this batch runs another pipeline than pilot {pilot.get('run_id')} proved ({'; '.join(diffs)}); "
+                "the answers are the same, but run `make pilot` with these settings to prove this pipeline too")
+        log.warning("%s", line)
+        print(f"warning: {line}", file=sys.stderr)
+    return diffs
+
+
 def _open_run(batch_id: str | None) -> tuple[str, Path]:
     root = runs_dir()
     if batch_id is None:
@@ -126,11 +148,13 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
     adapter = resolve_adapter(options.adapter, model, cfg.engine, cfg.model)
     what = (f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + "
             f"{f'adapter {adapter.ref} ({adapter.mode} mode)' if adapter else 'no adapter'}")
-    key = combo_key(model.fingerprint, adapter.sha256 if adapter else None, classification_sha256(cfg.model, cfg.classify),
-                    adapter.mode if adapter else "lora")
+    key = gate_key(model.fingerprint, cfg.model, cfg.classify, adapter.sha256 if adapter else None,
+                   adapter.mode if adapter else None)
     gate = require_pilot(key, what, override=options.skip_pilot_gate)
     gate_record = {"key": key, "passed": gate["passed"], "override": gate["override"],
                    "pilot_run_id": (gate["pilot"] or {}).get("run_id"), "checked_at": utc_now()}
+    if gate["pilot"] is not None:
+        gate_record["pipeline_differences"] = warn_pipeline(gate["pilot"], cfg, adapter.mode if adapter else None)
     batch_id, run_dir = _open_run(options.batch_id)
     lock = FileLock(str(run_dir / ".driver.lock"))
     try:

@@ -1,11 +1,17 @@
 """``make pilot``: prove the whole path on 12 documents before the full volume starts.
 
-One trial = one NEW run folder ``runs/<utc>-pilot-<id>/`` with ``results.jsonl``,
-``summary.json``, ``params.json``, ``environment.json``, ``inputs.json``,
-``decision.json`` and ``decision.md``; then a copy under ``--export-dir`` with
-``SHA256SUMS``, re-read and re-checked; then the outcome is recorded for the
-(base model, adapter, config) combination, which ``make batch`` and the server check.
-On failure the first error and the stage reached are recorded.
+A pilot is a 12-document run of the batch pipeline (:class:`batch._attempt.BatchRun`): the batch's
+corpus reader and planner (a folder, JSONL, CSV or Parquet pilot set, read as ``make batch`` reads a
+corpus), its Ray pool with the batch config's actor count, core binding and adapter mode, its shard
+files, merge to ``results.jsonl`` + ``results.parquet``, quality report, export with ``SHA256SUMS``
+and its re-check. On top it adds only what is the pilot's own: the doctor first, the labels, the
+checks and thresholds, ``decision.json``/``decision.md`` and the gate record (with the pipeline
+settings it ran with, which ``make batch`` compares).
+
+One trial = one NEW run folder ``runs/<utc>-pilot-<id>/`` holding everything a batch run folder
+holds (``manifest.json``, ``shards/``, ``progress.json``, ``results.*``, ``summary.json``,
+``quality.md``) plus ``params.json``, ``environment.json``, ``inputs.json`` and the decision files.
+On failure the first error and the stage reached (:data:`batch._attempt.STAGES`) are recorded.
 """
 
 from __future__ import annotations
@@ -18,21 +24,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batch._pilot_adapter import adapter_mode, merged_for_pilot, prompt_mismatch, resolve_adapter
-from batch._pilot_inputs import read_pilot_set
-from batch._pilot_measure import measure_pilot
-from batch._pilot_report import STAGES, build_summary, decide, decision_markdown, recheck_copy
+from batch._adapter import BatchAdapter, prompt_mismatch, resolve_adapter
+from batch._attempt import BatchRun, RunHooks
+from batch._config import BatchConfig, load_batch_config
+from batch._pilot_inputs import check_labels, pilot_corpus, pilot_documents, pilot_labels
+from batch._pilot_measure import measure_pool, nvml_bytes, pool_peaks, process_titles
+from batch._pilot_report import build_summary, decide, decision_markdown
+from batch.corpus import plan_corpus
 from classify import storage
-from classify.accounting import recheck_export
 from classify.config import PilotConfig, classification_sha256, config_sha256, load_config
 from classify.doctor import blockers, findings_json, run_checks
-from classify.engine import Classifier, build_engine
-from classify.errors import EngineError, EnvironmentCheckError, Interrupted
-from classify.export import export_complete, export_run
+from classify.errors import EnvironmentCheckError, Interrupted
+from classify.export import export_complete
 from classify.model import ModelRef, resolve_model
 from classify.paths import exports_dir, runs_dir
-from classify.pilotgate import combo_key, record_pilot
-from classify.records import Document
+from classify.pilotgate import gate_key, pipeline_settings, record_pilot
+from classify.records import read_results
 from classify.runrecords import (
     code_revision,
     new_run_dir,
@@ -41,9 +48,7 @@ from classify.runrecords import (
     utc_now,
     write_bytes_atomic,
     write_json_atomic,
-    write_jsonl_atomic,
 )
-from classify.scoring import AdapterHandle
 
 log = logging.getLogger(__name__)
 
@@ -75,39 +80,113 @@ class PilotOutcome:
     exit_code: int = 0
 
 
+class PilotHooks(RunHooks):
+    """The pilot's additions to the batch run: the stage reached, the engines' measurement, the checks and decision.
+
+    Args:
+        cfg: the pilot config (thresholds).
+        run_dir: the run folder.
+        params: ``params.json`` (written with each outcome).
+    """
+
+    def __init__(self, cfg: PilotConfig, run_dir: Path, params: dict[str, Any]):
+        self.cfg, self.run_dir, self.params = cfg, run_dir, params
+        self.current = "doctor"
+        self.input_ids: list[str] = []
+        self.labels: dict[str, str] = {}
+        self.started = time.time()
+        self.procs: dict[int, str] = {}
+        self.peaks: dict[str, int] = {}
+        self.gpu_bytes: int | None = None
+        self.first_ready: float | None = None
+        self.last_written: float | None = None
+        self.engine_model: ModelRef | None = None
+        self.lora = False
+
+    def stage(self, name: str) -> None:
+        """Record the stage the run entered (logged once per change)."""
+        if name != self.current:
+            log.debug("pilot stage %s", name)
+        self.current = name
+
+    def actor_ready(self, info: dict[str, Any]) -> None:
+        """Keep the actor's processes (itself and its ``VLLM::`` engine processes) to measure them."""
+        if self.first_ready is None:
+            self.first_ready = time.perf_counter()
+        self.procs.update(process_titles([p["pid"] for p in info.get("procs") or []]))
+
+    def shard_written(self, index: int, n_docs: int) -> None:
+        """Sample the engines' peak memory while they still run (``VmHWM`` keeps the high-water mark)."""
+        self.last_written = time.perf_counter()
+        for name, peak in pool_peaks(self.procs).items():
+            self.peaks[name] = max(peak, self.peaks.get(name, 0))
+        from classify.device import detect_device
+
+        if detect_device() != "cpu":
+            used = nvml_bytes(list(self.procs))
+            self.gpu_bytes = max(used or 0, self.gpu_bytes or 0) or None
+
+    def summarize(self, summary: dict[str, Any]) -> None:
+        """The pilot's checks, measurement and decision files on top of the batch's summary (before the export)."""
+        results = read_results(self.run_dir / "results.jsonl")
+        summary.update(build_summary(results, self.input_ids, self.labels, self.cfg))
+        p = self.params
+        seconds = (self.last_written - self.first_ready) if self.first_ready and self.last_written else 0.0
+        summary.update(
+            run_id=p["run_id"],
+            wall_s=round(time.time() - self.started, 2),
+            prompt_tokens=sum(r.n_tokens for r in results),
+            model_fingerprint=p["model"]["fingerprint"],
+            adapter=p["adapter"],
+            adapter_mode=p["adapter_mode"],
+            merged_model=p["merged_model"],
+            pipeline=p["pipeline"],
+        )
+        model = self.engine_model
+        summary["measured"] = measure_pool(self.peaks, self.gpu_bytes, model.path if model else "", self.cfg.model,
+                                           self.cfg.engine, self.lora, len(results),
+                                           sum(r.n_tokens or 0 for r in results), seconds)
+        _write_outcome(self.run_dir, p["run_id"], p, summary, self.current, None)
+
+
 def run_pilot(
     cfg: PilotConfig,
     input_path: Path = DEFAULT_INPUT,
     adapter_ref: str | None = None,
     export_root: Path | str | None = None,
-    engine: Classifier | None = None,
     config_path: str = "",
     lease_ends_at: str | None = None,
+    *,
+    batch_cfg: BatchConfig | None = None,
+    progress: bool = False,
+    _engine_actor: Any = None,
 ) -> PilotOutcome:
-    """Run one pilot trial end to end and record its decision.
+    """Run one pilot trial (a 12-document batch run) end to end and record its decision.
 
     Args:
         cfg: the pilot config.
-        input_path: pilot set folder, JSONL or CSV (see :func:`batch._pilot_inputs.read_pilot_set`).
+        input_path: pilot set: a folder (``documents/`` + ``labels.json``/``labels.csv``), a ``.jsonl``,
+            ``.csv`` or ``.parquet`` file with ``id``, ``text`` (or JSONL ``path``) and ``label`` (see
+            :mod:`batch._pilot_inputs`).
         adapter_ref: ``name@version`` (or ``name@latest``) from the adapter registry, or ``None``.
         export_root: parent of the export copy (default ``exports/``): a folder or an object-storage URL
             (``s3://bucket/pilots``, :mod:`classify.storage`); the copy is ``<export_root>/<run_id>/``, and a URL
             copy is read back from the store for the re-check.
-        engine: an already-built classifier for this config (tests share one); else one is built
-            and shut down at the end. With an adapter, ``model.adapter_mode`` decides: ``merged``
-            builds or reuses the merged model (:mod:`adapters.merged_cache`) and runs it with LoRA off,
-            ``lora`` reserves LoRA slots; a given LoRA-enabled classifier always pilots ``lora``.
-        config_path: where ``cfg`` was read from, for ``params.json``.
+        config_path: the config file; its ``corpus`` and ``batch`` sections are the pipeline the pilot
+            runs (actors, binding, shard sizes), ``""``: the defaults (or ``batch_cfg``).
         lease_ends_at: the lease end the trial runs under (ISO 8601), recorded in ``params.json``.
+        batch_cfg: the batch config to pilot (default: read from ``config_path``); its ``model``,
+            ``engine`` and ``classify`` sections are replaced by ``cfg``'s.
+        progress: show the batch's progress bar.
+        _engine_actor: PRIVATE, for tests and ``bench/`` only: an actor class run in place of the vLLM
+            engine actor (as :func:`batch.driver.run_batch`'s); no config field or option reaches it.
 
     Returns:
         The :class:`PilotOutcome`. A failed stage does not raise: it is recorded in the run folder
         (``summary.json`` ``first_error``/``stage_reached``) and in the decision.
     """
     run_id, run_dir = new_run_dir("pilot", runs_dir())
-    export_dir = storage.join(storage.as_dest(export_root or exports_dir()), run_id)
-    started = time.time()
-    stage = STAGES[0]
+    t_start = time.monotonic()
     error: BaseException | None = None
     summary: dict[str, Any] | None = None
     params: dict[str, Any] = {
@@ -122,98 +201,79 @@ def run_pilot(
         "adapter": None,
         "adapter_mode": None,
         "merged_model": None,
+        "pipeline": None,
+        "batch_config": None,
         "code": code_revision(),
         "packages": package_versions(),
         "seed": cfg.seed,
         "lease_ends_at": lease_ends_at,
     }
-    docs: list[Document] = []
-    labels: dict[str, str] = {}
+    hooks = PilotHooks(cfg, run_dir, params)
     model: ModelRef | None = None
-    resolved_adapter: Any = None
-    own_engine = engine is None
+    adapter: BatchAdapter | None = None
     try:
+        base = batch_cfg or (load_batch_config(config_path) if config_path else BatchConfig())
+        bcfg = base.model_copy(update={"model": cfg.model, "engine": cfg.engine, "classify": cfg.classify})
+        params["pipeline"] = pipeline_settings(bcfg.engine, bcfg.batch, cfg.model.adapter_mode if adapter_ref else None)
+        params["batch_config"] = {"corpus": bcfg.corpus.model_dump(mode="json"), "batch": bcfg.batch.model_dump(mode="json")}
         checks = run_checks(cfg, check_model=False)
         write_json_atomic(run_dir / "environment.json", findings_json(checks))
         if blockers(checks):
             raise EnvironmentCheckError("; ".join(f"{c.name}: {c.detail}" for c in blockers(checks)))
 
-        stage = "read-inputs"
-        docs, labels = read_pilot_set(Path(input_path), cfg.classify, cfg.thresholds.expected_documents)
+        hooks.stage("read-inputs")  # the batch's reader: locate, plan (one streaming pass), read the shards
+        bcfg, where, fmt = pilot_corpus(Path(input_path), bcfg)
+        plan = plan_corpus(bcfg.corpus, bcfg.batch.shard_docs, bcfg.batch.shard_target_bytes, where,
+                           cfg.classify.max_doc_bytes)
+        docs = pilot_documents(plan, Path(input_path), cfg.classify, cfg.thresholds.expected_documents)
+        labels = pilot_labels(Path(input_path), plan)
+        check_labels(labels, cfg.classify)
+        hooks.input_ids, hooks.labels = [d.id for d in docs], labels
         write_json_atomic(run_dir / "inputs.json", {
             "path": str(input_path),
-            "ids": [d.id for d in docs],
+            "corpus": {"path": str(where), "format": fmt},
+            "ids": hooks.input_ids,
             "labels": labels,
             "sha256": {d.id: d.input_sha256 for d in docs},
         })
 
-        stage = "load-model"
-        mode = adapter_mode(cfg, adapter_ref, engine)
-        model = engine.model if engine is not None and mode != "merged" else resolve_model(cfg.model)
+        hooks.stage("load-model")
+        model = resolve_model(cfg.model)
         params["model"] = {"name": model.name, "path": model.path, "fingerprint": model.fingerprint, "source": model.source}
-        handle: AdapterHandle | None = None
-        merged: ModelRef | None = None
+        hooks.engine_model = model
         if adapter_ref:
-            stage = "load-adapter"
-            handle, resolved_adapter = resolve_adapter(adapter_ref, model, cfg)
-            if mode == "merged":  # what the batch runs: the adapter merged into the base weights, LoRA off
-                merged = merged_for_pilot(resolved_adapter, model, cfg, engine)
-                params["merged_model"] = {"path": merged.path, "fingerprint": merged.fingerprint, "source": merged.source}
-            params["adapter_mode"] = mode
-            params["adapter"] = {"ref": handle.name, "path": handle.path, "sha256": handle.sha256,
-                                 "prompt_mismatch": prompt_mismatch(resolved_adapter.card, cfg.classify)}
+            hooks.stage("load-adapter")  # resolve, verify, engine compatibility, merge: the batch's preparation
+            adapter = resolve_adapter(adapter_ref, model, cfg.engine, cfg.model)
+            handle = adapter.resolved.handle()
+            params["adapter_mode"] = adapter.mode
+            params["merged_model"] = adapter.describe()["merged_model"]
+            if adapter.merged is not None:
+                params["merged_model"]["source"] = adapter.merged.source
+                hooks.engine_model = adapter.merged
+            hooks.lora = adapter.mode == "lora"
+            params["adapter"] = {"ref": adapter.ref, "path": handle.path, "sha256": adapter.sha256,
+                                 "prompt_mismatch": prompt_mismatch(adapter.card, cfg.classify)}
             if params["adapter"]["prompt_mismatch"]:
                 log.warning("adapter %s was trained on another prompt than this pilot builds (%s): expect lower "
                             "accuracy; pilot it with the classify settings it was trained with",
-                            handle.name, "; ".join(params["adapter"]["prompt_mismatch"]))
-        if engine is None:
-            stage = "load-model"
-            if merged is not None:
-                engine = build_engine(cfg.model.model_copy(update={"base_model": merged.path}), cfg.engine, cfg.classify,
-                                      enable_lora=False, model=merged)
-            else:
-                engine = build_engine(cfg.model, cfg.engine, cfg.classify, enable_lora=handle is not None, model=model)
+                            adapter.ref, "; ".join(params["adapter"]["prompt_mismatch"]))
+        from batch.driver import BatchOptions
 
-        stage = "classify"
-        classify_started = time.perf_counter()
-        if merged is not None and handle is not None:  # the weights hold the adapter; its card's temperature still applies
-            results = engine.classify(docs, temperature=handle.temperature)
-        else:
-            results = engine.classify(docs, adapter=handle)
-        if len(results) != len(docs):
-            raise EngineError(f"engine returned {len(results)} results for {len(docs)} documents")
-        classify_s = time.perf_counter() - classify_started
-
-        stage = "write"
-        write_jsonl_atomic(run_dir / "results.jsonl", (r.row() for r in results))
-        summary = build_summary(results, [d.id for d in docs], labels, cfg)
-        summary.update(
-            run_id=run_id,
-            wall_s=round(time.time() - started, 2),
-            prompt_tokens=sum(r.n_tokens for r in results),
-            model_fingerprint=model.fingerprint,
-            adapter=params["adapter"],
-            adapter_mode=params["adapter_mode"],
-            merged_model=params["merged_model"],
-        )
-        summary["measured"] = measure_pilot(engine, cfg, results, classify_s)
-        summary.update(_quality(run_dir, run_id, results, labels, cfg))
-        _write_outcome(run_dir, run_id, params, summary, stage, None)
-
-        stage = "export"
-        export_run(run_dir, export_dir)
-
-        stage = "verify"
-        recheck_export(export_dir, lambda folder: recheck_copy(folder, cfg), "export copy")
+        gate = {"key": _gate_key(model, adapter, cfg), "passed": None, "override": False, "pilot_run_id": run_id,
+                "role": "pilot", "checked_at": utc_now()}
+        options = BatchOptions(config=config_path or "config/docpilot.json",
+                               export_dir=str(export_root or exports_dir()), no_progress=not progress,
+                               lease_ends=lease_ends_at, lots_config=None)
+        BatchRun(options, bcfg, where, fmt, model, adapter, gate, run_id, run_dir, t_start, _engine_actor,
+                 corpus_plan=plan, labels=labels, hooks=hooks).run()
+        summary = json_file(run_dir / "summary.json")
     except Exception as err:  # every stage failure is recorded, never lost
         error = err
-        log.error("pilot stage %s failed: %s: %s", stage, type(err).__name__, err)
-    finally:
-        if own_engine and engine is not None:
-            engine.shutdown()
+        log.error("pilot stage %s failed: %s: %s", hooks.current, type(err).__name__, err)
+    stage = hooks.current
 
     if error is not None:
-        summary = dict(summary or {})
+        summary = dict(summary or json_file(run_dir / "summary.json") or {})
         summary.setdefault("checks", [])
         summary["verdict"] = "fail"
         summary["failed_checks"] = [*summary.get("failed_checks", []), f"stage:{stage}"]
@@ -222,38 +282,42 @@ def run_pilot(
     decision = _write_outcome(run_dir, run_id, params, summary, stage, error)
     # The gate records a verdict only for the combination that was piloted: not for a stopped run, and not
     # when the adapter asked for never loaded (that says nothing about the base model without it).
-    if model is not None and not isinstance(error, Interrupted) and (adapter_ref is None or params["adapter"]):
-        key = combo_key(model.fingerprint, params["adapter"]["sha256"] if params["adapter"] else None,
-                        params["classification_sha256"], params["adapter_mode"] or "lora")
-        record_pilot(key, run_id, summary["verdict"], {
+    if model is not None and not isinstance(error, Interrupted) and (adapter_ref is None or adapter is not None):
+        record_pilot(_gate_key(model, adapter, cfg), run_id, summary["verdict"], {
             "decision": decision["decision"],
             "model_fingerprint": model.fingerprint,
             "adapter": params["adapter"],
             "adapter_mode": params["adapter_mode"],
             "merged_model": params["merged_model"],
             "classification_sha256": params["classification_sha256"],
+            "pipeline": params["pipeline"],
+            "stage_reached": stage,
             "run_dir": str(run_dir),
         })
-        if resolved_adapter is not None:
+        if adapter is not None:
             from adapters.registry import Registry
 
-            Registry().set_pilot_status(resolved_adapter.ref, "passed" if summary["verdict"] == "pass" else "failed", run_id)
-    return PilotOutcome(run_id, run_dir, export_dir if export_complete(export_dir) else None, decision["decision"],
-                        summary["verdict"], stage, summary,
+            Registry().set_pilot_status(adapter.resolved.ref, "passed" if summary["verdict"] == "pass" else "failed",
+                                        run_id)
+    export_dir = storage.join(storage.as_dest(export_root or exports_dir()), run_id)
+    return PilotOutcome(run_id, run_dir, export_dir if error is None and export_complete(export_dir) else None,
+                        decision["decision"], summary["verdict"], stage, summary,
                         0 if error is None else getattr(error, "exit_code", 1))
 
 
-def _quality(run_dir: Path, run_id: str, results: list[Any], labels: dict[str, str], cfg: PilotConfig) -> dict[str, Any]:
-    """The quality report (:mod:`batch.quality`): PNGs and ``quality.md`` in the run folder.
+def _gate_key(model: ModelRef, adapter: BatchAdapter | None, cfg: PilotConfig) -> str:
+    return gate_key(model.fingerprint, cfg.model, cfg.classify, adapter.sha256 if adapter else None,
+                    adapter.mode if adapter else None)
 
-    Returns:
-        ``{"quality": report}`` plus ``{"review": ...}`` (flags per category) when ``classify.review_below_score`` is set.
-    """
-    from batch.quality import tally_rows, write_report
 
-    report = write_report(run_dir, tally_rows((r.row() for r in results), labels, cfg.classify.categories,
-                                              cfg.classify.review_below_score), run_id)
-    return {"quality": report, **({"review": report["review"]} if "review" in report else {})}
+def json_file(path: Path) -> dict[str, Any] | None:
+    """``path`` parsed as JSON, or ``None`` when it is missing or unreadable."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _write_outcome(run_dir: Path, run_id: str, params: dict, summary: dict, stage: str,
@@ -279,7 +343,7 @@ def main(argv: list[str]) -> int:
     """
     parser = argparse.ArgumentParser(prog="docpilot pilot", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="config/docpilot.json")
-    parser.add_argument("--input", default=str(DEFAULT_INPUT), help="pilot folder, .jsonl or .csv (default data/pilot)")
+    parser.add_argument("--input", default=str(DEFAULT_INPUT), help="pilot folder (documents/ + labels.json), .jsonl, .csv or .parquet (default data/pilot)")
     parser.add_argument("--adapter", help="adapter from the registry: name@version or name@latest")
     parser.add_argument("--export-dir", help="parent of the export copy: a folder or a URL such as s3://bucket/pilots "
                                              "(default exports/)")
@@ -294,7 +358,8 @@ def main(argv: list[str]) -> int:
     lease = lease_end(args.lots_config, args.lease_ends)
     with signals_raise_interrupted():  # SIGTERM / Ctrl-C: the run folder still gets its summary and decision
         outcome = run_pilot(cfg, Path(args.input), args.adapter, args.export_dir,
-                            config_path=args.config, lease_ends_at=lease.isoformat() if lease else None)
+                            config_path=args.config, lease_ends_at=lease.isoformat() if lease else None,
+                            progress=sys.stderr.isatty())
     print((outcome.run_dir / "decision.md").read_text())
     print(f"run folder: {outcome.run_dir}\nexport copy: {outcome.export_dir or '(none)'}")
     first = outcome.summary.get("first_error")

@@ -57,6 +57,70 @@ def combo_key(model_fingerprint: str, adapter_sha256: str | None, classification
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def gate_key(model_fingerprint: str, model_cfg: Any, classify_cfg: Any, adapter_sha256: str | None = None,
+             adapter_mode: str | None = "lora") -> str:
+    """The one gate key of a run: what the pilot records, the batch checks and the server asks for.
+
+    Args:
+        model_fingerprint: the base model's fingerprint (not of a merged copy).
+        model_cfg: the ``model`` section (:class:`classify.config.ModelConfig`).
+        classify_cfg: the ``classify`` section (:class:`classify.config.ClassifyConfig`).
+        adapter_sha256: the adapter's content hash (card ``sha256``), ``None`` for the base model alone.
+        adapter_mode: ``lora`` or ``merged`` (``None``: ``lora``); counts only with an adapter.
+
+    Returns:
+        :func:`combo_key` of the combination, with :func:`classify.config.classification_sha256` of the sections.
+    """
+    from classify.config import classification_sha256
+
+    return combo_key(model_fingerprint, adapter_sha256, classification_sha256(model_cfg, classify_cfg),
+                     adapter_mode or "lora")
+
+
+PIPELINE_FIELDS = ("engine", "cpu_actors", "actor_num_cpus", "cpu_bind", "adapter_mode")
+"""The pipeline settings a pilot records (:func:`pipeline_settings`): they change how the batch runs, not its answers."""
+
+
+def pipeline_settings(engine_cfg: Any, run_cfg: Any, adapter_mode: str | None) -> dict[str, Any]:
+    """The pipeline settings a run goes with: engine section, actor count, actor CPUs, core binding, adapter mode.
+
+    Args:
+        engine_cfg: the ``engine`` section (:class:`classify.config.EngineConfig`).
+        run_cfg: the ``batch`` section (:class:`batch._config.RunConfig`).
+        adapter_mode: ``lora``, ``merged`` or ``None`` (no adapter).
+
+    Returns:
+        A JSON-able dict with the keys of :data:`PIPELINE_FIELDS`.
+    """
+    return {"engine": engine_cfg.model_dump(mode="json"), "cpu_actors": run_cfg.cpu_actors,
+            "actor_num_cpus": run_cfg.actor_num_cpus, "cpu_bind": run_cfg.cpu_bind, "adapter_mode": adapter_mode}
+
+
+def pipeline_differences(piloted: dict[str, Any] | None, now: dict[str, Any]) -> list[str]:
+    """Where a run's pipeline settings differ from the ones its pilot ran with.
+
+    Args:
+        piloted: the ``pipeline`` block of the pilot record (``None``: a pilot that recorded none).
+        now: :func:`pipeline_settings` of the run about to start.
+
+    Returns:
+        One ``"<setting>: piloted <value>, now <value>"`` line per difference (engine fields by
+        name, ``engine.max_num_seqs``); a single line saying so when the pilot recorded none.
+    """
+    if not piloted:
+        return ["the pilot recorded no pipeline settings (a pilot of an earlier docpilot): the batch's actor "
+                "count, binding and engine section are unproven"]
+    out = []
+    for key in PIPELINE_FIELDS:
+        old, new = piloted.get(key), now.get(key)
+        if key == "engine" and isinstance(old, dict) and isinstance(new, dict):
+            out += [f"engine.{k}: piloted {old.get(k)!r}, now {new.get(k)!r}" for k in sorted(set(old) | set(new))
+                    if old.get(k) != new.get(k)]
+        elif old != new:
+            out.append(f"{key}: piloted {old!r}, now {new!r}")
+    return out
+
+
 def adapter_keys(model_fingerprint: str, adapter_sha256: str, classification_sha256: str) -> tuple[str, str]:
     """The gate keys under which an adapter may be served by LoRA: ``(lora key, merged key)``.
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
 from classify.model import ModelRef
-from classify.pilotgate import adapter_keys, combo_key, pilot_status, require_pilot
+from classify.pilotgate import adapter_keys, gate_key, pilot_status, require_pilot
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class AdapterService:
         self.engine_cfg = engine_cfg
         self.skip_pilot_gate = skip_pilot_gate
         self.classification_sha256 = classification_sha256(model_cfg, classify_cfg)
-        self._base_key = combo_key(model.fingerprint, None, self.classification_sha256)
+        self._base_key = gate_key(model.fingerprint, model_cfg, classify_cfg)
         self._verified: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
