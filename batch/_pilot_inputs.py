@@ -148,3 +148,33 @@ def check_labels(labels: dict[str, str], cfg: ClassifyConfig) -> None:
     if bad:
         k, v = next(iter(bad.items()))
         raise InputError(f"label {v!r} for {k!r} is not an allowed category (allowed: {', '.join(sorted(allowed))})")
+
+
+def read_pilot_set(path: Path, cfg: ClassifyConfig, expected_documents: int, batch_cfg: BatchConfig | None = None
+                   ) -> tuple[list[Document], dict[str, str], BatchConfig, CorpusPlan]:
+    """The pilot's ``read-inputs`` stage: the pilot set planned and read by the batch's reader, with its labels.
+
+    Args:
+        path: the pilot set (see :func:`pilot_corpus`).
+        cfg: classify config (size limit, allowed categories).
+        expected_documents: exact number of documents required.
+        batch_cfg: the batch config the pilot gates (default: the defaults with ``cfg`` as ``classify``).
+
+    Returns:
+        ``(documents, labels, config, plan)``: the documents in plan order, id -> category or
+        ``"reject"`` (may miss ids: the ``labels_complete`` check names them), the batch config with its
+        corpus pointed at the pilot set, and the corpus plan the run uses.
+
+    Raises:
+        InputError: as :func:`pilot_corpus`, :func:`batch.corpus.plan_corpus`, :func:`pilot_documents`,
+            :func:`pilot_labels` and :func:`check_labels` (a label outside the allowed categories).
+    """
+    from batch.corpus import plan_corpus
+
+    run_cfg, where, _ = pilot_corpus(Path(path), batch_cfg or BatchConfig(classify=cfg))
+    plan = plan_corpus(run_cfg.corpus, run_cfg.batch.shard_docs, run_cfg.batch.shard_target_bytes, where,
+                       cfg.max_doc_bytes)
+    docs = pilot_documents(plan, Path(path), cfg, expected_documents)
+    labels = pilot_labels(Path(path), plan)
+    check_labels(labels, cfg)
+    return docs, labels, run_cfg, plan

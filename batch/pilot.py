@@ -27,10 +27,9 @@ from typing import Any
 from batch._adapter import BatchAdapter, prompt_mismatch, resolve_adapter
 from batch._attempt import BatchRun, RunHooks
 from batch._config import BatchConfig, load_batch_config
-from batch._pilot_inputs import check_labels, pilot_corpus, pilot_documents, pilot_labels
+from batch._pilot_inputs import read_pilot_set
 from batch._pilot_measure import measure_pool, nvml_bytes, pool_peaks, process_titles
 from batch._pilot_report import build_summary, decide, decision_markdown
-from batch.corpus import plan_corpus
 from classify import storage
 from classify.config import PilotConfig, classification_sha256, config_sha256, load_config
 from classify.doctor import blockers, findings_json, run_checks
@@ -222,12 +221,8 @@ def run_pilot(
             raise EnvironmentCheckError("; ".join(f"{c.name}: {c.detail}" for c in blockers(checks)))
 
         hooks.stage("read-inputs")  # the batch's reader: locate, plan (one streaming pass), read the shards
-        bcfg, where, fmt = pilot_corpus(Path(input_path), bcfg)
-        plan = plan_corpus(bcfg.corpus, bcfg.batch.shard_docs, bcfg.batch.shard_target_bytes, where,
-                           cfg.classify.max_doc_bytes)
-        docs = pilot_documents(plan, Path(input_path), cfg.classify, cfg.thresholds.expected_documents)
-        labels = pilot_labels(Path(input_path), plan)
-        check_labels(labels, cfg.classify)
+        docs, labels, bcfg, plan = read_pilot_set(Path(input_path), cfg.classify, cfg.thresholds.expected_documents, bcfg)
+        where, fmt = Path(plan.path), plan.format
         hooks.input_ids, hooks.labels = [d.id for d in docs], labels
         write_json_atomic(run_dir / "inputs.json", {
             "path": str(input_path),
