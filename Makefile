@@ -30,7 +30,7 @@ help:
 	@echo "import-adapter  verify and add an exported adapter: SRC=s3://bucket/x [REGISTRY=path]"
 	@echo "submit     submit the batch to a Ray cluster's job server (RAY_ADDRESS)"
 	@echo "serve      HTTP endpoint (FastAPI over vLLM)"
-	@echo "plan       lot order summary and per-card memory fit"
+	@echo "plan       lot order (LOTS_CONFIG) and the per-card memory fit of the job in CONFIG"
 	@echo "test       the test suite (slow tests excluded); test-slow for the long ones"
 	@echo "bench      benchmarks; results to bench/results/"
 	@echo "lint       ruff + hadolint"
@@ -90,7 +90,7 @@ serve: model
 	$(BIN)/docpilot serve --config $(CONFIG)
 
 plan: setup
-	$(BIN)/docpilot plan --config $(LOTS_CONFIG)
+	$(BIN)/docpilot plan --config $(CONFIG) --lots-config $(LOTS_CONFIG)
 
 test: model
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -1,13 +1,17 @@
-"""The lots config (``config/lots.json``): the rented GPU model, period, lots and prices, the engine and
-training shapes the plan sizes memory for, and the lease end. Read by ``docpilot plan`` (:mod:`batch.plan`)
-and the lease clock (:func:`batch.plan.lease_end`).
+"""The lots config (``config/lots.json``): what is the lot's: the rented GPU model, period, lots, prices,
+the per-card overhead and the lease end. Read by ``docpilot plan`` (:mod:`batch.plan`) and the lease clock
+(:func:`batch.plan.lease_end`).
+
+The job the plan sizes (model, engine, training) is not here: it is ``config/docpilot.json``'s, the
+file every other command reads (:func:`job_shape`). A lots file of an earlier docpilot with its own
+``model``/``engine``/``training`` sections is refused with what moved where (:data:`MOVED_SECTIONS`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import AwareDatetime, Field, field_validator
+from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from classify.config import EngineConfig, Frozen, ModelConfig
 from classify.errors import ConfigError
@@ -44,14 +48,14 @@ class GpuSpec(Frozen):
 
 
 class TrainingShape(Frozen):
-    """The LoRA training job whose memory the plan estimates (mirror of ``config/docpilot.json``).
+    """The LoRA training job whose memory the plan estimates, as :func:`job_shape` reads it from ``config/docpilot.json``.
 
     Attributes:
         batch_size: sequences per optimizer micro-step (per card).
         seq_len_tokens: tokens per training sequence.
         lora_rank: adapter rank r.
         lora_targets: linear layers that get adapters (``q_proj`` ... ``down_proj``).
-        gradient_checkpointing: recompute activations in the backward pass.
+        gradient_checkpointing: recompute activations in the backward pass (``docpilot train`` does not).
     """
 
     batch_size: int = Field(8, ge=1, le=4096)
@@ -61,8 +65,68 @@ class TrainingShape(Frozen):
     gradient_checkpointing: bool = True
 
 
+MOVED_SECTIONS = {
+    "model": "`model` of config/docpilot.json",
+    "engine": "`engine` of config/docpilot.json",
+    "training": "`train.training` (batch_size, max_seq_tokens) and `train.lora` (rank, target_modules) of "
+                "config/docpilot.json",
+}
+"""Sections an earlier ``lots.json`` held, and where the plan reads them now."""
+
+
+class JobShape(Frozen):
+    """The configured job the plan sizes: ``config/docpilot.json``'s model, engine and training (:func:`job_shape`).
+
+    Attributes:
+        model: the ``model`` section; ``base_model`` may also name a built-in shape (``llama-2-7b``,
+            ``mistral-7b``, ``llama-3-8b``, ``qwen2.5-7b``).
+        engine: the ``engine`` section (``max_num_seqs``, ``max_loras``, ``max_lora_rank``,
+            ``gpu_memory_utilization``; ``"auto"`` resolved for the lot's backend).
+        training: the LoRA training job.
+    """
+
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    training: TrainingShape = TrainingShape()
+
+
+def job_shape(config_path: Any) -> JobShape:
+    """The job of a docpilot config file as the plan sizes it.
+
+    Args:
+        config_path: ``config/docpilot.json`` (or another file of the same layout).
+
+    Returns:
+        Its ``model`` and ``engine`` sections, and the training shape from ``train.training``
+        (``batch_size``, ``max_seq_tokens``) and ``train.lora`` (``rank``, ``target_modules``).
+
+    Raises:
+        ConfigError: missing or invalid file (a lots file given as the config is named so).
+    """
+    import json
+    from pathlib import Path
+
+    from adapters._config import TrainConfig
+    from classify.config import load_config
+
+    try:
+        data = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    if isinstance(data, dict) and "gpus" in data and "gpu_model" in data:
+        raise ConfigError(f"{config_path} is a lots config (gpu_model, gpus): `docpilot plan --config` takes the job's "
+                          "config (config/docpilot.json); pass the lots file as --lots-config (make plan LOTS_CONFIG=...)")
+    cfg = load_config(TrainConfig, config_path)
+    return JobShape(model=cfg.model, engine=cfg.engine, training=TrainingShape(
+        batch_size=cfg.training.batch_size, seq_len_tokens=cfg.training.max_seq_tokens, lora_rank=cfg.lora.rank,
+        lora_targets=tuple(cfg.lora.target_modules), gradient_checkpointing=False))
+
+
 class LotsConfig(Frozen):
-    """``config/lots.json``: the order, the price table and the workload to fit on one card.
+    """``config/lots.json``: the order, the price table, the per-card overhead and the lease end (what is the lot's).
+
+    Further sections (such as a ``lease`` section) may be added beside these; the job's model, engine and
+    training sections are refused (:data:`MOVED_SECTIONS`).
 
     Attributes:
         gpu_model: key of ``gpus`` to order.
@@ -71,11 +135,6 @@ class LotsConfig(Frozen):
         image_backend: the vLLM build inside the serving image (``cuda`` or ``rocm``).
         overhead_gib_per_card: fixed reserve per card in GiB (driver context, one step's
             activation peak, allocator fragmentation).
-        model: base model and dtype; ``base_model`` may also name a built-in shape
-            (``llama-2-7b``, ``mistral-7b``, ``llama-3-8b``, ``qwen2.5-7b``).
-        engine: serving sizing (``max_num_seqs``, ``max_loras``, ``max_lora_rank``,
-            ``gpu_memory_utilization``), the same section as ``config/docpilot.json``.
-        training: the LoRA training job.
         gpus: the catalogue and the user's price table, by GPU model name.
         lease_ends_at: when the rented lot(s) stop (ISO 8601 with a timezone, e.g.
             ``2026-12-03T18:00:00Z``), or ``null``. ``docpilot status`` compares a batch's ETA plus
@@ -87,11 +146,53 @@ class LotsConfig(Frozen):
     lots: int = Field(ge=1, le=10)
     image_backend: Literal["cuda", "rocm"] = "cuda"
     overhead_gib_per_card: float = Field(2.0, ge=0, le=64)
-    model: ModelConfig = ModelConfig()
-    engine: EngineConfig = EngineConfig()
-    training: TrainingShape = TrainingShape()
     gpus: dict[str, GpuSpec] = Field(min_length=1)
     lease_ends_at: AwareDatetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_sections(cls, data: Any) -> Any:
+        if isinstance(data, dict) and (message := moved_sections_message(data)):
+            raise ValueError(message)
+        return data
+
+
+def moved_sections_message(data: dict[str, Any]) -> str | None:
+    """What moved where, for a lots config holding the job's sections of an earlier docpilot; ``None`` when none."""
+    moved = [k for k in MOVED_SECTIONS if k in data]
+    if not moved:
+        return None
+    return ("the job's sections moved out of the lots config: " + "; ".join(f"`{k}` -> {MOVED_SECTIONS[k]}" for k in moved)
+            + ". Delete them from the lots config: make plan now sizes the job of config/docpilot.json, the file "
+            "every other command reads")
+
+
+def load_lots(path: Any, overrides: dict[str, Any] | None = None) -> LotsConfig:
+    """Read and validate a lots config (``config/lots.json``).
+
+    Args:
+        path: the JSON file.
+        overrides: dotted keys to set after reading (``gpu_model``, ``lots``...).
+
+    Returns:
+        The frozen :class:`LotsConfig`.
+
+    Raises:
+        ConfigError: missing file, invalid JSON or field, or the job sections of an earlier lots config
+            (``model``, ``engine``, ``training``), named with where each one moved.
+    """
+    import json
+    from pathlib import Path
+
+    from classify.config import load_config
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None  # load_config names the problem
+    if isinstance(data, dict) and (message := moved_sections_message(data)):
+        raise ConfigError(f"{path}: {message}")
+    return load_config(LotsConfig, path, overrides)
 
 
 def gpu_spec(cfg: LotsConfig) -> GpuSpec:

@@ -1,6 +1,8 @@
 """``docpilot plan`` (``make plan``): the lot order summary, the Ray plan and the per-card memory fit.
 
-Reads ``config/lots.json`` (:class:`batch.lots.LotsConfig`), prints the order (GPU model, period,
+Reads the lot from ``config/lots.json`` (:class:`batch.lots.LotsConfig`) and the job it sizes (model,
+engine, training) from ``config/docpilot.json`` (:func:`batch.lots.job_shape`), the file every other
+command reads, so the memory fit is the one of the job that runs. Prints the order (GPU model, period,
 lots, cards, total USD), the number of Ray engine actors the batch will start, the
 backend check against the serving image, and per-card memory estimates for serving
 and LoRA training with a fit verdict. Memory is never pooled across cards: every
@@ -17,8 +19,8 @@ from typing import Any
 
 from pydantic import AwareDatetime, ValidationError
 
-from batch.lots import LotsConfig, gpu_spec
-from classify.config import Frozen, ModelConfig, config_sha256, load_config
+from batch.lots import JobShape, LotsConfig, gpu_spec, job_shape, load_lots
+from classify.config import Frozen, ModelConfig, config_sha256
 from classify.errors import ConfigError
 from classify.memory import (
     BUILTIN_SHAPES,
@@ -73,7 +75,7 @@ def lease_end(lots_config: str | Path | None = "config/lots.json", override: str
         return parse_lease_end(override)
     if lots_config is None or not Path(lots_config).is_file():
         return None
-    return load_config(LotsConfig, lots_config).lease_ends_at
+    return load_lots(lots_config).lease_ends_at
 
 
 def order_summary(cfg: LotsConfig) -> dict[str, Any]:
@@ -164,8 +166,13 @@ def model_shape(model_cfg: ModelConfig) -> ModelShape:
     return shape_from_folder(ref.path)
 
 
-def memory_plan(cfg: LotsConfig, shape: ModelShape) -> dict[str, Any]:
+def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None) -> dict[str, Any]:
     """Per-card serving and training estimates for the ordered card (memory is not pooled).
+
+    Args:
+        cfg: the lots config (card, overhead).
+        shape: the model shape.
+        job: the configured job (:func:`batch.lots.job_shape`; default: the defaults of every section).
 
     Returns:
         ``{card_memory_gib, dtype_bytes, parameters, kv_bytes_per_token, serving, training,
@@ -173,12 +180,13 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape) -> dict[str, Any]:
         sequences the KV space left on one card holds.
     """
     spec = gpu_spec(cfg)
-    dtype_bytes = DTYPE_BYTES.get(cfg.model.dtype, 2)  # "auto": Hugging Face checkpoints are 16-bit
+    job = job or JobShape()
+    dtype_bytes = DTYPE_BYTES.get(job.model.dtype, 2)  # "auto": Hugging Face checkpoints are 16-bit
     card = int(spec.card_memory_gib * GIB)
     overhead = int(cfg.overhead_gib_per_card * GIB)
-    eng, tr = cfg.engine.resolve(spec.backend), cfg.training  # "auto" fields as the lot's backend gets them
+    eng, tr = job.engine.resolve(spec.backend), job.training  # "auto" fields as the lot's backend gets them
     serving = serving_estimate(
-        shape, dtype_bytes, cfg.model.max_model_len, eng.max_num_seqs, eng.max_loras, eng.max_lora_rank,
+        shape, dtype_bytes, job.model.max_model_len, eng.max_num_seqs, eng.max_loras, eng.max_lora_rank,
         overhead, int(card * eng.gpu_memory_utilization),
     )
     training = training_estimate(
@@ -192,41 +200,46 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape) -> dict[str, Any]:
         "dtype_bytes": dtype_bytes,
         "parameters": shape.num_parameters(),
         "kv_bytes_per_token": per_token,
-        "max_full_sequences": max(0, kv_space // (per_token * cfg.model.max_model_len)),
+        "max_full_sequences": max(0, kv_space // (per_token * job.model.max_model_len)),
         "serving": serving.as_dict(),
         "training": training.as_dict(),
     }
 
 
-def build_plan(cfg: LotsConfig, shape: ModelShape | None = None) -> dict[str, Any]:
+def build_plan(cfg: LotsConfig, job: JobShape | None = None, shape: ModelShape | None = None) -> dict[str, Any]:
     """The whole plan as one JSON-ready dict (order, Ray, memory, warnings).
 
     Args:
         cfg: the lots config.
-        shape: the model shape (default: :func:`model_shape` of ``cfg.model``).
+        job: the configured job (:func:`batch.lots.job_shape` of ``config/docpilot.json``; default: the
+            defaults of every section).
+        shape: the model shape (default: :func:`model_shape` of ``job.model``).
 
     Raises:
         ConfigError: unknown GPU model, missing price, unreadable model shape.
     """
     order = order_summary(cfg)
     ray = ray_plan(cfg)
-    shape = shape or model_shape(cfg.model)
-    memory = memory_plan(cfg, shape)
+    job = job or JobShape()
+    shape = shape or model_shape(job.model)
+    memory = memory_plan(cfg, shape, job)
     warnings = list(ray["warnings"])
-    for job in ("serving", "training"):
-        if not memory[job]["fits"]:
+    for part in ("serving", "training"):
+        if not memory[part]["fits"]:
             warnings.append(
-                f"{job} does not fit one {cfg.gpu_model} card: needs {memory[job]['needed_gib']} GiB, "
-                f"usable {memory[job]['usable_gib']} GiB (memory is not pooled across cards)"
+                f"{part} does not fit one {cfg.gpu_model} card: needs {memory[part]['needed_gib']} GiB, "
+                f"usable {memory[part]['usable_gib']} GiB (memory is not pooled across cards)"
             )
     return {
         "order": order,
         "ray": ray,
-        "model": {"base_model": cfg.model.base_model, "shape": shape.__dict__},
+        "model": {"base_model": job.model.base_model, "shape": shape.__dict__},
         "memory": memory,
         "warnings": warnings,
         "config": cfg.model_dump(mode="json"),
         "config_sha256": config_sha256(cfg),
+        "job": job.model_dump(mode="json"),
+        "job_sha256": config_sha256(job),
     }
 
 
@@ -265,9 +278,10 @@ def _print(plan: dict[str, Any], json_path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``docpilot plan --config config/lots.json [--gpu-model M] [--period-days D] [--lots N]``.
+    """``docpilot plan [--config config/docpilot.json] [--lots-config config/lots.json] [--gpu-model M] [--period-days D] [--lots N]``.
 
-    Prints the order, Ray and memory tables and writes ``plan.json`` in a new run folder.
+    Prints the order, Ray and memory tables and writes ``plan.json`` in a new run folder. The lot comes
+    from ``--lots-config``, the job it sizes (model, engine, training) from ``--config``.
 
     Returns:
         0 (a plan that does not fit is reported as a warning, not an error).
@@ -279,15 +293,19 @@ def main(argv: list[str]) -> int:
     from classify.runrecords import code_revision, new_run_dir, utc_now, write_json_atomic
 
     parser = argparse.ArgumentParser(prog="docpilot plan", description="lot order summary and per-card memory fit")
-    parser.add_argument("--config", default="config/lots.json", help="lots config (JSON)")
+    parser.add_argument("--config", default="config/docpilot.json",
+                        help="the job's config: model, engine and train sections (default: %(default)s)")
+    parser.add_argument("--lots-config", default="config/lots.json",
+                        help="the lot: GPU model, period, lots, prices, lease end (default: %(default)s)")
     parser.add_argument("--gpu-model", help="override `gpu_model`")
     parser.add_argument("--period-days", type=int, help="override `period_days` (3, 7 or 30)")
     parser.add_argument("--lots", type=int, help="override `lots` (1 to 10)")
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in (("gpu_model", args.gpu_model), ("period_days", args.period_days),
                                    ("lots", args.lots)) if v is not None}
-    cfg = load_config(LotsConfig, args.config, overrides)
-    plan = build_plan(cfg)
+    job = job_shape(args.config)
+    cfg = load_lots(args.lots_config, overrides)
+    plan = build_plan(cfg, job)
     run_id, run_dir = new_run_dir("plan", runs_dir())
     plan.update(run_id=run_id, created=utc_now(), code_revision=code_revision())
     write_json_atomic(run_dir / "plan.json", plan)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from batch.lots import LotsConfig
+from batch.lots import JobShape, LotsConfig, job_shape
 from batch.plan import build_plan, main, model_shape, order_summary, ray_plan
-from classify.config import ModelConfig, load_config, parse_config
+from classify.config import EngineConfig, ModelConfig, load_config, parse_config
 from classify.errors import ConfigError
 from classify.memory import (
     BUILTIN_SHAPES,
@@ -115,7 +115,7 @@ def test_missing_price_and_bad_price():
 def test_cli_range_error_exit_code(capsys):
     from docpilot.cli import main as cli
 
-    assert cli(["plan", "--config", str(LOTS), "--lots", "11"]) == 2
+    assert cli(["plan", "--lots-config", str(LOTS), "--lots", "11"]) == 2
     assert "`lots` must be less than or equal to 10, got 11" in capsys.readouterr().err
 
 
@@ -208,9 +208,9 @@ def test_7b_class_estimates():
 
 
 def test_plan_no_pooling_across_b200_cards():
-    cfg = lots(gpu_model="B200", lots=2, model=ModelConfig(base_model="llama-2-7b", max_model_len=4096).model_dump(),
-               engine={"max_num_seqs": 256})
-    plan = build_plan(cfg)
+    cfg = lots(gpu_model="B200", lots=2)
+    plan = build_plan(cfg, JobShape(model=ModelConfig(base_model="llama-2-7b", max_model_len=4096),
+                                    engine=EngineConfig(max_num_seqs=256)))
     assert plan["memory"]["serving"]["usable"] == int(int(179.1 * GIB) * 0.85)  # one card, not two
     assert plan["memory"]["serving"]["fits"] is False
     assert any(w.startswith("serving does not fit one B200 card") for w in plan["warnings"])
@@ -219,7 +219,7 @@ def test_plan_no_pooling_across_b200_cards():
 def test_main_writes_plan_json(capsys):
     from classify.paths import runs_dir
 
-    assert main(["--config", str(LOTS), "--gpu-model", "B200", "--lots", "2", "--period-days", "30"]) == 0
+    assert main(["--lots-config", str(LOTS), "--gpu-model", "B200", "--lots", "2", "--period-days", "30"]) == 0
     out = capsys.readouterr().out
     assert "13,000.0" in out and "Ray engine actors" in out
     written = sorted(runs_dir().glob("*-plan-*/plan.json"))
@@ -291,6 +291,59 @@ def test_cpu_serving_estimate_parts():
 
 
 def test_auto_engine_fields_resolve_for_the_lots_backend():
-    """lots.json with an `"auto"` engine section is sized as a CUDA/ROCm engine runs it (256 sequences)."""
-    cfg = lots(engine={"max_num_seqs": "auto", "enforce_eager": "auto"})
-    assert build_plan(cfg)["memory"]["serving"]["parts"]["kv_cache"] == SMOL_KV_PER_TOKEN * 1024 * 256
+    """An `"auto"` engine section is sized as a CUDA/ROCm engine runs it on the lot (256 sequences)."""
+    job = JobShape(engine=EngineConfig(max_num_seqs="auto", enforce_eager="auto"))
+    assert build_plan(lots(), job)["memory"]["serving"]["parts"]["kv_cache"] == SMOL_KV_PER_TOKEN * 1024 * 256
+
+
+# ---- the plan sizes the configured job (config/docpilot.json), the lot comes from lots.json ----------------
+
+def test_shipped_lots_config_holds_only_the_lot():
+    data = json.loads(LOTS.read_text())
+    assert not {"model", "engine", "training"} & set(data)
+    assert {"gpu_model", "period_days", "lots", "gpus", "lease_ends_at", "overhead_gib_per_card"} <= set(data)
+
+
+def test_plan_sizes_the_job_of_docpilot_json_and_follows_its_edits(tmp_path, capsys):
+    """`make plan` after an edit of engine.max_lora_rank and train.training.batch_size prints another estimate."""
+    shipped = json.loads((ROOT / "config" / "docpilot.json").read_text())
+    job = job_shape(ROOT / "config" / "docpilot.json")
+    assert job.engine.max_lora_rank == shipped["engine"]["max_lora_rank"]
+    assert job.training.batch_size == shipped["train"]["training"]["batch_size"]
+    assert job.training.seq_len_tokens == shipped["train"]["training"]["max_seq_tokens"]
+    assert list(job.training.lora_targets) == shipped["train"]["lora"]["target_modules"]
+
+    def plan_of(config: Path) -> tuple[str, dict]:
+        assert main(["--config", str(config), "--lots-config", str(LOTS)]) == 0
+        out = capsys.readouterr().out
+        written = re.search(r"plan written to (\S+)", out.replace("\n", "")).group(1)  # rich may wrap the path
+        return out, json.loads(Path(written).read_text())
+
+    before_out, before = plan_of(ROOT / "config" / "docpilot.json")
+    edited = json.loads(json.dumps(shipped))
+    edited["engine"]["max_lora_rank"] = 64
+    edited["train"]["training"]["batch_size"] = 32
+    path = tmp_path / "docpilot.json"
+    path.write_text(json.dumps(edited))
+    after_out, after = plan_of(path)
+    assert after["job"]["engine"]["max_lora_rank"] == 64 and after["job"]["training"]["batch_size"] == 32
+    lora = lambda p: p["memory"]["serving"]["parts"]["lora_slots"]  # noqa: E731
+    acts = lambda p: p["memory"]["training"]["parts"]["activations"]  # noqa: E731
+    assert lora(after) == lora(before) * 64 // shipped["engine"]["max_lora_rank"]
+    assert acts(after) > acts(before)
+    assert before_out != after_out and f"{after['memory']['training']['needed_gib']:.2f}" in after_out
+
+
+def test_an_old_lots_config_with_job_sections_says_what_moved_where(tmp_path, capsys):
+    from docpilot.cli import main as cli
+
+    old = {**json.loads(LOTS.read_text()), "model": {"base_model": "smollm2-135m-instruct"},
+           "engine": {"max_lora_rank": 16}, "training": {"batch_size": 8}}
+    path = tmp_path / "lots.json"
+    path.write_text(json.dumps(old))
+    assert cli(["plan", "--lots-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "`model` -> `model` of config/docpilot.json" in err and "`engine` -> `engine` of config/docpilot.json" in err
+    assert "`training` -> `train.training` (batch_size, max_seq_tokens) and `train.lora`" in err
+    assert cli(["plan", "--config", str(LOTS)]) == 2  # the lots file where the job's config goes
+    assert "pass the lots file as --lots-config" in capsys.readouterr().err
