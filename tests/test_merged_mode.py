@@ -192,7 +192,7 @@ def _tiny_lora(model_path: str, out: Path, seed: int, scale: float = 0.1) -> Pat
 
 
 def test_a_merged_mode_pilot_proceeds_and_answers_as_the_lora_mode_pilot(pilot_config, engine, tmp_path):
-    """Two engine starts: the session's LoRA engine (lora mode) and the merged model's own (merged mode)."""
+    """Two pilots through the batch pipeline (real Ray, real vLLM engine actors): lora mode and merged mode."""
     from adapters.registry import Registry
     from batch.pilot import run_pilot
     from classify.device import compute_dtype
@@ -207,7 +207,7 @@ def test_a_merged_mode_pilot_proceeds_and_answers_as_the_lora_mode_pilot(pilot_c
     lora_cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"adapter_mode": "lora"})})
     assert cfg.model.adapter_mode == "merged"
 
-    lora = run_pilot(lora_cfg, PILOT, "tiny-merge@1", engine=engine)
+    lora = run_pilot(lora_cfg, PILOT, "tiny-merge@1")
     t0 = time.monotonic()
     merged = run_pilot(cfg, PILOT, "tiny-merge@1")
     merged_s = time.monotonic() - t0
@@ -238,7 +238,7 @@ def test_a_merged_mode_pilot_proceeds_and_answers_as_the_lora_mode_pilot(pilot_c
     # the adapter did something: its scores differ from the base model's
     from batch._pilot_inputs import read_pilot_set
 
-    docs, _ = read_pilot_set(PILOT, pilot_config.classify, pilot_config.thresholds.expected_documents)
+    docs, *_ = read_pilot_set(PILOT, pilot_config.classify, pilot_config.thresholds.expected_documents)
     base_scores = {r.id: r.score for r in engine.classify(docs)}
     assert any(s is not None and abs(s - (a[i]["score"] or 0)) > 1e-3 for i, s in base_scores.items())
 

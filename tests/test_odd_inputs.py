@@ -238,7 +238,7 @@ def test_pilot_reader_rejects_each_odd_kind_and_keeps_labels_on_the_recorded_ids
         b'{"id": "rtl", "text": "\\u0645\\u0631\\u062d\\u0628\\u0627", "label": "business"}',
         b'{"id": "emoji", "text": "\\ud83d\\udc4d great match", "label": "sport"}',
     ]
-    docs, labels = read_pilot_set(_jsonl(tmp_path / "p.jsonl", lines), ClassifyConfig(), len(lines))
+    docs, labels, *_ = read_pilot_set(_jsonl(tmp_path / "p.jsonl", lines), ClassifyConfig(), len(lines))
     assert [d.id for d in docs] == ["\\ud83d", "t", "p.jsonl#L3", "p.jsonl#L4", "zw", "rtl", "emoji"]
     assert [d.reject_reason is None for d in docs] == [False] * 5 + [True] * 2
     assert docs[2].reject_reason.startswith("`id` must be a string or an integer, got boolean true")
@@ -247,7 +247,7 @@ def test_pilot_reader_rejects_each_odd_kind_and_keeps_labels_on_the_recorded_ids
     (folder / "documents").mkdir(parents=True)
     (folder / "documents" / "\udcff.txt").write_text("Shares rose.")
     (folder / "labels.json").write_bytes(b'{"\\udcff.txt": "reject"}')
-    docs, labels = read_pilot_set(folder, ClassifyConfig(), 1)
+    docs, labels, *_ = read_pilot_set(folder, ClassifyConfig(), 1)
     assert [d.id for d in docs] == ["\\udcff.txt"] and labels == {"\\udcff.txt": "reject"}
 
 
@@ -375,7 +375,7 @@ def test_a_jsonl_line_that_is_not_utf8_keeps_its_label_and_a_first_line_mark(tmp
     assert [(d.id, d.text is None, r.get("label")) for d, r in pairs] == [
         ("b1", True, "reject"), ("ok", False, "sport"), ("m", True, "reject")]
     assert "byte 0xE9 at byte 28 of the line" in pairs[0][0].reject_reason  # counted in the line's bytes, mark included
-    docs, labels = read_pilot_set(bad, ClassifyConfig(), 3)
+    docs, labels, *_ = read_pilot_set(bad, ClassifyConfig(), 3)
     assert labels == {"b1": "reject", "ok": "sport", "m": "reject"}
     plan = plan_corpus(CorpusConfig(path=str(bad)), 16, 1 << 20, bad, 1000)
     assert list(iter_labels(plan, "label")) == [("b1", "reject"), ("ok", "sport"), ("m", "reject")]

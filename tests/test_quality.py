@@ -367,39 +367,23 @@ def test_real_engine_tempers_the_category_logprobs_it_returns(engine, monkeypatc
 
 # --- a labelled pilot (stand-in engine: the bookkeeping and the pictures are under test) --------------------------
 
-class _LabelEcho:
-    """The pilot's engine seen from outside: answers each document's label, except doc03 (-> tech, score 0.4)."""
-
-    def __init__(self, labels):
-        from classify.model import ModelRef
-
-        self.labels = labels
-        self.model = ModelRef("fake-base", "/nonexistent", "sha256:" + "0" * 64, "test")
-
-    def classify(self, docs, adapter=None):
-        from classify.records import Result
-
-        out = []
-        for d in docs:
-            if d.reject_reason:
-                out.append(Result.rejected(d, d.reject_reason))
-            else:
-                wrong = d.id == "doc03.txt"
-                score = 0.4 if wrong else 0.9
-                out.append(Result(id=d.id, status="accepted", category="tech" if wrong else self.labels[d.id], score=score,
-                                  review=score < 0.5))
-        return out
-
-
-def test_a_labelled_pilot_writes_the_confusion_matrix_accuracy_and_review_counts(pilot_config, tmp_path):
+@pytest.mark.ray
+def test_a_labelled_pilot_writes_the_confusion_matrix_accuracy_and_review_counts(instant_ray, pilot_config, tmp_path,
+                                                                                monkeypatch):
+    """A pilot (a batch run) over real Ray with a stand-in engine answering each label, except doc03 (-> tech, 0.4)."""
     from pathlib import Path
+
+    from stand_in_actors import answer_actor
 
     from batch.pilot import run_pilot
 
+    for var in ("DOCPILOT_HOME", "DOCPILOT_RUNS"):  # a stand-in's verdict must not open the real model's gate
+        monkeypatch.setenv(var, str(tmp_path / var.lower()))
     pilot = Path(__file__).resolve().parent.parent / "data" / "pilot"
     labels = json.loads((pilot / "labels.json").read_text())
+    answers = {i: ("tech", 0.4) if i == "doc03.txt" else (lab, 0.9) for i, lab in labels.items() if lab != "reject"}
     cfg = pilot_config.model_copy(update={"classify": pilot_config.classify.model_copy(update={"review_below_score": 0.5})})
-    outcome = run_pilot(cfg, pilot, engine=_LabelEcho(labels), export_root=tmp_path / "exports")
+    outcome = run_pilot(cfg, pilot, export_root=tmp_path / "exports", _engine_actor=answer_actor(answers))
     summary = json.loads((outcome.run_dir / "summary.json").read_text())
     assert summary["accuracy"] == round(10 / 11, 4)
     quality = summary["quality"]

@@ -246,7 +246,8 @@ def test_smoke_training_checkpoints_publishes_and_serves_through_vllm(train_conf
     from batch.pilot import run_pilot
 
     pilot_set = Path(__file__).resolve().parent.parent / "data" / "pilot"
-    trial = run_pilot(pilot_config, pilot_set, adapter_ref="bbc-news-smoke@1", engine=engine)
+    lora_cfg = pilot_config.model_copy(update={"model": pilot_config.model.model_copy(update={"adapter_mode": "lora"})})
+    trial = run_pilot(lora_cfg, pilot_set, adapter_ref="bbc-news-smoke@1")  # the batch pipeline: a LoRA engine actor
     params = json.loads((trial.run_dir / "params.json").read_text())
     assert params["adapter"]["sha256"] == resolved.sha256 and trial.summary["total"] == 12
     assert params["adapter"]["prompt_mismatch"] == [  # the smoke run trains on 48-token documents

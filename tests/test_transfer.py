@@ -279,25 +279,16 @@ def test_interrupted_run_export_is_completed_by_a_rerun(s3, tmp_path, bbc_dir):
     assert verify_export(url, check_export) == []
 
 
-class _FakeClassifier:
-    """The pilot's engine seen from outside: a model ref and ``classify`` (bookkeeping only; the export is under test)."""
+@pytest.mark.ray
+def test_pilot_exports_to_s3_rechecks_it_and_records_its_lease(s3, pilot_config, tmp_path, monkeypatch):
+    """The pilot's batch export to an object store (real local Ray, a stand-in engine actor: the export is under test)."""
+    from stand_in_actors import answer_actor
 
-    def __init__(self):
-        from classify.model import ModelRef
-
-        self.model = ModelRef("fake-base", "/nonexistent", FP, "test")
-
-    def classify(self, docs, adapter=None):
-        from classify.records import Result
-
-        return [Result.rejected(d, d.reject_reason) if d.reject_reason
-                else Result(id=d.id, status="accepted", category="tech", score=0.5) for d in docs]
-
-
-def test_pilot_exports_to_s3_rechecks_it_and_records_its_lease(s3, pilot_config):
     from batch.pilot import run_pilot
 
-    outcome = run_pilot(pilot_config, ROOT / "data" / "pilot", engine=_FakeClassifier(),
+    for var in ("DOCPILOT_HOME", "DOCPILOT_RUNS"):  # a stand-in's verdict must not touch the real model's gate
+        monkeypatch.setenv(var, str(tmp_path / var.lower()))
+    outcome = run_pilot(pilot_config, ROOT / "data" / "pilot", _engine_actor=answer_actor(),
                         export_root=f"s3://{BUCKET}/pilots", lease_ends_at="2026-12-03T18:00:00+00:00")
     assert outcome.stage == "verify" and outcome.summary["first_error"] is None
     assert outcome.export_dir == f"s3://{BUCKET}/pilots/{outcome.run_id}"
