@@ -14,7 +14,7 @@ from adapters._config import DataSection
 from classify.errors import ConfigError, InputError
 from classify.files import file_sha256
 from classify.paths import bbc_dir_hint
-from classify.prompt import build_training_example
+from classify.prompt import build_training_examples
 from classify.textcheck import check_text
 
 MAX_LISTED = 5
@@ -152,12 +152,13 @@ def split_rows(rows: list[Row], cfg: DataSection, seed: int) -> tuple[list[Row],
 
 
 def tokenize(tokenizer: Any, classify_cfg: Any, rows: list[Row], max_seq_tokens: int) -> list[dict[str, list[int]]]:
-    """Build every example with :func:`classify.prompt.build_training_example` (the engine's prompt).
+    """Build every example with :func:`classify.prompt.build_training_examples`: the engine's own prompt ids
+    (one batched tokenizer call), then the answer ids.
 
     Raises:
         ConfigError: an example is longer than ``training.max_seq_tokens``.
     """
-    examples = [build_training_example(tokenizer, classify_cfg, r.text, r.category) for r in rows]
+    examples = build_training_examples(tokenizer, classify_cfg, [r.text for r in rows], [r.category for r in rows])
     longest = max(len(e["input_ids"]) for e in examples)
     if longest > max_seq_tokens:
         raise ConfigError(

@@ -43,7 +43,9 @@ class EngineActor:
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, classify_cfg: ClassifyConfig,
                  adapter: AdapterHandle | None, model_fingerprint: str, temperature: float | None = None):
         from classify.engine import build_engine
+        from classify.prompt import set_tokenizer_threads
 
+        set_tokenizer_threads()  # the prompt tokenizer's batch encode runs on this actor's cores
         self.adapter = adapter
         self.temperature = temperature
         self.max_doc_bytes = classify_cfg.max_doc_bytes

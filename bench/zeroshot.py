@@ -1,6 +1,6 @@
 """Zero-shot accuracy of the base model on the 334 BBC test articles, and vLLM vs a plain transformers loop.
 
-Both paths score the same prompts (``classify.prompt.build_prompt``) the same way (arg-max over the
+Both paths score the same prompt ids (``classify.prompt.build_prompts``) the same way (arg-max over the
 categories' first tokens) in the same compute dtype; throughput is compared on the same 64 articles in
 the same run, and each path's achieved FLOP/s is set against the machine's measured matmul rate.
 """
@@ -16,20 +16,19 @@ from bench.common import accuracy, bbc_test, forward_gflop_per_token, matmul_gfl
 from classify.config import PilotConfig, load_config
 
 
-def _transformers_loop(model_path: str, dtype: str, prompts: list[str], first_tokens: list[int]) -> tuple[list[int], float]:
-    """Plain Hugging Face loop: one forward pass per prompt, arg-max over the category first tokens."""
+def _transformers_loop(model_path: str, dtype: str, prompts: list[list[int]], first_tokens: list[int]) -> tuple[list[int], float]:
+    """Plain Hugging Face loop: one forward pass per prompt (the engine's own prompt ids), arg-max over the category
+    first tokens."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    tok = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).eval()
     picks = []
     with torch.inference_mode():
-        model(**tok(prompts[0], return_tensors="pt", add_special_tokens=False))  # warm-up
+        model(input_ids=torch.tensor([prompts[0]]))  # warm-up
         started = time.perf_counter()
         for prompt in prompts:
-            ids = tok(prompt, return_tensors="pt", add_special_tokens=False)
-            logits = model(**ids).logits[0, -1, first_tokens]
+            logits = model(input_ids=torch.tensor([prompt])).logits[0, -1, first_tokens]
             picks.append(int(torch.argmax(logits)))
         seconds = time.perf_counter() - started
     return picks, seconds
@@ -64,7 +63,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         started = time.perf_counter()
         cmp_results = engine.classify(docs[:n_cmp])
         vllm_s = time.perf_counter() - started
-        prompts = [engine.scorer.prompt(d).text for d in docs[:n_cmp]]
+        prompts = [p.ids for p in engine.scorer.prompts(docs[:n_cmp])]
         first_tokens = engine.scorer.first_tokens
     finally:
         engine.shutdown()

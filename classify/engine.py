@@ -61,8 +61,7 @@ class Classifier:
             raise EngineError("an adapter was given but the engine was built without LoRA (enable_lora=False)")
         results: list[Result | None] = [None] * len(docs)
         pending: list[tuple[int, Prompt]] = []
-        for i, doc in enumerate(docs):
-            rendered = self.scorer.prompt(doc)
+        for i, rendered in enumerate(self.scorer.prompts(docs)):  # one batched tokenizer call
             if isinstance(rendered, Result):
                 results[i] = rendered
             else:
@@ -70,7 +69,7 @@ class Classifier:
         if pending:
             try:
                 outputs = self.llm.generate(
-                    [p.text for _, p in pending],
+                    [p.engine_input() for _, p in pending],  # token ids: vLLM does not tokenize again
                     self.scorer.sampling_params(),
                     use_tqdm=progress,
                     lora_request=adapter.lora_request() if adapter else None,

@@ -1,35 +1,80 @@
-"""The one prompt builder, shared by training, pilot, batch and serve.
+"""The one prompt builder, shared by training, pilot, batch and serve: prompts as token ids.
 
 The prompt is the model's chat template over a system message (instruction +
 category list) and a user message (the document cut to ``max_doc_tokens``
 tokens), ending where the assistant's answer starts. The answer is the bare
 category name followed by the end-of-turn token, so a LoRA adapter trained on
 :func:`build_training_example` answers in exactly the format the engine scores.
+
+The prompt is built as token ids, never as a string the engine tokenizes again
+(:class:`PromptBuilder`):
+
+* the chat template is rendered ONCE per (tokenizer, classify config), with a unique
+  placeholder where the document goes, and split around it into prefix ids and suffix ids
+  (each tokenized as template text: its control tokens are real control tokens);
+* each document is tokenized once as plain text: a special-token string inside a document
+  (``<|im_start|>``, ``<|im_end|>``, ...) stays text and never becomes a control token
+  (the tokenizer's ``encode_special_tokens`` mode, on a private copy of the fast tokenizer),
+  so a document cannot close its user turn and forge an assistant answer;
+* the document's ids are cut to ``max_doc_tokens``; a character pre-cut at a space bounds
+  the work on long documents without changing the first ``max_doc_tokens`` ids;
+* prompt = prefix + document + suffix; ``n_tokens`` is its exact length.
+
+Documents are tokenized in batches (the Rust tokenizer's own thread pool, sized by
+``RAYON_NUM_THREADS``; :func:`set_tokenizer_threads`). For a document without special-token
+strings the ids equal the old string path's (template rendered around the document, then
+tokenized) wherever the document was not cut; the tests check it on the BBC articles.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from classify.config import ClassifyConfig
 
+log = logging.getLogger(__name__)
+
+PLACEHOLDER = "\u2063DOCPILOT-DOCUMENT-7f3a9c\u2063"
+"""Stands for the document when the template is rendered once (split around it; must occur exactly once)."""
+
+FIRST_CHUNK_CHARS_PER_TOKEN = 4
+"""Characters per token of ``max_doc_tokens`` in a document's first chunk (English news: about 4.4 per token)."""
+NEXT_CHUNK_CHARS_PER_TOKEN = 1
+"""Characters per token of ``max_doc_tokens`` in each further chunk, while the budget is not reached."""
+
 
 @dataclass(frozen=True)
 class Prompt:
-    """A rendered classification prompt.
+    """A classification prompt as the engine receives it: token ids.
 
     Attributes:
-        text: the full prompt string (chat template applied, generation prompt appended).
-        n_tokens: tokens of ``text`` as the engine will see it.
+        ids: the full prompt's token ids (template prefix, document, template suffix).
         n_doc_tokens: tokens of the (possibly cut) document inside the prompt.
         truncated: whether the document was cut to ``max_doc_tokens``.
     """
 
-    text: str
-    n_tokens: int
+    ids: list[int]
     n_doc_tokens: int
     truncated: bool
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens of the prompt as the engine sees it (exact: the engine gets these ids)."""
+        return len(self.ids)
+
+    def engine_input(self) -> dict[str, list[int]]:
+        """The vLLM prompt (``vllm.inputs.TokensPrompt``): vLLM does not tokenize it again."""
+        return {"prompt_token_ids": self.ids}
+
+    def text(self, tokenizer: Any) -> str:
+        """The prompt decoded to a string, for display and logs only (never give it to an engine to tokenize:
+        a special-token string of the document would turn into a control token)."""
+        return tokenizer.decode(self.ids, skip_special_tokens=False)
 
 
 def _messages(cfg: ClassifyConfig, document: str) -> list[dict[str, str]]:
@@ -40,25 +85,262 @@ def _messages(cfg: ClassifyConfig, document: str) -> list[dict[str, str]]:
     ]
 
 
-def cut_document(tokenizer: Any, text: str, max_doc_tokens: int) -> tuple[str, int, bool]:
-    """Cut ``text`` to at most ``max_doc_tokens`` tokens.
+def render_text(tokenizer: Any, cfg: ClassifyConfig, document: str) -> str:
+    """The chat template rendered around ``document`` as one string (the pre-token-id prompt, kept for checks).
 
     Args:
-        tokenizer: a Hugging Face tokenizer (``__call__`` and ``decode``).
-        text: the document.
-        max_doc_tokens: token budget for the document.
+        tokenizer: the base model's Hugging Face tokenizer (with a chat template).
+        cfg: categories and instruction.
+        document: the document text, already cut.
 
     Returns:
-        ``(text, n_tokens, truncated)``; ``text`` is unchanged when it fits.
+        The prompt string, generation prompt appended.
     """
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    if len(ids) <= max_doc_tokens:
-        return text, len(ids), False
-    return tokenizer.decode(ids[:max_doc_tokens]), max_doc_tokens, True
+    return tokenizer.apply_chat_template(_messages(cfg, document), tokenize=False, add_generation_prompt=True)
+
+
+def _control_ids(tokenizer: Any) -> dict[str, int]:
+    """Every added token of ``tokenizer`` (special tokens and other control strings), content -> id."""
+    found: dict[str, int] = {}
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    for tid, tok in decoder.items():
+        found[str(getattr(tok, "content", tok))] = int(tid)
+    for content in getattr(tokenizer, "all_special_tokens", []) or []:
+        tid = tokenizer.convert_tokens_to_ids(content)
+        if isinstance(tid, int):
+            found.setdefault(content, tid)
+    return found
+
+
+def _space_cut(text: str, start: int, limit: int) -> int:
+    """End of a chunk of ``text`` from ``start``: at most ``limit`` characters, ending before a space that follows a
+    non-space, found in the chunk's last quarter; ``-1`` when there is no such space (a raw cut would be needed).
+
+    A cut before such a space is a pre-token boundary of the byte-level BPE (GPT-2, Llama 3, Qwen regexes) and
+    SentencePiece (Metaspace) tokenizers: the text's ids are the chunks' ids, one after the other.
+    """
+    end = start + limit
+    if end >= len(text):
+        return len(text)
+    lo = end - limit // 4
+    at = text.rfind(" ", lo, end + 1)
+    while at > lo and text[at - 1].isspace():
+        at = text.rfind(" ", lo, at)
+    return at if at > max(lo, start) and not text[at - 1].isspace() else -1
+
+
+class PromptBuilder:
+    """Prompts as token ids for one (tokenizer, classify config): the template rendered once.
+
+    Build it with :func:`prompt_builder` (cached). Thread-safe: the document tokenizer is a private copy.
+
+    Args:
+        tokenizer: the base model's Hugging Face tokenizer (fast or slow; with a chat template).
+        cfg: categories, instruction and ``max_doc_tokens``.
+
+    Attributes:
+        prefix_ids: template ids before the document.
+        suffix_ids: template ids after the document (ends where the answer starts).
+        control_ids: ids of the tokenizer's added/special tokens (never produced from document text).
+        canonical: whether prefix + document + suffix equals the ids of the rendered prompt string.
+
+    Raises:
+        ValueError: the chat template does not place the document once, or a special-token string
+            would still become a control token (the tokenizer cannot keep it as text).
+    """
+
+    def __init__(self, tokenizer: Any, cfg: ClassifyConfig):
+        self.tokenizer = tokenizer
+        self.cfg = cfg
+        self.max_doc_tokens = cfg.max_doc_tokens
+        rendered = render_text(tokenizer, cfg, PLACEHOLDER)
+        if rendered.count(PLACEHOLDER) != 1:
+            raise ValueError("the model's chat template does not place the user message exactly once; "
+                             "docpilot cannot split it into prefix and suffix ids (use another base model)")
+        prefix, suffix = rendered.split(PLACEHOLDER)
+        self.prefix_ids: list[int] = list(tokenizer(prefix, add_special_tokens=False)["input_ids"])
+        self.suffix_ids: list[int] = list(tokenizer(suffix, add_special_tokens=False)["input_ids"])
+        self.control = _control_ids(tokenizer)
+        self.control_ids = frozenset(self.control.values())
+        self._lock = threading.Lock()
+        self._fast = self._fast_copy(tokenizer)
+        self._self_check()
+
+    @staticmethod
+    def _fast_copy(tokenizer: Any) -> Any:
+        """A private copy of the Rust tokenizer that keeps special-token strings as text, or ``None`` (slow tokenizer)."""
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None or not hasattr(backend, "to_str"):
+            return None
+        from tokenizers import AddedToken, Tokenizer
+
+        fast = Tokenizer.from_str(backend.to_str())
+        fast.no_truncation()
+        fast.no_padding()
+        plain = [tok.content for tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()
+                 if not getattr(tok, "special", True)]
+        if plain:  # added tokens not flagged special (``<think>``...) are control strings too: keep them as text
+            fast.add_special_tokens([AddedToken(c, special=True, normalized=False) for c in plain])
+        fast.encode_special_tokens = True  # added special tokens are matched as plain text
+        return fast
+
+    def _self_check(self) -> None:
+        """Raise unless special-token strings stay text; note whether prefix + document + suffix == the rendered ids.
+
+        ``canonical`` is False (and a warning logged) for a tokenizer whose pre-tokenizer joins the template's
+        text with the document's (SentencePiece ``Metaspace`` without a split at the newline): the prompt is
+        then the same ids on every path (training included), only not the ids of the rendered string.
+        """
+        forged = self.control_ids - {getattr(self.tokenizer, "unk_token_id", None)}  # <unk>: unknown text, no structure
+        for content in self.control:
+            ids = self.encode([f"a {content} b", content])
+            if any(t in forged for doc in ids for t in doc):
+                raise ValueError(f"the tokenizer turns the document text {content!r} into a control token even in "
+                                 "plain-text mode; docpilot cannot keep documents from forging the prompt")
+        sample = "Shares rose 3% on Monday. The striker scored twice; the minister said \"no\"."
+        whole = self.tokenizer(render_text(self.tokenizer, self.cfg, sample), add_special_tokens=False)["input_ids"]
+        self.canonical = self.prefix_ids + self.encode([sample])[0] + self.suffix_ids == list(whole)
+        if not self.canonical:
+            log.warning("this tokenizer joins the chat template's text with the document's: the token-id prompt "
+                        "differs from the rendered string's tokens at the document's edges (the same on every path, "
+                        "training included)")
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text as plain text (special-token strings stay text), in one batched call.
+
+        Args:
+            texts: document texts (not cut).
+
+        Returns:
+            One id list per text.
+        """
+        if not texts:
+            return []
+        if self._fast is not None:
+            return [e.ids for e in self._fast.encode_batch_fast(list(texts), add_special_tokens=False)]
+        with self._lock:  # a slow tokenizer: its own plain-text mode, one batch call
+            out = self.tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return [list(ids) for ids in out]
+
+    def document_ids(self, texts: Sequence[str]) -> list[tuple[list[int], bool]]:
+        """Each document's ids cut to ``max_doc_tokens``, and whether it was cut.
+
+        The ids are the whole document's first ``max_doc_tokens`` ids, computed from as little text as
+        possible: a first chunk of :data:`FIRST_CHUNK_CHARS_PER_TOKEN` characters per token of the budget
+        ending before a space, then further chunks (:data:`NEXT_CHUNK_CHARS_PER_TOKEN`), each ending before a
+        space, while the ids are not over the budget; every round is one batched tokenizer call. A document
+        with no space near a chunk's end (long unbroken text) is tokenized from its start again, 4x longer
+        each round, until it has 32 ids beyond the budget or is whole.
+
+        Args:
+            texts: document texts.
+
+        Returns:
+            ``(ids, truncated)`` per text, in order.
+        """
+        n = self.max_doc_tokens
+        out: list[tuple[list[int], bool] | None] = [None] * len(texts)
+        acc: dict[int, list[int]] = {i: [] for i in range(len(texts))}
+        pos = dict.fromkeys(range(len(texts)), 0)
+        raw: dict[int, int] = {}  # document -> characters to tokenize from the start (no space to cut at)
+        step = n * FIRST_CHUNK_CHARS_PER_TOKEN + 16
+        todo = list(range(len(texts)))
+        while todo:
+            jobs: list[tuple[int, int, int]] = []  # (document, start, end)
+            for i in todo:
+                text = texts[i]
+                if i in raw:
+                    jobs.append((i, 0, min(len(text), raw[i])))
+                    continue
+                end = _space_cut(text, pos[i], step)
+                if end < 0:
+                    raw[i] = max(4 * (pos[i] + step), 2 * step)
+                    acc[i] = []
+                    jobs.append((i, 0, min(len(text), raw[i])))
+                else:
+                    jobs.append((i, pos[i], end))
+            encoded = self.encode([texts[i][a:b] for i, a, b in jobs])
+            again = []
+            for (i, _, end), ids in zip(jobs, encoded, strict=True):
+                whole = end >= len(texts[i])
+                if i in raw:
+                    if whole or len(ids) > n + 32:
+                        out[i] = (ids[:n], len(ids) > n)
+                    else:
+                        raw[i] *= 4
+                        again.append(i)
+                    continue
+                got = acc[i]
+                got += ids
+                if len(got) > n or whole:
+                    out[i] = (got[:n], len(got) > n)
+                    del acc[i]
+                else:
+                    pos[i] = end
+                    again.append(i)
+            todo = again
+            step = n * NEXT_CHUNK_CHARS_PER_TOKEN + 16
+        return out  # type: ignore[return-value]
+
+    def build(self, texts: Sequence[str]) -> list[Prompt]:
+        """The prompts of ``texts``, tokenized in one batch.
+
+        Args:
+            texts: decoded documents.
+
+        Returns:
+            One :class:`Prompt` per text, in order; ``ids`` = prefix + cut document + suffix.
+        """
+        prefix, suffix = self.prefix_ids, self.suffix_ids
+        return [Prompt(prefix + ids + suffix, len(ids), cut) for ids, cut in self.document_ids(texts)]
+
+
+_BUILDERS: dict[tuple[int, str], tuple[Any, PromptBuilder]] = {}
+_BUILDERS_LOCK = threading.Lock()
+
+
+def prompt_builder(tokenizer: Any, cfg: ClassifyConfig) -> PromptBuilder:
+    """The :class:`PromptBuilder` of (``tokenizer``, ``cfg``), rendered once and cached (a few entries).
+
+    Args:
+        tokenizer: the base model's tokenizer.
+        cfg: the classify config.
+
+    Returns:
+        The cached builder.
+
+    Raises:
+        ValueError: see :class:`PromptBuilder`.
+    """
+    key = (id(tokenizer), cfg.model_dump_json())
+    with _BUILDERS_LOCK:
+        hit = _BUILDERS.get(key)
+        if hit is not None and hit[0] is tokenizer:
+            return hit[1]
+    builder = PromptBuilder(tokenizer, cfg)
+    with _BUILDERS_LOCK:
+        if len(_BUILDERS) >= 8:
+            _BUILDERS.pop(next(iter(_BUILDERS)))
+        _BUILDERS[key] = (tokenizer, builder)  # holds the tokenizer: its id cannot be reused while cached
+    return builder
+
+
+def build_prompts(tokenizer: Any, cfg: ClassifyConfig, texts: Sequence[str]) -> list[Prompt]:
+    """Build the prompts of many documents in one batch (the path of pilot, batch, serve and training).
+
+    Args:
+        tokenizer: the base model's Hugging Face tokenizer (with a chat template).
+        cfg: categories, instruction and ``max_doc_tokens``.
+        texts: decoded documents.
+
+    Returns:
+        One :class:`Prompt` per text, in order.
+    """
+    return prompt_builder(tokenizer, cfg).build(texts)
 
 
 def build_prompt(tokenizer: Any, cfg: ClassifyConfig, text: str) -> Prompt:
-    """Render the classification prompt for one document.
+    """Build the classification prompt (token ids) for one document.
 
     Args:
         tokenizer: the base model's Hugging Face tokenizer (with a chat template).
@@ -70,13 +352,29 @@ def build_prompt(tokenizer: Any, cfg: ClassifyConfig, text: str) -> Prompt:
 
     Example:
         >>> p = build_prompt(tok, ClassifyConfig(), "Shares rose...")  # doctest: +SKIP
-        >>> p.text.endswith("<|im_start|>assistant\\n")  # doctest: +SKIP
+        >>> p.text(tok).endswith("<|im_start|>assistant\\n")  # doctest: +SKIP
         True
     """
-    cut, n_doc, truncated = cut_document(tokenizer, text, cfg.max_doc_tokens)
-    rendered = tokenizer.apply_chat_template(_messages(cfg, cut), tokenize=False, add_generation_prompt=True)
-    n_tokens = len(tokenizer(rendered, add_special_tokens=False)["input_ids"])
-    return Prompt(rendered, n_tokens, n_doc, truncated)
+    return build_prompts(tokenizer, cfg, [text])[0]
+
+
+def set_tokenizer_threads(n: int | None = None) -> int:
+    """Size the Rust tokenizer's thread pool to this process's cores (call before the first batch encode).
+
+    Sets ``RAYON_NUM_THREADS`` (the pool ``tokenizers`` uses for batch encoding) and
+    ``TOKENIZERS_PARALLELISM=true`` unless already set by the user.
+
+    Args:
+        n: threads; ``None`` takes the CPUs this process may run on (``os.sched_getaffinity``).
+
+    Returns:
+        The thread count asked for.
+    """
+    if n is None:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, n)))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    return int(os.environ["RAYON_NUM_THREADS"])
 
 
 def answer_text(tokenizer: Any, category: str) -> str:
@@ -84,28 +382,42 @@ def answer_text(tokenizer: Any, category: str) -> str:
     return f"{category}{tokenizer.eos_token}"
 
 
-def build_training_example(tokenizer: Any, cfg: ClassifyConfig, text: str, category: str) -> dict[str, list[int]]:
-    """Token ids and labels for one supervised example; the loss is on the answer only.
+def build_training_examples(tokenizer: Any, cfg: ClassifyConfig, texts: Sequence[str],
+                            categories: Sequence[str]) -> list[dict[str, list[int]]]:
+    """Token ids and labels for supervised examples, from the engine's own prompt ids; the loss is on the answer only.
 
     Args:
         tokenizer: the base model's tokenizer.
         cfg: the same classify config the engine will use.
-        text: the document.
-        category: its label; must be in ``cfg.categories``.
+        texts: the documents.
+        categories: their labels, each in ``cfg.categories``.
 
     Returns:
-        ``{"input_ids": [...], "labels": [...]}`` of equal length; prompt positions carry ``-100``
-        (ignored by ``torch.nn.CrossEntropyLoss``), answer positions carry the answer token ids.
+        ``{"input_ids": [...], "labels": [...]}`` per document, of equal length; prompt positions carry
+        ``-100`` (ignored by ``torch.nn.CrossEntropyLoss``), answer positions the answer token ids.
+
+    Raises:
+        ValueError: a category is not an allowed category.
+    """
+    for category in categories:
+        if category not in cfg.categories:
+            raise ValueError(f"`category` must be one of {list(cfg.categories)}, got {category!r}")
+    answers = {c: list(tokenizer(answer_text(tokenizer, c), add_special_tokens=False)["input_ids"])
+               for c in set(categories)}
+    out = []
+    for prompt, category in zip(build_prompts(tokenizer, cfg, texts), categories, strict=True):
+        answer = answers[category]
+        out.append({"input_ids": prompt.ids + answer, "labels": [-100] * len(prompt.ids) + answer})
+    return out
+
+
+def build_training_example(tokenizer: Any, cfg: ClassifyConfig, text: str, category: str) -> dict[str, list[int]]:
+    """Token ids and labels for one supervised example (:func:`build_training_examples` of one document).
 
     Raises:
         ValueError: ``category`` is not an allowed category.
     """
-    if category not in cfg.categories:
-        raise ValueError(f"`category` must be one of {list(cfg.categories)}, got {category!r}")
-    prompt = build_prompt(tokenizer, cfg, text)
-    prompt_ids = tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
-    answer_ids = tokenizer(answer_text(tokenizer, category), add_special_tokens=False)["input_ids"]
-    return {"input_ids": prompt_ids + answer_ids, "labels": [-100] * len(prompt_ids) + answer_ids}
+    return build_training_examples(tokenizer, cfg, [text], [category])[0]
 
 
 def category_first_tokens(tokenizer: Any, categories: tuple[str, ...]) -> list[int] | None:

@@ -26,13 +26,13 @@ left as they are: only the chosen answer's log-prob is known there, not the othe
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from classify.config import ClassifyConfig
 from classify.errors import EngineError
-from classify.prompt import Prompt, build_prompt, category_first_tokens
+from classify.prompt import Prompt, category_first_tokens, prompt_builder
 from classify.records import Document, Result
 
 
@@ -89,7 +89,8 @@ class Scorer:
         max_model_len: the engine's context length in tokens.
 
     Raises:
-        ConfigError-like ``EngineError``: ``scoring="first-token"`` asked for but first tokens collide.
+        ConfigError-like ``EngineError``: ``scoring="first-token"`` asked for but first tokens collide, or the
+            model's tokenizer/chat template cannot give token-id prompts (:class:`classify.prompt.PromptBuilder`).
     """
 
     def __init__(self, tokenizer: Any, classify_cfg: ClassifyConfig, max_model_len: int):
@@ -105,20 +106,44 @@ class Scorer:
         self.mode = "choice" if classify_cfg.scoring == "choice" or firsts is None else "first-token"
         self.first_tokens = firsts or []
         self._token_to_category = dict(zip(self.first_tokens, classify_cfg.categories, strict=False))
+        try:
+            self.builder = prompt_builder(tokenizer, classify_cfg)
+        except ValueError as err:
+            raise EngineError(f"cannot build token-id prompts for this model: {err}") from err
 
     def prompt(self, doc: Document) -> Prompt | Result:
-        """Render ``doc``'s prompt, or return its rejected result (unreadable or too long)."""
-        if doc.reject_reason is not None or doc.text is None:
-            return Result.rejected(doc, doc.reject_reason or "no text")
-        prompt = build_prompt(self.tokenizer, self.cfg, doc.text)
-        if prompt.n_tokens >= self.max_model_len:
-            return Result.rejected(
-                doc,
-                f"prompt is {prompt.n_tokens} tokens, over max_model_len {self.max_model_len} "
-                "(lower classify.max_doc_tokens or raise model.max_model_len)",
-                prompt.n_tokens,
-            )
-        return prompt
+        """Build ``doc``'s prompt (token ids), or return its rejected result (:meth:`prompts` of one document)."""
+        return self.prompts([doc])[0]
+
+    def prompts(self, docs: Sequence[Document]) -> list[Prompt | Result]:
+        """Build the prompts (token ids) of many documents in one batched tokenizer call.
+
+        The one prompt path of pilot, batch and serve (:class:`classify.prompt.PromptBuilder`: the
+        template's ids rendered once, each document tokenized once as plain text and cut).
+
+        Args:
+            docs: documents; rejected ones (unreadable, empty, ...) come back as their rejected result.
+
+        Returns:
+            Per document, in order: its :class:`Prompt`, or a rejected :class:`Result` (rejected at
+            reading, or prompt not under ``max_model_len``).
+        """
+        out: list[Prompt | Result] = [Result.rejected(d, d.reject_reason or "no text")
+                                      if d.reject_reason is not None or d.text is None else None  # type: ignore[misc]
+                                      for d in docs]
+        todo = [i for i, r in enumerate(out) if r is None]
+        built = self.builder.build([docs[i].text for i in todo])  # type: ignore[misc]
+        for i, prompt in zip(todo, built, strict=True):
+            if prompt.n_tokens >= self.max_model_len:
+                out[i] = Result.rejected(
+                    docs[i],
+                    f"prompt is {prompt.n_tokens} tokens, over max_model_len {self.max_model_len} "
+                    "(lower classify.max_doc_tokens or raise model.max_model_len)",
+                    prompt.n_tokens,
+                )
+            else:
+                out[i] = prompt
+        return out
 
     def sampling_params(self) -> Any:
         """The ``vllm.SamplingParams`` for the current scoring mode (greedy, seeded)."""

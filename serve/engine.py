@@ -113,7 +113,7 @@ class AsyncClassifier:
     async def _one(self, prompt: Prompt, params: Any, lora: Any) -> Any:
         request_id = f"docpilot-{next(self._ids)}"
         final = None
-        async for output in self.llm.generate(prompt.text, params, request_id, lora_request=lora):
+        async for output in self.llm.generate(prompt.engine_input(), params, request_id, lora_request=lora):
             final = output
         if final is None or not final.outputs:
             raise EngineError(f"vLLM returned no output for request {request_id}")
@@ -140,7 +140,7 @@ class AsyncClassifier:
         """
         if adapter is not None and not self.lora_enabled:
             raise EngineError("an adapter was requested but the server's engine was started without LoRA")
-        rendered = await asyncio.to_thread(lambda: [self.scorer.prompt(d) for d in docs])
+        rendered = await asyncio.to_thread(self.scorer.prompts, docs)  # token ids, one batched call
         params = self.scorer.sampling_params()
         lora = adapter.lora_request() if adapter is not None else None
         pending = [(i, p) for i, p in enumerate(rendered) if isinstance(p, Prompt)]
