@@ -208,9 +208,19 @@ def docker(tmp_path_factory: pytest.TempPathFactory):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=30)
-            # an overlay mount left behind would keep the data root from being removed
-            subprocess.run(["umount", "-R", "-l", str(work / "data")], capture_output=True)
+            _unmount_under(work)  # dockerd leaves its exec root's netns mount (and an overlay after a crash)
         shutil.rmtree(work, ignore_errors=True)
+        if work.exists():
+            log(f"could not remove all of {work}: remove it by hand")
+
+
+def _unmount_under(folder: Path) -> None:
+    """Lazily unmount every mount point under ``folder`` (deepest first), so the folder can be removed."""
+    prefix = str(folder.resolve()) + "/"
+    with open("/proc/self/mounts") as fh:
+        points = [line.split()[1].replace("\\040", " ") for line in fh]
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=60)
 
 
 def _cache_dir() -> Path:
