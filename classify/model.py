@@ -13,6 +13,7 @@ import hashlib
 import importlib.metadata
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,11 @@ FINGERPRINT_FILE = "fingerprint.json"
 CACHE_DTYPE = "bfloat16"
 """The default model is stored once, in bf16 (half the disk of fp32); the engine casts it to its compute dtype."""
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+CACHE_DIR_MODE = 0o755
+CACHE_FILE_MODE = 0o644
+"""A provisioned model folder is readable by every user (weights are public, not secrets): a serving
+image running as another uid (10001 in ``Dockerfile.serve``) reads a cache mounted read-only. Nothing
+secret is written there (the API token is environment-only; credentials stay in the stores' own files)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,35 @@ def _dequantize_gguf(gguf: Path, out_dir: Path, dtype: str) -> None:
     (out_dir / "generation_config.json").unlink(missing_ok=True)
 
 
+def share_readable(folder: Path) -> bool:
+    """Make a model-cache folder and its files readable by every user (``0755`` / ``0644``).
+
+    ``tempfile.mkdtemp`` (behind :func:`classify.files.atomic_dir`) creates the folder ``0700`` and
+    safetensors writes its file ``0600``, whatever the umask; a cache provisioned by root would then be
+    unreadable to an image's own user. Folders provisioned before this existed are fixed on reuse when
+    this process owns them (else left as they are, with a warning naming the ``chmod`` to run).
+
+    Args:
+        folder: a model folder in the cache.
+
+    Returns:
+        True when the folder and its files now have those modes, False when they could not be changed.
+    """
+    entries = [folder, *sorted(p for p in folder.rglob("*") if not p.is_symlink())]
+    wanted = {p: CACHE_DIR_MODE if p.is_dir() else CACHE_FILE_MODE for p in entries}
+    wrong = [p for p, mode in wanted.items() if p.stat().st_mode & 0o777 != mode]
+    if not wrong:
+        return True
+    try:
+        for p in wrong:
+            os.chmod(p, wanted[p])
+    except PermissionError:
+        log.warning("model folder %s is not readable by other users (another image user cannot load it); "
+                    "fix it with `chmod -R a+rX %s`", folder, folder)
+        return False
+    return True
+
+
 def provision_default_model(dtype: str = "bfloat16", cache: Path | None = None) -> ModelRef:
     """Make sure the de-quantized default base model is in the model cache; build it once.
 
@@ -138,6 +173,8 @@ def provision_default_model(dtype: str = "bfloat16", cache: Path | None = None) 
     marker = target / FINGERPRINT_FILE
     if marker.is_file():
         info = json.loads(marker.read_text())
+        if os.access(target, os.W_OK):  # a cache provisioned before share_readable existed; a read-only mount is left
+            share_readable(target)
         return ModelRef(DEFAULT_BASE_MODEL, str(target), info["fingerprint"], info["source"])
     gguf = smollm2_gguf_path()
     started = time.time()
@@ -156,6 +193,7 @@ def provision_default_model(dtype: str = "bfloat16", cache: Path | None = None) 
             "seconds": round(time.time() - started, 1),
         }
         (tmp / FINGERPRINT_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+        share_readable(tmp)  # the folder keeps these modes through atomic_dir's rename
     return ModelRef(DEFAULT_BASE_MODEL, str(target), fingerprint, source)
 
 

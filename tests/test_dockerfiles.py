@@ -36,15 +36,47 @@ def env_of(path: Path) -> dict[str, str]:
     return env
 
 
+PUBLIC_BASES = {"train": "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime", "serve": "vllm/vllm-openai:v0.32.0"}
+"""The public bases GPU users build on: the ``BASE_IMAGE`` defaults (``make test-images`` swaps in CPU stand-ins)."""
+
+
+def base_image_default(path: Path) -> tuple[str, list[str]]:
+    """The ``ARG BASE_IMAGE=`` default before the first FROM, and every FROM reference."""
+    default, froms = "", []
+    for word, rest in instructions(path):
+        if word == "ARG" and rest.startswith("BASE_IMAGE=") and not froms:
+            default = rest.split("=", 1)[1].strip().strip('"')
+        elif word == "FROM":
+            froms.append(rest.split()[0])
+    return default, froms
+
+
 @pytest.mark.parametrize("image", sorted(IMAGES))
 def test_base_image_pinned_by_tag(image):
-    froms = [rest for word, rest in instructions(IMAGES[image]) if word == "FROM"]
+    default, froms = base_image_default(IMAGES[image])
     assert froms, f"{image}: no FROM"
-    for ref in froms:
-        name = ref.split()[0]
-        assert "@sha256:" in name or re.search(r":[\w][\w.-]*$", name), f"{image}: {name} has no tag"
-        assert not name.endswith(":latest"), f"{image}: {name} uses latest"
-        assert re.search(r":v?\d+\.\d+\.\d+", name), f"{image}: {name} is not pinned to a release"
+    assert froms == ["${BASE_IMAGE}"], f"{image}: FROM {froms} (the base must be the BASE_IMAGE build argument)"
+    assert default == PUBLIC_BASES[image], f"{image}: ARG BASE_IMAGE default {default!r}, not {PUBLIC_BASES[image]}"
+    assert "@sha256:" in default or re.search(r":[\w][\w.-]*$", default), f"{image}: {default} has no tag"
+    assert not default.endswith(":latest"), f"{image}: {default} uses latest"
+    assert re.search(r":v?\d+\.\d+\.\d+", default), f"{image}: {default} is not pinned to a release"
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_state_is_under_volumes(image):
+    """Runs, exports and pilot records go under /state (a volume); the model cache and registry are volumes."""
+    env = env_of(IMAGES[image])
+    assert env["DOCPILOT_HOME"] == "/state"
+    assert env["DOCPILOT_RUNS"].startswith("/state/") and env["DOCPILOT_EXPORTS"].startswith("/state/")
+    volumes = " ".join(rest for word, rest in instructions(IMAGES[image]) if word == "VOLUME")
+    for path in ("/state", "/models", REGISTRY_PATH):
+        assert f'"{path}"' in volumes, f"{image}: {path} is not a VOLUME"
+
+
+def test_dockerignore_keeps_the_checkout_state_out():
+    lines = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    for entry in (".venv", ".docpilot", "runs", "exports", ".git"):
+        assert entry in lines, f".dockerignore does not name {entry}"
 
 
 @pytest.mark.parametrize("image", sorted(IMAGES))
