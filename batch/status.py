@@ -83,7 +83,8 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
 
 
 def export_partial(st: dict[str, Any], dest_root: str) -> Any:
-    """Copy a batch's run folder as it is now to ``<dest_root>/<batch-id>-partial-<utc>/`` and re-check it.
+    """Copy a batch's run folder as it is now to ``<dest_root>/<batch-id>-partial-<utc>/`` and re-check it
+    (``...-<utc>-2/`` and so on for another copy within the same second).
 
     Complete shard files are final (written atomically), so the copy holds every finished shard;
     the temporary file of a shard being written is hidden and skipped.
@@ -103,7 +104,13 @@ def export_partial(st: dict[str, Any], dest_root: str) -> Any:
     from classify.export import export_run
 
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    from classify.export import export_complete
+
     dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}")
+    n = 1
+    while export_complete(dest):  # a second copy within the same second (a wrap-up rerun): never overwritten
+        n += 1
+        dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}-{n}")
     with storage.local_copy_dir("partial") as tmp:  # a snapshot first: progress.json is rewritten while it runs
         snapshot = Path(tmp) / st["batch_id"]
         shutil.copytree(st["run_dir"], snapshot, ignore=shutil.ignore_patterns(".*"))

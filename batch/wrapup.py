@@ -18,7 +18,7 @@ every pilot run and decision    ``<run-id>/`` (the pilot's export layout)   :fun
 
 A failed copy does not stop the others; each outcome is recorded. The manifest of what was copied,
 with hashes (an adapter's content sha256, a run copy's ``SHA256SUMS`` sha256, file counts and bytes),
-is written LAST to ``DEST/wrap-up-<utc>.json`` and to the wrap-up's own run folder
+is written LAST to ``DEST/<utc>-wrapup-<hex>.json`` and to the wrap-up's own run folder
 ``runs/<utc>-wrapup-<hex>/wrap-up.json``. The command exits 8 (verification) naming every item that is
 missing when any copy failed its re-check. Then, and only when every copy verified, at least one thing
 was copied, and no batch is still running, the lots config's ``lease.stop_command`` runs
@@ -29,7 +29,6 @@ was copied, and no batch is still running, the lots config's ``lease.stop_comman
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
 import logging
@@ -178,8 +177,7 @@ def wrap_up(dest: str | Path, *, adapters: list[str] | None = None, registry: st
                    "partial results); stopping the lease would stop it")
     else:
         verdict = f"all {len(items)} copies verified at {_label(target_root)}"
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    manifest_dest = storage.join(target_root, f"wrap-up-{stamp}.json")
+    manifest_dest = storage.join(target_root, f"{record_dir.name}.json")  # <utc>-wrapup-<hex>.json: one per wrap-up
     out = {"dest": _label(target_root), "started_at": started, "finished_at": utc_now(), "items": items,
            "verified": bool(items) and not missing and not running, "missing": missing, "running": running,
            "verdict": verdict, "manifest": _label(manifest_dest), "record_dir": str(record_dir)}
