@@ -136,14 +136,17 @@ def test_a_batch_mirrors_its_progress_to_s3_and_status_from_reads_it(instant_ray
 
 
 def _read_until(proc: subprocess.Popen, pattern: str, timeout_s: float) -> str:
-    """Read ``proc``'s stdout until a line matches ``pattern`` (the shell keeps running after it)."""
+    """Read ``proc``'s stdout (unbuffered) until a line matches ``pattern`` (the shell keeps running after it)."""
     text, deadline = "", time.monotonic() + timeout_s
+    fd = proc.stdout.fileno()
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        ready, _, _ = select.select([fd], [], [], 0.5)
         if ready:
-            line = proc.stdout.readline()
-            text += line
-            if re.search(pattern, line):
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            text += chunk.decode(errors="replace")
+            if re.search(pattern, text, re.M):
                 return text
         elif proc.poll() is not None:
             break
@@ -192,7 +195,7 @@ def test_sighup_stops_a_foreground_batch_resumably_then_a_detached_resume_outliv
 
     cmd = " ".join([sys.executable, "-m", "docpilot", *args, "--batch-id", batch_id, "--detach"])
     shell = subprocess.Popen(["bash", "-c", f"{cmd}; exec sleep 600"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                             stderr=subprocess.STDOUT, start_new_session=True)
     supervisor = None
     try:
         printed = _read_until(shell, r"^follow: ", 60)
@@ -216,8 +219,12 @@ def test_sighup_stops_a_foreground_batch_resumably_then_a_detached_resume_outliv
     finally:
         if shell.poll() is None:
             os.killpg(shell.pid, signal.SIGKILL)
+        if supervisor is None and (run_dir / "detach.json").is_file():
+            supervisor = json.loads((run_dir / "detach.json").read_text())["supervisor_pid"]
         if supervisor is not None:
             try:
-                os.killpg(supervisor, signal.SIGKILL)  # only if the test failed before the batch ended
+                os.kill(supervisor, signal.SIGTERM)  # only if the test failed before the batch ended: a clean stop
+                time.sleep(20)
+                os.killpg(supervisor, signal.SIGKILL)
             except ProcessLookupError:
                 pass
