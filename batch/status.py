@@ -274,10 +274,11 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
     code = int(ended.get("exit_code", 1))
     detach = read_detach(run_dir)
     where = f"; log: {detach['log']}" if detach else ""
+    what = "training job" if detach and detach.get("kind") == "train" else "batch"
     if code != 0 and detach and Path(detach["log"]).is_file():  # the error is at the end of the log
         tail = Path(detach["log"]).read_text(encoding="utf-8", errors="replace").splitlines()[-4:]
         print("\n".join(f"  | {line}" for line in tail), file=sys.stderr)
-    print(f"batch {batch_id} ended: exit {code} ({'done' if code == 0 else 'failed or stopped'}){where}", file=sys.stderr)
+    print(f"{what} {batch_id} ended: exit {code} ({'done' if code == 0 else 'failed or stopped'}){where}", file=sys.stderr)
     return code
 
 

@@ -228,3 +228,40 @@ def test_sighup_stops_a_foreground_batch_resumably_then_a_detached_resume_outliv
                 os.killpg(supervisor, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_train_detach_follow_gives_its_exit_status_and_stop_when_done_needs_a_destination(tmp_path):
+    env = _env(tmp_path)
+    refused = _docpilot("train", "--config", str(tmp_path / "none.json"), "--detach", "--stop-when-done", env=env)
+    assert refused.returncode == 3 and "--stop-when-done needs --wrap-up-to" in refused.stderr
+    started = _docpilot("train", "--config", str(tmp_path / "none.json"), "--detach", env=env)
+    assert started.returncode == 0, started.stderr
+    job = re.search(r"^training job (\S+) detached", started.stdout, re.M).group(1)
+    followed = _docpilot("status", job, "--follow", env=env)
+    assert followed.returncode == 2, followed.stderr  # a missing config file: ConfigError, as `docpilot train` exits
+    assert f"training job {job} ended: exit 2" in followed.stderr
+
+
+def test_stop_when_done_wraps_up_and_stops_only_after_a_successful_verified_run(tmp_path, monkeypatch, bbc_dir):
+    from batch.detach import stop_when_done
+
+    marker = tmp_path / "stopped.marker"
+    lots = json.loads((ROOT / "config" / "lots.json").read_text())
+    lots["lease"] = {"stop_command": [sys.executable, "-c", f"open({str(marker)!r}, 'a').write('stopped\\n')"]}
+    (tmp_path / "lots.json").write_text(json.dumps(lots))
+    from tests.test_transfer import _batch_run
+
+    run = _batch_run(tmp_path, bbc_dir)  # a finished batch in tmp/runs
+    monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("DOCPILOT_REGISTRY", str(tmp_path / "registry"))
+    lots_path = str(tmp_path / "lots.json")
+    failed = stop_when_done(run, "batch", 5, str(tmp_path / "offpod"), lots_path)
+    assert failed["decision"] == "skipped" and "exited 5" in failed["reason"] and not marker.exists()
+    assert not (tmp_path / "offpod").exists()  # a failed run is not even wrapped up
+    nowhere = stop_when_done(run, "batch", 0, None, lots_path)
+    assert nowhere["decision"] == "skipped" and "nothing was exported" in nowhere["reason"]
+    done = stop_when_done(run, "batch", 0, str(tmp_path / "offpod"), lots_path)
+    assert done["decision"] == "ran" and marker.read_text() == "stopped\n"
+    assert (tmp_path / "offpod" / run.name / "SHA256SUMS").is_file()
+    decisions = json.loads((run / "lease-stop.json").read_text())["decisions"]
+    assert [d["decision"] for d in decisions] == ["skipped", "skipped", "ran"]
