@@ -278,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     except DocpilotError as err:
         _record_foreground_exit(args.batch_id, err.exit_code)
         raise
+    except Exception:
+        _record_foreground_exit(args.batch_id, 1)  # an unexpected error: `docpilot` exits 1 with its traceback
+        raise
     _record_foreground_exit(args.batch_id, 0)
     t = summary["this_attempt"]
     print(f"batch {summary['batch_id']}: {summary['total']} ids = {summary['accepted']} accepted + "
