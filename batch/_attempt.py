@@ -21,6 +21,7 @@ from batch import _ray_local
 from batch import manifest as mf
 from batch._adapter import BatchAdapter
 from batch._config import BatchConfig
+from batch._mirror import progress_mirror
 from batch._progress import Progress, logging_redirect, progress_bar
 from batch._shard_io import ShardOutput
 from batch.corpus import CorpusPlan, plan_corpus, quick_fingerprint
@@ -219,7 +220,8 @@ class BatchRun:
                    "lease_ends_at": self.lease_ends_at.isoformat() if self.lease_ends_at else None}
         manifest.add_attempt(attempt)
         mf.write_manifest(self.run_dir, manifest)
-        progress = Progress(self.run_dir, self.batch_id, total=corpus.distinct_ids)
+        progress = Progress(self.run_dir, self.batch_id, total=corpus.distinct_ids,
+                            mirror=progress_mirror(self.options.export_dir or self.cfg.batch.export_dir, self.batch_id))
         progress.start(done)
         log.info("batch %s: %d shards complete, %d to run", self.batch_id, len(done), len(pending))
         try:

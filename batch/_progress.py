@@ -2,7 +2,8 @@
 
 The file is rewritten at most every :data:`SAVE_EVERY_S` seconds while shards complete (a large
 batch completes many shards a second), and always on a state change, an actor event, a retry
-and at the end (the file itself is :class:`batch.runfiles.ProgressFile`). The driver's progress
+and at the end (the file itself is :class:`batch.runfiles.ProgressFile`). With an export location
+set, each save is offered to the off-pod mirror (:mod:`batch._mirror`, at most once a minute). The driver's progress
 bar (:func:`progress_bar`) is drawn beside it.
 """
 
@@ -32,9 +33,11 @@ class Progress:
         run_dir: the batch's run folder.
         batch_id: its id.
         total: distinct ids in the corpus.
+        mirror: where ``progress.json`` is mirrored off the pod (:class:`batch._mirror.ProgressMirror`),
+            or ``None``.
     """
 
-    def __init__(self, run_dir: Path, batch_id: str, total: int):
+    def __init__(self, run_dir: Path, batch_id: str, total: int, mirror: Any = None):
         self.path = run_dir / PROGRESS
         self.batch_id = batch_id
         self.total = total
@@ -49,6 +52,7 @@ class Progress:
         self.saves = 0
         self.previous_actors: list[dict[str, Any]] = []
         self.lease: dict[str, Any] | None = None  # the latest lease verdict (batch.lease.LeaseWatch)
+        self.mirror = mirror
         old = ProgressFile.read_or_none(self.path)
         if old is not None and old.host == socket.gethostname() and old.state in ("running", "starting"):
             self.previous_actors = old.actors or []
@@ -118,6 +122,8 @@ class Progress:
             actors=self.actors, pid=os.getpid(), host=socket.gethostname(),
             started_at=self.started_at, updated_at=utc_now(), lease=self.lease,
         ).write(self.path)
+        if self.mirror is not None:
+            self.mirror.offer(self.path, final=self.state in ("done", "failed"))
 
 
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"

@@ -22,7 +22,7 @@ from batch._adapter import resolve_adapter
 from batch._attempt import BatchRun
 from batch._config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
 from batch.corpus import locate_corpus
-from classify.errors import InputError
+from classify.errors import DocpilotError, InputError, Interrupted
 from classify.model import resolve_model
 from classify.paths import runs_dir
 from classify.pilotgate import gate_key, pipeline_differences, pipeline_settings, require_pilot
@@ -46,6 +46,10 @@ class BatchOptions(BaseModel):
         no_progress: no progress bar (``progress.json`` is still written).
         lease_ends: when the lot's lease ends (ISO 8601), or ``None`` to read ``lots_config``.
         lots_config: the lots config holding ``lease_ends_at``.
+        detach: run in its own session, detached from the terminal (:mod:`batch.detach`).
+        stop_when_done: detached only: once the batch succeeded, wrap up (:mod:`batch.wrapup`) and run
+            the lease's stop command if every copy verified.
+        wrap_up_to: the wrap-up destination for ``stop_when_done`` (default: the export location).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -60,6 +64,9 @@ class BatchOptions(BaseModel):
     no_progress: bool = False
     lease_ends: str | None = None
     lots_config: str | None = "config/lots.json"
+    detach: bool = False
+    stop_when_done: bool = False
+    wrap_up_to: str | None = None
 
 
 def parse_args(argv: list[str]) -> BatchOptions:
@@ -83,6 +90,13 @@ def parse_args(argv: list[str]) -> BatchOptions:
                                         "whether the rest of the batch and its export fit (default: `lease_ends_at` "
                                         "of --lots-config)")
     p.add_argument("--lots-config", default="config/lots.json", help="lots config holding `lease_ends_at` (default: %(default)s)")
+    p.add_argument("--detach", action="store_true",
+                   help="run in its own session, detached from this terminal (a dropped SSH connection does not stop "
+                        "it); prints the batch id, the log and `docpilot status BATCH --follow`")
+    p.add_argument("--stop-when-done", action="store_true",
+                   help="with --detach: when the batch succeeded, wrap up to the export location (or --wrap-up-to) and "
+                        "run the lots config's `lease.stop_command` if every copy was re-checked")
+    p.add_argument("--wrap-up-to", help="destination of the --stop-when-done wrap-up (default: the export location)")
     return BatchOptions(**vars(p.parse_args(argv)))
 
 
@@ -188,6 +202,68 @@ def _drop_empty_run(run_dir: Path) -> None:
         pass  # something appeared meanwhile, or the folder is not ours to remove: leave it
 
 
+def _new_batch_id() -> str:
+    """A new batch id, ``<UTC time>-batch-<8 hex>`` (the form of :func:`classify.runrecords.new_run_dir`), known
+    before the run folder exists, so that a stopped batch's message can name the id that resumes it."""
+    import datetime as dt
+    import uuid
+
+    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-batch-{uuid.uuid4().hex[:8]}"
+
+
+def _record_foreground_exit(batch_id: str, code: int) -> None:
+    """Write the run folder's ``exit.json`` for ``docpilot status --follow``, unless another driver holds the folder
+    (a batch refused as "already running" must not write into the running one's folder)."""
+    from batch.detach import record_exit
+
+    run_dir = runs_dir() / batch_id
+    if not run_dir.is_dir():
+        return  # nothing was started (dropped, or refused before the folder existed)
+    lock = FileLock(str(run_dir / ".driver.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return
+    try:
+        record_exit(run_dir, code, detached=False)
+    except OSError as err:
+        log.warning("could not record the exit status in %s: %s", run_dir, err)
+    finally:
+        lock.release()
+
+
+def _detach(args: BatchOptions, argv: list[str]) -> int:
+    """``docpilot batch --detach``: allocate the batch id and run folder here, then start the batch in its own session."""
+    from batch.detach import child_argv, start_detached
+
+    wrap_up_to = args.wrap_up_to
+    if args.stop_when_done and not wrap_up_to:
+        wrap_up_to = args.export_dir or load_batch_config(args.config).batch.export_dir
+        if not wrap_up_to:
+            raise InputError("--stop-when-done needs somewhere off the pod to copy to first: set `batch.export_dir`, "
+                             "--export-dir or --wrap-up-to (a folder or s3://...); the lease is never stopped before "
+                             "a verified copy")
+    check_batch_id(args.batch_id)
+    if args.batch_id is None:
+        batch_id, run_dir = _open_run(None)
+    else:
+        batch_id, run_dir = _open_run(args.batch_id)
+        lock = FileLock(str(run_dir / ".driver.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise InputError(f"batch {batch_id} is already running (another driver holds {run_dir}/.driver.lock); "
+                             f"watch it with `docpilot status {batch_id} --follow`") from None
+        lock.release()
+    rest = child_argv(argv)
+    if args.batch_id is None:
+        rest += ["--batch-id", batch_id]
+    if "--no-progress" not in rest:
+        rest.append("--no-progress")  # the log is a file: `docpilot status --follow` draws the bar
+    return start_detached("batch", batch_id, run_dir, rest, stop_when_done=args.stop_when_done, wrap_up_to=wrap_up_to,
+                          lots_config=args.lots_config)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``docpilot batch``: run or resume a batch; prints where the results are.
 
@@ -195,16 +271,41 @@ def main(argv: list[str] | None = None) -> int:
         argv: command-line arguments (default ``sys.argv[1:]``).
 
     Returns:
-        0 when the batch completed, was exported and re-checked.
+        0 when the batch completed, was exported and re-checked; with ``--detach``, 0 once the detached batch
+        started (its own status goes to ``exit.json`` in the run folder).
 
     Raises:
         DocpilotError: any known failure (mapped to an exit code by :mod:`docpilot.cli`).
     """
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.detach:
+        return _detach(args, argv)
+    if args.stop_when_done:
+        raise InputError("--stop-when-done needs --detach (a foreground batch ends with its terminal); "
+                         "after a foreground batch run `docpilot wrap-up --to DEST`")
     if args.skip_pilot_gate:
         log.warning("!!! --skip-pilot-gate given: the pilot gate is OVERRIDDEN for this batch; recorded in manifest.json")
-    summary = run_batch(args)
+    args = args.model_copy(update={"batch_id": args.batch_id or _new_batch_id()})
+    try:
+        summary = run_batch(args)
+    except Interrupted as err:
+        _record_foreground_exit(args.batch_id, err.exit_code)
+        if str(err).startswith("stopped by SIGHUP"):
+            raise Interrupted(
+                f"{err} (the terminal or SSH connection that started the batch closed); complete shards are kept. "
+                f"Resume it detached, so that a dropped connection no longer stops it: `docpilot batch --batch-id "
+                f"{args.batch_id} --detach ...` (make batch BATCH={args.batch_id} DETACH=1), then "
+                f"`docpilot status {args.batch_id} --follow`") from err
+        raise
+    except DocpilotError as err:
+        _record_foreground_exit(args.batch_id, err.exit_code)
+        raise
+    except Exception:
+        _record_foreground_exit(args.batch_id, 1)  # an unexpected error: `docpilot` exits 1 with its traceback
+        raise
+    _record_foreground_exit(args.batch_id, 0)
     t = summary["this_attempt"]
     print(f"batch {summary['batch_id']}: {summary['total']} ids = {summary['accepted']} accepted + "
           f"{summary['rejected']} rejected ({summary['input_rows']} input rows, {summary['duplicate_rows']} duplicate rows); "

@@ -176,3 +176,80 @@ def eta_text(seconds: float | None) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+LEASE_STOP_RECORD = "lease-stop.json"
+"""The file in a run folder that records every decision to run the lease's stop command or not, with its reason."""
+
+
+def stop_settings(lots_config: str | Path | None) -> Any:
+    """The ``lease`` section of the lots config (:class:`batch.lots.LeaseSection`); defaults when there is no file.
+
+    Args:
+        lots_config: ``config/lots.json`` (``None`` or a missing file: no stop command).
+
+    Raises:
+        ConfigError: an invalid lots config.
+    """
+    from batch.lots import LeaseSection, LotsConfig
+    from classify.config import load_config
+
+    if lots_config is None or not Path(lots_config).is_file():
+        return LeaseSection()
+    return load_config(LotsConfig, lots_config).lease
+
+
+def stop_the_meter(record_dir: Path, lease: Any, verified: bool, reason: str) -> dict[str, Any]:
+    """Run the lease's stop command if ``verified``, else skip it; either way record why in ``lease-stop.json``.
+
+    The command is the argv list of ``lease.stop_command``, run as written with no shell (no word
+    splitting, no variable or user-data interpolation), standard input from ``/dev/null``, bounded by
+    ``lease.stop_timeout_s``. Each decision is appended to ``<record_dir>/lease-stop.json``
+    (``{"decisions": [...]}``) and logged.
+
+    Args:
+        record_dir: the run folder that records the decision (created if missing).
+        lease: the lots config's ``lease`` section (:func:`stop_settings`).
+        verified: every copy was made and re-checked where it landed (the only case it may run).
+        reason: why (the wrap-up's verdict, or why a run did not qualify), recorded as given.
+
+    Returns:
+        The decision: ``{at, decision: ran|skipped|failed, reason, command, exit_code, output_tail}``.
+    """
+    import subprocess
+
+    from classify.runrecords import utc_now, write_json_atomic
+
+    command = list(lease.stop_command) if lease.stop_command else None
+    decision: dict[str, Any] = {"at": utc_now(), "command": command, "reason": reason, "exit_code": None,
+                                "output_tail": None}
+    if not verified:
+        decision["decision"] = "skipped"
+        log.warning("lease: stop command NOT run: %s", reason)
+    elif command is None:
+        decision.update(decision="skipped", reason=f"{reason}; no `lease.stop_command` in the lots config "
+                                                   "(stop the rental yourself)")
+        log.info("lease: %s", decision["reason"])
+    else:
+        try:
+            done = subprocess.run(command, shell=False, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=lease.stop_timeout_s, check=False)
+            decision.update(exit_code=done.returncode, output_tail=(done.stdout + done.stderr)[-2000:],
+                            decision="ran" if done.returncode == 0 else "failed")
+        except (OSError, subprocess.TimeoutExpired) as err:
+            decision.update(decision="failed", output_tail=f"{type(err).__name__}: {err}"[-2000:])
+        if decision["decision"] == "ran":
+            log.info("lease: stop command %s ran (exit 0): %s", command, reason)
+        else:
+            log.error("lease: stop command %s FAILED (%s): the rental is still running; stop it yourself",
+                      command, decision["exit_code"] if decision["exit_code"] is not None else decision["output_tail"])
+    path = record_dir / LEASE_STOP_RECORD
+    try:
+        import json
+
+        old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"decisions": []}
+    except (OSError, ValueError):
+        old = {"decisions": []}
+    old.setdefault("decisions", []).append(decision)
+    write_json_atomic(path, old)
+    return decision

@@ -121,6 +121,27 @@ def job_shape(config_path: Any) -> JobShape:
         batch_size=cfg.training.batch_size, seq_len_tokens=cfg.training.max_seq_tokens, lora_rank=cfg.lora.rank,
         lora_targets=tuple(cfg.lora.target_modules), gradient_checkpointing=False))
 
+class LeaseSection(Frozen):
+    """``lease`` in ``config/lots.json``: how docpilot may stop the rental once everything is copied off it.
+
+    Attributes:
+        stop_command: the provider's own command that stops this pod, as an argv list (e.g.
+            ``["runpodctl", "stop", "pod", "abc123"]``), or ``null`` (docpilot ships none). It is run
+            without a shell, exactly as written (no interpolation), only after a verified wrap-up
+            (:mod:`batch.wrapup`); every decision to run it or not is recorded in ``lease-stop.json``.
+        stop_timeout_s: seconds the stop command may take before it counts as failed.
+    """
+
+    stop_command: tuple[str, ...] | None = Field(None, min_length=1)
+    stop_timeout_s: float = Field(300.0, gt=0, le=3600)
+
+    @field_validator("stop_command")
+    @classmethod
+    def _no_empty_program(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and not value[0].strip():
+            raise ValueError(f"must start with the program to run, got {list(value)!r}")
+        return value
+
 
 class LotsConfig(Frozen):
     """``config/lots.json``: the order, the price table, the per-card overhead and the lease end (what is the lot's).
@@ -139,6 +160,7 @@ class LotsConfig(Frozen):
         lease_ends_at: when the rented lot(s) stop (ISO 8601 with a timezone, e.g.
             ``2026-12-03T18:00:00Z``), or ``null``. ``docpilot status`` compares a batch's ETA plus
             its export time with it; the pilot records it in its run folder.
+        lease: the stop command run after a verified wrap-up (:class:`LeaseSection`).
     """
 
     gpu_model: str = Field(min_length=1)
@@ -148,6 +170,7 @@ class LotsConfig(Frozen):
     overhead_gib_per_card: float = Field(2.0, ge=0, le=64)
     gpus: dict[str, GpuSpec] = Field(min_length=1)
     lease_ends_at: AwareDatetime | None = None
+    lease: LeaseSection = LeaseSection()
 
     @model_validator(mode="before")
     @classmethod

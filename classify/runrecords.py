@@ -155,10 +155,13 @@ def package_versions(names: Iterable[str] = TRACKED_PACKAGES) -> dict[str, str |
 
 
 @contextmanager
-def signals_raise_interrupted(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT), *,
+def signals_raise_interrupted(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP), *,
                               via_keyboard_interrupt: bool = False,
                               doing: str = "writing the run record") -> Iterator[None]:
-    """While inside, the first SIGTERM or SIGINT raises :class:`classify.errors.Interrupted` in the main thread.
+    """While inside, the first SIGTERM, SIGINT or SIGHUP raises :class:`classify.errors.Interrupted` in the main thread.
+
+    SIGHUP (the terminal or SSH connection that started the command closed) is a stop like SIGTERM:
+    the run records where it stopped and can be resumed (``--detach`` runs without a terminal).
 
     A run that is stopped can then write down where it stopped (its summary and decision)
     instead of vanishing (SIGTERM's default) with a half-written run folder. Later signals are

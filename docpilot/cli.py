@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "adapters": ("adapters.cli:main", "adapter registry: list, show, verify, merge, export, import"),
     "serve": ("serve.cli:main", "HTTP endpoint over vLLM (FastAPI)"),
     "submit": ("batch.submit:main", "submit the batch to a Ray cluster's job server and follow it"),
+    "wrap-up": ("batch.wrapup:main", "copy every adapter and run off the pod, re-check each copy, then stop the lease"),
 }
 
 
@@ -132,17 +133,20 @@ def _main(argv: list[str] | None = None) -> int:
     except DocpilotError as err:
         if isinstance(err, Interrupted):
             _ignore_further_stops()
-        print(f"error [{err.kind}]: {err}", file=sys.stderr)
+        try:
+            print(f"error [{err.kind}]: {err}", file=sys.stderr)
+        except OSError:  # the terminal is gone (SIGHUP after a dropped SSH connection): the run folder has the record
+            pass
         return err.exit_code
 
 
 def _ignore_further_stops() -> None:
-    """After a stop by SIGTERM / Ctrl-C, ignore both signals for the rest of the process (SIGKILL still stops it).
+    """After a stop by SIGTERM / Ctrl-C / SIGHUP, ignore these signals for the rest of the process (SIGKILL still stops it).
 
     A repeated signal must not turn exit 130 into 143 while the process winds down: Python's and torch's
     teardown take a second or more, and Python puts its own handlers back to the default action when it
     finalizes (``signal`` module, ``_PySignal_Fini``), so only ``SIG_IGN`` holds until the process exits.
     """
     if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
