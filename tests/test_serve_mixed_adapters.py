@@ -186,3 +186,61 @@ def test_registry_bytes_replaced_or_truncated_after_first_use_are_never_served(m
     finally:
         service.close()
     assert not service._copy_root  # the private copies are removed at shutdown
+
+
+def test_a_cancelled_request_leaves_the_engine_before_the_other_group_is_admitted():
+    """The hang-up path with a stand-in vLLM (bookkeeping; the real engine runs it in test_serve_http)."""
+    from unittest.mock import MagicMock
+
+    from classify.prompt import Prompt
+    from classify.records import Result
+    from serve.engine import AsyncClassifier
+
+    events = []
+
+    class LLM:
+        async def generate(self, prompt, params, request_id, lora_request=None):
+            events.append(("start", request_id, "lora" if lora_request else "base"))
+            try:
+                await asyncio.sleep(0.2 if lora_request else 30)
+            except asyncio.CancelledError:
+                events.append(("cancelled", request_id))
+                raise
+            yield MagicMock(outputs=[MagicMock()])
+
+        async def abort(self, ids):
+            events.append(("abort", tuple(ids)))
+
+    scorer = MagicMock()
+    def prompt(_doc):  # a Prompt whatever its fields (any attribute the engine call reads is there)
+        rendered = MagicMock()
+        rendered.__class__ = Prompt
+        return rendered
+
+    scorer.prompt.side_effect = prompt
+    scorer.result.side_effect = lambda doc, prompt, completion, t: Result(id=doc.id, status="accepted",
+                                                                          category="tech", score=0.5)
+    clf = AsyncClassifier(LLM(), scorer, MagicMock(), lora_enabled=True)
+    docs = [document_from_text(f"d{i}", "x", 1000, "t") for i in range(3)]
+    lora = MagicMock(temperature=1.0)
+
+    async def scenario():
+        base = asyncio.create_task(clf.classify(docs))
+        await asyncio.sleep(0.05)
+        adapter = asyncio.create_task(clf.classify(docs[:1], lora))  # waits: the base phase runs
+        await asyncio.sleep(0.05)
+        assert clf.gate.active == ("base", 1)
+        base.cancel()  # the client hung up
+        with pytest.raises(asyncio.CancelledError):
+            await base
+        assert clf.gate.active[0] in ("lora", None)  # returned only once the base requests were aborted
+        return await adapter
+
+    results = asyncio.run(scenario())
+    assert [r.id for r in results] == ["d0"]
+    kinds = [e[0] for e in events]
+    base_ids = tuple(e[1] for e in events if e[0] == "start" and e[2] == "base")
+    assert len(base_ids) == 3 and ("abort", base_ids) in events
+    first_lora = next(i for i, e in enumerate(events) if e[0] == "start" and e[2] == "lora")
+    assert kinds.index("abort") < first_lora  # aborted in the engine before any adapter request was sent
+    assert kinds[:first_lora].count("cancelled") == 3 and clf.aborted == 3
