@@ -25,8 +25,9 @@ from serve import routes_adapters, routes_classify, routes_health, routes_metric
 from serve.adapters import AdapterService
 from serve.deps import require_token
 from serve.errors import install_error_handlers
+from serve.guard import AuthGuard
 from serve.metrics import ServeMetrics, ServeMiddleware
-from serve.schemas import ErrorResponse
+from serve.schemas import ClassifyRequest, ErrorResponse
 from serve.settings import ServeSettings
 from serve.state import ServerState
 
@@ -111,10 +112,16 @@ def create_app(
     app.state.server = state
     app.state.metrics = metrics
     install_error_handlers(app)
-    app.add_middleware(ServeMiddleware, metrics=metrics, max_request_bytes=settings.max_request_bytes)
+    protected: dict[str, Any] = {}
     for module in (routes_health, routes_classify, routes_adapters, routes_metrics):
-        protected = any(dep.dependency is require_token for dep in module.router.dependencies)
-        app.include_router(module.router, responses=UNAUTHORIZED if protected else None)
+        behind_token = any(dep.dependency is require_token for dep in module.router.dependencies)
+        app.include_router(module.router, responses=UNAUTHORIZED if behind_token else None)
+        if behind_token:
+            protected.update({route.path: route for route in module.router.routes})
+    token = None if settings.insecure_no_auth or settings.api_token is None else settings.api_token.get_secret_value()
+    # the last added is outermost: ServeMiddleware counts every answer, AuthGuard's 401s (headers only) included
+    app.add_middleware(AuthGuard, token=token, protected=protected, metrics=metrics)
+    app.add_middleware(ServeMiddleware, metrics=metrics, max_request_bytes=settings.max_request_bytes)
     app.openapi = partial(_openapi_with_limits, app, settings.max_documents)  # type: ignore[method-assign]
     return app
 
@@ -131,7 +138,12 @@ def _openapi_with_limits(app: FastAPI, max_documents: int) -> dict[str, Any]:
     """
     if app.openapi_schema is None:
         schema = FastAPI.openapi(app)
-        request = schema.get("components", {}).get("schemas", {}).get("ClassifyRequest")
+        # /v1/classify reads its body itself (parsed off the event loop, serve.body): its schema is added here
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        body = ClassifyRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(body.pop("$defs", {}))
+        components["ClassifyRequest"] = body
+        request = components.get("ClassifyRequest")
         if request is not None:
             request["properties"]["documents"]["maxItems"] = max_documents
     return app.openapi_schema

@@ -72,6 +72,29 @@ def parse_settings(argv: list[str]) -> ServeSettings:
     return load_settings(**source(args=argv)())
 
 
+def uvicorn_config(app: Any, settings: ServeSettings) -> Any:
+    """The ``uvicorn.Config`` the server runs under (also used by tests that run the app in-process).
+
+    uvicorn's default HTTP parser (``httptools`` when installed) buffers request headers without a
+    limit: a 128 MiB ``Authorization`` header from a client without a token was read in full and
+    held ``/healthz`` for 11.5 s. The server therefore runs on ``h11`` with
+    ``h11_max_incomplete_event_size = settings.max_header_bytes``: a request line plus headers over it
+    is answered 400 and the connection closed, before the app sees it.
+
+    Args:
+        app: the ASGI app.
+        settings: host, port, log level, graceful timeout and ``max_header_bytes``.
+
+    Returns:
+        The ``uvicorn.Config``.
+    """
+    import uvicorn
+
+    return uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                          timeout_graceful_shutdown=int(settings.graceful_timeout_s), access_log=False,
+                          http="h11", h11_max_incomplete_event_size=settings.max_header_bytes)
+
+
 def main(argv: list[str]) -> int:
     """Run the server until SIGTERM / Ctrl-C.
 
@@ -109,8 +132,7 @@ def main(argv: list[str]) -> int:
                  (adapter.card.get("pilot") or {}).get("status"))
     log.info("serving %s (%s) on http://%s:%d; engine loading, see GET /readyz", state.model.name,
              state.model.fingerprint[:19], settings.host, settings.port)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                            timeout_graceful_shutdown=int(settings.graceful_timeout_s), access_log=False)
+    config = uvicorn_config(app, settings)
     # uvicorn re-raises the signal that stopped it once it has shut down; these handlers take that
     # re-raise, so a SIGTERM / Ctrl-C after a graceful shutdown ends with exit status 0, not -15.
     stopped_by: list[str] = []

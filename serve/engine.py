@@ -100,6 +100,7 @@ class AsyncClassifier:
         scorer: prompt rendering and scoring (shared with the offline path).
         model: the resolved base model.
         lora_enabled: whether LoRA slots were reserved.
+        aborted: engine requests aborted so far because their client hung up.
     """
 
     def __init__(self, llm: Any, scorer: Scorer, model: ModelRef, lora_enabled: bool):
@@ -109,9 +110,9 @@ class AsyncClassifier:
         self.lora_enabled = lora_enabled
         self._ids = itertools.count()
         self.gate = PhaseGate()
+        self.aborted = 0
 
-    async def _one(self, prompt: Prompt, params: Any, lora: Any) -> Any:
-        request_id = f"docpilot-{next(self._ids)}"
+    async def _one(self, prompt: Prompt, params: Any, lora: Any, request_id: str) -> Any:
         final = None
         async for output in self.llm.generate(prompt.engine_input(), params, request_id, lora_request=lora):
             final = output
@@ -125,8 +126,11 @@ class AsyncClassifier:
         Prompts are rendered in a worker thread (tokenizing is CPU work that would block the
         event loop); every prompt becomes one engine request so vLLM batches them with the
         other clients' requests of the same group (base model, or adapters: :class:`PhaseGate`).
-        The engine calls run to completion even when the caller is cancelled (a client that
-        hangs up), so the gate is released only once the engine has finished them.
+        When the caller is cancelled (the client hung up: :mod:`serve.routes_classify`), the
+        request's engine requests are aborted (vLLM's ``AsyncLLM.abort``), and this call returns
+        (re-raising the cancellation) only once every one of them has left the engine; the phase
+        gate is released at that same point, never earlier, so an aborted base-model request
+        cannot share a step with an adapter request admitted after it (nor the other way round).
 
         Args:
             docs: documents (already-rejected ones pass through as rejected results).
@@ -144,7 +148,14 @@ class AsyncClassifier:
         params = self.scorer.sampling_params()
         lora = adapter.lora_request() if adapter is not None else None
         pending = [(i, p) for i, p in enumerate(rendered) if isinstance(p, Prompt)]
-        outputs = await asyncio.shield(asyncio.ensure_future(self._gated(pending, params, lora)))
+        work = asyncio.ensure_future(self._gated(pending, params, lora))
+        try:
+            outputs = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            if not work.done():
+                work.cancel()  # aborts the engine requests; the gate opens once they are gone
+                await asyncio.wait([work])
+            raise
         results: list[Result | Prompt] = list(rendered)
         temperature = resolve_temperature(adapter)  # the card's calibration.temperature, as pilot and batch
         for (i, prompt), completion in zip(pending, outputs, strict=True):
@@ -155,14 +166,36 @@ class AsyncClassifier:
         if not pending:
             return []
         await self.gate.acquire("base" if lora is None else "lora")
+        ids = [f"docpilot-{next(self._ids)}" for _ in pending]
+        tasks = [asyncio.ensure_future(self._one(p, params, lora, rid)) for (_, p), rid in zip(pending, ids, strict=True)]
         try:
-            return await asyncio.gather(*(self._one(p, params, lora) for _, p in pending))
+            return await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            await self._abort(tasks, ids)
+            raise
         except EngineError:
             raise
         except Exception as err:  # vLLM raises many types; keep the first error whole
             raise EngineError(f"vLLM generate failed: {type(err).__name__}: {err}") from err
         finally:
             self.gate.release()
+
+    async def _abort(self, tasks: list[asyncio.Future], ids: list[str]) -> None:
+        """Take a cancelled request's engine requests out of the engine before the phase gate opens.
+
+        Each cancelled ``generate`` aborts its own request (vLLM's ``AsyncLLM.generate``); the explicit
+        ``abort`` of every id after them also covers a request cancelled between being sent and being
+        registered. Aborts travel to the engine core on the same socket as new requests, in order,
+        so the core drops these before it schedules anything admitted after the gate opens.
+        """
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await self.llm.abort(ids)
+        except Exception as err:  # a dead engine has nothing left to abort
+            log.warning("aborting %d engine requests failed: %s: %s", len(ids), type(err).__name__, err)
+        self.aborted += len(ids)
 
     def shutdown(self) -> None:
         """Stop the engine core process (safe to call twice)."""

@@ -41,6 +41,29 @@ class BadRequestBody(InputError):
     kind = "bad_request"
 
 
+class BadJson(InputError):
+    """The body is not valid JSON (syntax, a number too long to read, or nested too deeply)."""
+
+    http_status = 400
+    kind = "bad_json"
+
+
+class Overloaded(DocpilotError):
+    """Admitting the request would put more than ``max_in_flight_documents`` documents in the engine (429).
+
+    Attributes:
+        retry_after_s: whole seconds the client should wait (the ``Retry-After`` header).
+    """
+
+    exit_code = 1
+    http_status = 429
+    kind = "overloaded"
+
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 def error_body(status: int, kind: str, message: str) -> dict[str, Any]:
     """The JSON error document for ``status``/``kind``/``message``."""
     return {"error": {"status": status, "kind": kind, "message": message}}
@@ -93,6 +116,8 @@ def install_error_handlers(app: FastAPI) -> None:
         if isinstance(exc, EngineError) and not isinstance(exc, EngineNotReady):
             _note_engine_error(request, exc)
         headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+        if isinstance(exc, Overloaded):
+            headers = {"Retry-After": str(exc.retry_after_s)}
         if exc.http_status >= 500:
             log.error("%s %s -> %s: %s", request.method, request.url.path, exc.kind, exc)
         return _answer(request, exc.http_status, exc.kind, str(exc), headers)
@@ -113,7 +138,7 @@ def install_error_handlers(app: FastAPI) -> None:
                 f"request body is not valid UTF-8: byte 0x{cause.object[cause.start]:02x} at offset {cause.start} "
                 "(send JSON encoded as UTF-8)",
             )
-        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http")
+        kind = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http")
         return _answer(request, exc.status_code, kind, str(exc.detail), getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)

@@ -7,14 +7,12 @@ engine answers one document in about 0.1-1 s, a full request of 64 documents in 
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from classify.errors import PayloadTooLarge
-from serve.errors import error_body
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300)
 
@@ -29,6 +27,8 @@ class ServeMetrics:
         latency: ``docpilot_request_latency_seconds{route}`` histogram.
         errors: ``docpilot_errors_total{kind}`` (kind = the error's ``kind``).
         ready: ``docpilot_engine_ready`` (1 once the engine answers).
+        in_flight: ``docpilot_documents_in_flight`` (admitted and not yet finished or aborted).
+        aborted: ``docpilot_documents_aborted_total`` (documents aborted in the engine because their client hung up).
     """
 
     def __init__(self) -> None:
@@ -45,10 +45,14 @@ class ServeMetrics:
         )
         self.errors = Counter("docpilot_errors", "Error answers, by kind", ["kind"], registry=self.registry)
         self.ready = Gauge("docpilot_engine_ready", "1 when the engine is loaded", registry=self.registry)
+        self.in_flight = Gauge("docpilot_documents_in_flight", "Documents admitted to the engine and not yet done",
+                               registry=self.registry)
+        self.aborted = Counter("docpilot_documents_aborted", "Documents aborted in the engine: their client hung up",
+                               registry=self.registry)
 
 
 class ServeMiddleware:
-    """Pure ASGI middleware: body-size limit (413 before parsing) and request metrics.
+    """Pure ASGI middleware: body-size limit (413 while the body streams in, before parsing) and request metrics.
 
     Args:
         app: the wrapped ASGI app.
@@ -75,21 +79,22 @@ class ServeMiddleware:
             await send(message)
 
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            await self._refuse(send_counting, int(declared))
-        else:
-            received = 0
+        received = 0
 
-            async def receive_limited() -> dict:
-                nonlocal received
-                message = await receive()
-                if message["type"] == "http.request":
-                    received += len(message.get("body", b""))
-                    if received > limit:
-                        raise PayloadTooLarge(self._message(received))
-                return message
+        async def receive_limited() -> dict:
+            # checked when the app first asks for the body, so a request refused from its headers alone
+            # (401, 429) is answered without the body limit or the body itself coming into it
+            nonlocal received
+            if declared is not None and declared.isdigit() and int(declared) > limit:
+                raise PayloadTooLarge(self._message(int(declared), exact=True))
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise PayloadTooLarge(self._message(received))
+            return message
 
-            await self.app(scope, receive_limited, send_counting)
+        await self.app(scope, receive_limited, send_counting)
         route = scope.get("route")
         label = getattr(route, "path", None) or "unmatched"
         self.metrics.requests.labels(route=label, method=scope.get("method", ""), status=str(status_box["status"])).inc()
@@ -100,10 +105,3 @@ class ServeMiddleware:
             f"request body is {'' if exact else 'at least '}{size} bytes, over the limit of "
             f"{self.max_request_bytes} bytes (`max_request_bytes`); send fewer or smaller documents per request"
         )
-
-    async def _refuse(self, send: Any, size: int) -> None:
-        self.metrics.errors.labels(kind=PayloadTooLarge.kind).inc()
-        body = json.dumps(error_body(413, PayloadTooLarge.kind, self._message(size, exact=True))).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})

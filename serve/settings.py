@@ -5,11 +5,15 @@ flag (``--max-documents``), its description is the flag's help, and its ``DOCPIL
 shown there too (:mod:`serve.cli` builds the parser from the class with pydantic-settings).
 The bearer token comes only from the environment (``DOCPILOT_API_TOKEN``), never from a
 config file or the command line, so it stays out of shell history and ``ps``. The server
-refuses to start without one, or with a known placeholder, unless ``--insecure-no-auth``.
+refuses to start without one unless ``--insecure-no-auth``, and refuses a token no client could
+use or that anyone could guess (:func:`token_problem`): shorter than :data:`MIN_TOKEN_CHARS`,
+longer than :data:`MAX_TOKEN_CHARS`, any character outside visible ASCII (whitespace, control
+characters, non-ASCII, a byte that is not UTF-8), a placeholder, or too few distinct characters.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -19,10 +23,67 @@ from pydantic_settings import BaseSettings, CliSuppress, SettingsConfigDict, Set
 from classify.config import format_validation_error
 from classify.errors import ConfigError
 
-UNSAFE_TOKENS = frozenset({"changeme", "changethis", "secret", "token", "password", "test", "admin"})
-"""Placeholder tokens refused by name (the FastAPI full-stack template's habit)."""
+UNSAFE_TOKENS = frozenset({
+    "changeme", "changethis", "replaceme", "secret", "token", "password", "passwd", "test", "admin", "example",
+    "default", "placeholder", "dummy", "your", "my", "api", "bearer", "here", "insert", "put", "todo", "fixme",
+    "none", "null", "undefined", "key", "docpilot", "xxx", "abc", "qwerty", "letmein", "123",
+})
+"""Placeholder words: a token made only of these (any case, any separators, repeated) is refused, e.g.
+``changeme``, ``<your-token-here>``, ``secret-secret-secret``, ``DOCPILOT_API_TOKEN`` (the FastAPI
+full-stack template's habit of refusing ``changethis``, widened)."""
 
 MIN_TOKEN_CHARS = 16
+"""Shortest accepted token (``secrets.token_urlsafe(32)`` gives 43 characters)."""
+
+MAX_TOKEN_CHARS = 512
+"""Longest accepted token; the server refuses an ``Authorization`` header longer than this plus ``Bearer ``."""
+
+MIN_DISTINCT_TOKEN_CHARS = 6
+"""Fewest distinct characters in an accepted token (``aaaa...``, ``abab...``, ``1234512345...`` are refused)."""
+
+_PLACEHOLDER_RE = re.compile("(?:" + "|".join(sorted(map(re.escape, UNSAFE_TOKENS), key=len, reverse=True)) + ")+")
+_TEMPLATE_RE = re.compile(r"^\s*(<.*>|\$\{.*\}|\{\{.*\}\}|%.*%|\$[A-Za-z_]+)\s*$")
+
+
+def token_problem(token: str) -> str | None:
+    """Why nobody could (or everybody could) use ``token`` as the bearer token; ``None`` when it is fine.
+
+    The message never repeats the token: it names the rule, the length and at most the position
+    and code point of an offending character.
+
+    Args:
+        token: the ``DOCPILOT_API_TOKEN`` value as the process sees it (a byte that is not UTF-8 arrives
+            as a lone surrogate, Python's ``surrogateescape``).
+
+    Returns:
+        The problem in words, or ``None``.
+    """
+    if not token.strip():
+        return f"is only whitespace ({len(token)} characters)"
+    for i, ch in enumerate(token):
+        if not "\x21" <= ch <= "\x7e":
+            if 0xDC80 <= ord(ch) <= 0xDCFF:
+                what = f"a byte that is not UTF-8 (0x{ord(ch) - 0xDC00:02x})"
+            elif ch.isspace():
+                what = f"whitespace (U+{ord(ch):04X})"
+            elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+                what = f"a control character (U+{ord(ch):04X})"
+            else:
+                what = f"the non-ASCII character U+{ord(ch):04X}"
+            return (f"has {what} at position {i}; a bearer token must be visible ASCII (letters, digits and "
+                    "punctuation, no spaces), which every HTTP client can send")
+    letters = re.sub(r"[^a-z]", "", token.lower())  # "Password-123456!" -> "password"
+    if (_TEMPLATE_RE.match(token) or _PLACEHOLDER_RE.fullmatch(re.sub(r"[^a-z0-9]", "", token.lower()) or "x")
+            or (len(letters) >= 4 and _PLACEHOLDER_RE.fullmatch(letters))):
+        return "is a placeholder, not a secret"
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"is {len(token)} characters, under the minimum of {MIN_TOKEN_CHARS}"
+    if len(token) > MAX_TOKEN_CHARS:
+        return f"is {len(token)} characters, over the maximum of {MAX_TOKEN_CHARS}"
+    if len(set(token)) < MIN_DISTINCT_TOKEN_CHARS:
+        return (f"has only {len(set(token))} distinct characters (a repeated character or short pattern; "
+                f"at least {MIN_DISTINCT_TOKEN_CHARS} needed)")
+    return None
 
 
 class ServeSettings(BaseSettings):
@@ -39,7 +100,13 @@ class ServeSettings(BaseSettings):
         max_documents: most documents one ``/v1/classify`` request may hold (more: 413).
         max_doc_bytes: most UTF-8 bytes per document text (more: 413); ``None`` = the config's
             ``classify.max_doc_bytes``.
-        max_request_bytes: most bytes in one request body (more: 413, checked before parsing).
+        max_request_bytes: most bytes in one request body (more: 413, checked while the body streams in,
+            before parsing).
+        max_in_flight_documents: most documents admitted to the engine at once, over all requests; a
+            request that would go over it is answered 429 with ``Retry-After`` at once (at least
+            ``max_documents``).
+        max_header_bytes: most bytes of request line plus headers (uvicorn's ``h11_max_incomplete_event_size``;
+            more: 400 and the connection is closed before the headers reach the app).
         skip_pilot_gate: the pilot-gate override: serve adapters and a base model that have not
             passed a pilot (every such request is logged as a warning).
         graceful_timeout_s: seconds in-flight requests get to finish after SIGTERM.
@@ -72,6 +139,12 @@ class ServeSettings(BaseSettings):
     max_doc_bytes: int | None = Field(
         None, ge=1, le=100_000_000, description="bytes per document; null: the config's classify.max_doc_bytes")
     max_request_bytes: int = Field(16 * 2**20, ge=1024, le=2**31, description="bytes per request body")
+    max_in_flight_documents: int = Field(
+        256, ge=1, le=1_000_000,
+        description="documents admitted to the engine at once, all requests together (more: 429 with Retry-After)")
+    max_header_bytes: int = Field(
+        16 * 1024, ge=1024, le=2**20,
+        description="bytes of request line plus headers (uvicorn's h11 limit; more: 400 and the connection closed)")
     skip_pilot_gate: bool = Field(
         False, description="serve adapters / a base model without a passed pilot (every use is logged as a warning)")
     graceful_timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds in-flight requests get after SIGTERM")
@@ -91,10 +164,21 @@ class ServeSettings(BaseSettings):
                 "(e.g. `export DOCPILOT_API_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')`), "
                 "got nothing; or start with --insecure-no-auth for a loopback-only experiment"
             )
-        if token.lower() in UNSAFE_TOKENS or len(token) < MIN_TOKEN_CHARS:
+        problem = token_problem(token)
+        if problem:
             raise ConfigError(
-                f"DOCPILOT_API_TOKEN must be at least {MIN_TOKEN_CHARS} characters and not a placeholder "
-                f"({', '.join(sorted(UNSAFE_TOKENS))}), got a {len(token)}-character token"
+                f"DOCPILOT_API_TOKEN {problem}; it must be {MIN_TOKEN_CHARS}-{MAX_TOKEN_CHARS} visible ASCII "
+                f"characters, at least {MIN_DISTINCT_TOKEN_CHARS} of them distinct, and not a placeholder: generate one "
+                "with `export DOCPILOT_API_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')`"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_admission(self) -> ServeSettings:
+        if self.max_in_flight_documents < self.max_documents:
+            raise ConfigError(
+                f"serve settings: `max_in_flight_documents` ({self.max_in_flight_documents}) must be at least "
+                f"`max_documents` ({self.max_documents}), or a full request could never be admitted"
             )
         return self
 

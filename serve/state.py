@@ -23,6 +23,7 @@ from classify.config import PilotConfig
 from classify.documents import document_from_text
 from classify.model import ModelRef
 from serve.adapters import AdapterService
+from serve.admission import Admission
 from serve.metrics import ServeMetrics
 from serve.settings import ServeSettings
 
@@ -70,6 +71,7 @@ class ServerState:
         on_fatal: called (once, on the event loop) when the process should exit after a failed load
             or a dead engine; ``docpilot serve`` sets uvicorn's ``should_exit`` here. ``None``: stay up.
         started_at: UNIX time the process started loading.
+        admission: documents in flight under ``settings.max_in_flight_documents`` (429 beyond).
     """
 
     settings: ServeSettings
@@ -83,9 +85,14 @@ class ServerState:
     engine_error: str | None = None
     on_fatal: Callable[[], None] | None = None
     started_at: float = field(default_factory=time.time)
+    admission: Admission = field(default=None)  # type: ignore[assignment]  # set from settings below
     _task: asyncio.Task | None = None
     _watchdog: asyncio.Task | None = None
     _exit_scheduled: bool = False
+
+    def __post_init__(self) -> None:
+        if self.admission is None:
+            self.admission = Admission(self.settings.max_in_flight_documents)
 
     @property
     def failure(self) -> str | None:
@@ -193,3 +200,4 @@ class ServerState:
             self.engine.shutdown()
             self.engine = None
             self.metrics.ready.set(0)
+        self.adapters.close()

@@ -263,7 +263,7 @@ def test_server_answers_422_and_never_calls_the_engine(tmp_path, base):
     _publish_unchecked(tmp_path / "registry", tmp_path, base, modules_to_save=["lm_head"],
                        extra={"base_model.model.lm_head.weight": np.zeros((VOCAB, HIDDEN), np.float16)})
     cfg = load_config(PilotConfig, ROOT / "config" / "docpilot.json")
-    token = "t" * 32
+    token = "tok-" + "0123456789abcdef" * 2  # a usable token (serve refuses a repeated character)
     app = create_app(load_settings(api_token=token, skip_pilot_gate=True), config=cfg, model=model,
                      registry=Registry(tmp_path / "registry"), engine_factory=Engine)
     with TestClient(app) as client:

@@ -20,7 +20,7 @@ from serve.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "config" / "docpilot.json"
-TOKEN = "t" * 32
+TOKEN = "tok-" + "0123456789abcdef" * 2  # a usable token (serve refuses a repeated character)
 
 
 def _write(tmp_path: Path, data: dict, name: str = "docpilot.json") -> Path:

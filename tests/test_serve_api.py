@@ -21,7 +21,7 @@ from classify.records import Result
 from serve.app import create_app
 from serve.settings import load_settings
 
-TOKEN = "t" * 32
+TOKEN = "tok-" + "0123456789abcdef" * 2
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MODEL = ModelRef("fake-base", "/nonexistent", "sha256:" + "0" * 64, "test")
 
@@ -112,8 +112,10 @@ def make_client(registry):
     ("overrides", "env_token", "message"),
     [
         ({}, None, "DOCPILOT_API_TOKEN must be set to the bearer token clients send"),
-        ({}, "changeme", "DOCPILOT_API_TOKEN must be at least 16 characters and not a placeholder"),
-        ({}, "short-token", "got a 11-character token"),
+        ({}, "changeme", "DOCPILOT_API_TOKEN is a placeholder, not a secret; it must be 16-512 visible ASCII"),
+        ({}, "short-token", "DOCPILOT_API_TOKEN is 11 characters, under the minimum of 16"),
+        ({"max_documents": 64, "max_in_flight_documents": 10}, TOKEN,
+         r"`max_in_flight_documents` \(10\) must be at least `max_documents` \(64\)"),
         ({"port": 70000}, TOKEN, r"serve settings: `port` must be less than or equal to 65535, got 70000"),
         ({"max_documents": 0}, TOKEN, r"`max_documents` must be greater than or equal to 1, got 0"),
     ],
@@ -124,6 +126,66 @@ def test_settings_refusals(monkeypatch, overrides, env_token, message):
         monkeypatch.setenv("DOCPILOT_API_TOKEN", env_token)
     with pytest.raises(ConfigError, match=message):
         load_settings(**overrides)
+
+
+UNUSABLE_TOKENS = [  # (token as the environment holds it, what the refusal must say)
+    (" " * 20, "is only whitespace (20 characters)"),
+    ("\t \t \t \t \t \t \t \t \t", "is only whitespace"),
+    ("changeme", "is a placeholder"),
+    ("CHANGE-ME-CHANGE-ME-CHANGE-ME", "is a placeholder"),
+    ("<your-api-token-here>", "is a placeholder"),
+    ("${DOCPILOT_API_TOKEN}", "is a placeholder"),
+    ("secret_secret_secret", "is a placeholder"),
+    ("x" * 32, "has only 1 distinct characters"),
+    ("xxx-xxx-xxx-xxx-xxx", "is a placeholder"),
+    ("password1234567890", "is a placeholder"),
+    ("a" * 40, "has only 1 distinct characters"),
+    ("ab" * 20, "has only 2 distinct characters"),
+    ("12341234123412341234", "has only 4 distinct characters"),
+    ("Kq8x3vR2mN9pL0s", "is 15 characters, under the minimum of 16"),
+    ("Kq8x3vR2mN9pL0sT" * 40, "is 640 characters, over the maximum of 512"),
+    ("Kq8x3vR2 mN9pL0sT4wY", "has whitespace (U+0020) at position 8"),
+    ("Kq8x3vR2mN9pL0sT4wY\n", "has whitespace (U+000A) at position 19"),
+    ("Kq8x3vR2mN9\x01pL0sT4wY", "has a control character (U+0001) at position 11"),
+    ("Kq8x3vR2mN9pL0sT4wY\u00e9", "has the non-ASCII character U+00E9 at position 19"),
+    ("Kq8x3vR2mN9pL0sT4wY\udcff", "has a byte that is not UTF-8 (0xff) at position 19"),  # os.environ's surrogateescape
+]
+
+
+@pytest.mark.parametrize(("token", "says"), UNUSABLE_TOKENS)
+def test_unusable_tokens_are_refused_with_the_rule_never_the_token(monkeypatch, token, says):
+    monkeypatch.setenv("DOCPILOT_API_TOKEN", token)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    message = str(err.value)
+    assert message.startswith(f"DOCPILOT_API_TOKEN {says}")
+    assert "16-512 visible ASCII characters, at least 6 of them distinct, and not a placeholder" in message
+    assert "secrets.token_urlsafe(32)" in message  # what to do next
+    if len(token.strip()) >= 8:
+        assert token.strip() not in message  # the token itself is never repeated
+
+
+@pytest.mark.parametrize("token", ["Kq8x3vR2mN9pL0sT", "test-token-" + "k" * 24, "bench-" + "b" * 32,
+                                   "0123456789abcdef0123456789abcdef", "a.b_c-d~e+f/g=h!i#j$k%"])
+def test_usable_tokens_start(monkeypatch, token):
+    monkeypatch.setenv("DOCPILOT_API_TOKEN", token)
+    assert load_settings().api_token.get_secret_value() == token
+
+
+def test_a_token_with_a_non_utf8_byte_is_refused_before_the_server_starts(tmp_path):
+    """The environment holds raw bytes: ``docpilot serve`` must refuse at once, not start and answer 500."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k.encode(): v.encode("utf-8", "surrogateescape") for k, v in os.environ.items()}
+    for raw in (b"Kq8x3vR2mN9pL0sT4wY\xff", b"\xc3\x28Kq8x3vR2mN9pL0sT4wY", b"Kq8x3vR2mN9pL0sT4wY\xe9t\xe9"):
+        env[b"DOCPILOT_API_TOKEN"] = raw
+        done = subprocess.run([sys.executable, "-m", "docpilot", "serve", "--port", "0"], env=env, cwd=tmp_path,
+                              capture_output=True, timeout=120)
+        assert done.returncode == ConfigError.exit_code, done.stderr.decode(errors="replace")[-2000:]
+        assert b"DOCPILOT_API_TOKEN has a byte that is not UTF-8" in done.stderr
+        assert raw not in done.stderr and raw not in done.stdout
 
 
 def test_insecure_no_auth_needs_no_token(monkeypatch, registry):

@@ -10,7 +10,7 @@ from classify.errors import ConfigError
 from serve.cli import build_parser, parse_settings
 from serve.settings import ServeSettings
 
-TOKEN = "t" * 24
+TOKEN = "tok-" + "0123456789abcdef" + "xyzw"
 DOCUMENTED = {  # README / docs/serving.md: flag -> environment variable
     "--config": "DOCPILOT_CONFIG_PATH", "--host": "DOCPILOT_HOST", "--port": "DOCPILOT_PORT",
     "--model": "DOCPILOT_BASE_MODEL", "--adapter": "DOCPILOT_ADAPTERS", "--max-documents": "DOCPILOT_MAX_DOCUMENTS",

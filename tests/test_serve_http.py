@@ -6,6 +6,7 @@ the 2-core CPU); every request is bounded by a timeout. The last test stops it w
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -31,6 +32,7 @@ TOKEN = "test-token-" + "k" * 24
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MAX_DOCUMENTS = 8
 MAX_DOC_BYTES = 60_000
+MAX_IN_FLIGHT = 16
 START_TIMEOUT_S = 600
 REQUEST_TIMEOUT_S = 180
 
@@ -127,7 +129,8 @@ def server(published, tmp_path_factory):
     """``docpilot serve`` on a free loopback port; yields ``(base_url, process, log_path)``."""
     log_path = tmp_path_factory.mktemp("serve") / "server.log"
     url, proc = start_server(log_path, "--adapter", "tiny-lora@1", "--max-documents", str(MAX_DOCUMENTS),
-                             "--max-doc-bytes", str(MAX_DOC_BYTES), "--graceful-timeout-s", str(REQUEST_TIMEOUT_S))
+                             "--max-doc-bytes", str(MAX_DOC_BYTES), "--graceful-timeout-s", str(REQUEST_TIMEOUT_S),
+                             "--max-in-flight-documents", str(MAX_IN_FLIGHT))
     try:
         yield url, proc, log_path
     finally:
@@ -299,6 +302,90 @@ def test_adapters_listing(client, published):
         assert len(body["unreadable"]) == 1 and body["unreadable"][0].startswith("adapter tiny-broken@1: card.json is unreadable")
     finally:
         shutil.rmtree(broken.parent)
+
+
+@pytest.fixture(scope="module")
+def eight_docs(bbc_dir):
+    rows = list(iter_csv(bbc_dir / "test.csv", MAX_DOC_BYTES, id_column=None, id_prefix="bbc-test"))
+    return [{"id": doc.id, "text": doc.text} for doc, _ in rows[10:10 + MAX_DOCUMENTS]]
+
+
+def test_over_capacity_is_429_at_once_with_retry_after_and_only_admitted_work_runs(client, eight_docs):
+    before = client.get("/metrics", headers=AUTH).text
+
+    def post(_):
+        started = time.perf_counter()
+        resp = _classify(client, eight_docs)
+        return resp, time.perf_counter() - started
+
+    with ThreadPoolExecutor(5) as pool:  # 5 x 8 = 40 documents offered at once, 16 admitted
+        answers = list(pool.map(post, range(5)))
+    statuses = sorted(r.status_code for r, _ in answers)
+    assert statuses.count(429) >= 2 and set(statuses) <= {200, 429}, statuses
+    for resp, took in answers:
+        if resp.status_code == 429:
+            assert took < 2.0, took  # refused at once, not queued behind the engine
+            assert resp.json()["error"]["kind"] == "overloaded" and 1 <= int(resp.headers["retry-after"]) <= 60
+        else:
+            assert [r["id"] for r in resp.json()["results"]] == [d["id"] for d in eight_docs]
+    after = client.get("/metrics", headers=AUTH).text
+    classified = (_metric(after, "docpilot_documents_total", adapter="base", status="accepted")
+                  - _metric(before, "docpilot_documents_total", adapter="base", status="accepted"))
+    assert classified == 8 * statuses.count(200)  # nothing refused was classified
+    assert _metric(after, "docpilot_documents_in_flight") == 0
+
+
+def _send_then_hang_up(url: str, body: dict, wait_for_in_flight: int) -> None:
+    port = int(url.rsplit(":", 1)[1])
+    raw = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock, httpx.Client(base_url=url, timeout=30) as c:
+        sock.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer "
+                     + TOKEN.encode() + b"\r\nContent-Length: " + str(len(raw)).encode() + b"\r\n\r\n" + raw)
+        deadline = time.time() + 30
+        while _metric(c.get("/metrics", headers=AUTH).text, "docpilot_documents_in_flight") < wait_for_in_flight:
+            assert time.time() < deadline, "the request was never admitted"
+            time.sleep(0.01)
+    # the socket is closed here: the client has gone
+
+
+def test_a_client_that_hangs_up_has_its_documents_aborted_in_the_engine(server, client, eight_docs, pilot_config):
+    url = server[0]
+    alone = _classify(client, eight_docs[:4]).json()["results"]  # the base model alone, for the check below
+    before = client.get("/metrics", headers=AUTH).text
+    for adapter in ("tiny-lora@1", None):
+        body = {"documents": eight_docs} if adapter is None else {"adapter": adapter, "documents": eight_docs}
+        _send_then_hang_up(url, body, len(eight_docs))
+        deadline = time.time() + 20
+        while _metric(client.get("/metrics", headers=AUTH).text, "docpilot_documents_in_flight") != 0:
+            assert time.time() < deadline, "hung-up documents still in flight"
+            time.sleep(0.05)
+    after = client.get("/metrics", headers=AUTH).text
+    assert _metric(after, "docpilot_documents_aborted_total") - _metric(before, "docpilot_documents_aborted_total") == 16
+    route = {"route": "/v1/classify", "method": "POST"}
+    assert (_metric(after, "docpilot_requests_total", **route, status="499")
+            - _metric(before, "docpilot_requests_total", **route, status="499")) == 2
+    for label in ("base", "tiny-lora@1"):  # nothing of the abandoned work was counted as classified
+        assert (_metric(after, "docpilot_documents_total", adapter=label, status="accepted")
+                == _metric(before, "docpilot_documents_total", adapter=label, status="accepted"))
+    # the base/adapter step separation holds across the aborts: base answers equal the base model alone
+    _send_then_hang_up(url, {"adapter": "tiny-lora@1", "documents": eight_docs}, len(eight_docs))
+    again = _classify(client, eight_docs[:4]).json()["results"]
+    assert [r["category"] for r in again] == [r["category"] for r in alone]
+    assert [r["score"] for r in again] == pytest.approx([r["score"] for r in alone], abs=score_tolerance(pilot_config.model))
+
+
+@pytest.mark.parametrize("auth", [b"", b"Authorization: Bearer wrong-" + b"w" * 30 + b"\r\n",
+                                  b"Authorization: Bearer " + b"k" * 100_000 + b"\r\n"])
+def test_no_token_no_body_read_and_huge_headers_cut_off(server, auth):
+    port = int(server[0].rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 50000000\r\n" + auth + b"\r\n")
+        started = time.perf_counter()
+        answer = sock.recv(65536)
+        assert time.perf_counter() - started < 5
+    expected = b"HTTP/1.1 400" if len(auth) > 16 * 1024 else b"HTTP/1.1 401"  # over max_header_bytes: uvicorn's 400
+    assert answer.startswith(expected), answer[:200]
 
 
 def test_sigterm_finishes_in_flight_request_then_exits(server, client, bbc_docs):

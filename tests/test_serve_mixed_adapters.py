@@ -112,3 +112,135 @@ def test_phase_gate_never_admits_both_groups_and_serves_waiters_in_order():
     log, active = asyncio.run(scenario())
     assert log == ["base-1", "base-2", "lora-1", "base-3"]
     assert active == (None, 0)
+
+
+@pytest.fixture(scope="module")
+def registry_pair(mixed, pilot_config, tmp_path_factory):
+    """A private registry with ``tamper-a@1`` and ``tamper-b@1`` (random LoRAs) and a same-shape stranger's weights."""
+    from adapters.registry import Registry
+    from classify.model import resolve_model
+
+    model = resolve_model(pilot_config.model)
+    reg = Registry(tmp_path_factory.mktemp("tamper-registry"))
+    card = {"base_model": {"name": model.name, "fingerprint": model.fingerprint}, "training": {"kind": "random-init test"}}
+    for name, seed in (("tamper-a", 21), ("tamper-b", 22)):
+        reg.publish(make_tiny_lora(model.path, tmp_path_factory.mktemp(name), seed), name, 1, card)
+    stranger = make_tiny_lora(model.path, tmp_path_factory.mktemp("stranger"), 23) / "adapter_model.safetensors"
+    return reg, model, stranger
+
+
+def _service(reg, model, pilot_config):
+    from serve.adapters import AdapterService
+
+    return AdapterService(reg, model, pilot_config.model, pilot_config.classify, skip_pilot_gate=True,
+                          engine_cfg=pilot_config.engine.model_copy(update={"max_loras": 2}))
+
+
+def test_registry_bytes_replaced_or_truncated_after_first_use_are_never_served(mixed, registry_pair, pilot_config):
+    """Serve an adapter, tamper with its registry file, make vLLM evict it and load it again: the verified bytes answer.
+
+    On main vLLM was given the registry path: after the eviction it re-read the replaced weights and served
+    them under the verified name and sha256 (200), and a truncated file took the engine down for everyone.
+    """
+    from classify.errors import AdapterIntegrityError
+    from classify.scoring import AdapterHandle
+
+    clf, handles, docs, loop = mixed
+    reg, model, stranger = registry_pair
+    tolerance = score_tolerance(pilot_config.model)
+    service = _service(reg, model, pilot_config)
+    try:
+        first = {}
+        for ref in ("tamper-a@1", "tamper-b@1"):
+            served = service.resolve(ref)
+            assert served.handle().path.startswith(str(service._root()))  # vLLM reads the private copy
+            first[ref] = (served.sha256, _answers(loop.run_until_complete(clf.classify(docs, served.handle()))))
+        weights = reg.show("tamper-a@1").path / "adapter_model.safetensors"
+        assert weights.stat().st_size == stranger.stat().st_size
+        weights.write_bytes(stranger.read_bytes())  # replaced in place, same size
+        truncated = reg.show("tamper-b@1").path / "adapter_model.safetensors"
+        truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+        # what the replaced bytes answer (loaded under a fresh id): different, so serving them would show
+        wrong = _answers(loop.run_until_complete(clf.classify(docs, AdapterHandle("tampered", str(weights.parent), 999))))
+        assert [w[:2] for w in wrong] != [f[:2] for f in first["tamper-a@1"][1]] or any(
+            abs(w[2] - f[2]) > tolerance for w, f in zip(wrong, first["tamper-a@1"][1], strict=True))
+        for round_ in range(2):  # three other adapters through two slots: both tamper-* are evicted and reloaded
+            for handle in handles:
+                loop.run_until_complete(clf.classify(docs[:1], handle))
+            for ref in ("tamper-a@1", "tamper-b@1"):
+                served = service.resolve(ref)  # the same server: the verified copy, the same identity
+                got = _answers(loop.run_until_complete(clf.classify(docs, served.handle())))
+                assert served.sha256 == first[ref][0]
+                _same(got, first[ref][1], f"{ref} after tampering, round {round_}", tolerance)
+        assert not clf.llm.errored  # the truncated file never reached the engine
+        fresh = _service(reg, model, pilot_config)  # a server started after the tampering refuses both, naming the file
+        try:
+            for ref in ("tamper-a@1", "tamper-b@1"):
+                with pytest.raises(AdapterIntegrityError, match=r"adapter_model\.safetensors: sha256") as err:
+                    fresh.resolve(ref)
+                assert err.value.http_status == 409 and f"adapter {ref} failed verification" in str(err.value)
+        finally:
+            fresh.close()
+        base = _answers(loop.run_until_complete(clf.classify(docs, None)))  # the engine still serves everyone
+        assert len(base) == len(docs)
+    finally:
+        service.close()
+    assert not service._copy_root  # the private copies are removed at shutdown
+
+
+def test_a_cancelled_request_leaves_the_engine_before_the_other_group_is_admitted():
+    """The hang-up path with a stand-in vLLM (bookkeeping; the real engine runs it in test_serve_http)."""
+    from unittest.mock import MagicMock
+
+    from classify.prompt import Prompt
+    from classify.records import Result
+    from serve.engine import AsyncClassifier
+
+    events = []
+
+    class LLM:
+        async def generate(self, prompt, params, request_id, lora_request=None):
+            events.append(("start", request_id, "lora" if lora_request else "base"))
+            try:
+                await asyncio.sleep(0.2 if lora_request else 30)
+            except asyncio.CancelledError:
+                events.append(("cancelled", request_id))
+                raise
+            yield MagicMock(outputs=[MagicMock()])
+
+        async def abort(self, ids):
+            events.append(("abort", tuple(ids)))
+
+    scorer = MagicMock()
+    def prompt(_doc):  # a Prompt whatever its fields (any attribute the engine call reads is there)
+        rendered = MagicMock()
+        rendered.__class__ = Prompt
+        return rendered
+
+    scorer.prompt.side_effect = prompt
+    scorer.result.side_effect = lambda doc, prompt, completion, t: Result(id=doc.id, status="accepted",
+                                                                          category="tech", score=0.5)
+    clf = AsyncClassifier(LLM(), scorer, MagicMock(), lora_enabled=True)
+    docs = [document_from_text(f"d{i}", "x", 1000, "t") for i in range(3)]
+    lora = MagicMock(temperature=1.0)
+
+    async def scenario():
+        base = asyncio.create_task(clf.classify(docs))
+        await asyncio.sleep(0.05)
+        adapter = asyncio.create_task(clf.classify(docs[:1], lora))  # waits: the base phase runs
+        await asyncio.sleep(0.05)
+        assert clf.gate.active == ("base", 1)
+        base.cancel()  # the client hung up
+        with pytest.raises(asyncio.CancelledError):
+            await base
+        assert clf.gate.active[0] in ("lora", None)  # returned only once the base requests were aborted
+        return await adapter
+
+    results = asyncio.run(scenario())
+    assert [r.id for r in results] == ["d0"]
+    kinds = [e[0] for e in events]
+    base_ids = tuple(e[1] for e in events if e[0] == "start" and e[2] == "base")
+    assert len(base_ids) == 3 and ("abort", base_ids) in events
+    first_lora = next(i for i, e in enumerate(events) if e[0] == "start" and e[2] == "lora")
+    assert kinds.index("abort") < first_lora  # aborted in the engine before any adapter request was sent
+    assert kinds[:first_lora].count("cancelled") == 3 and clf.aborted == 3
