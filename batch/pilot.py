@@ -29,7 +29,7 @@ from classify.doctor import blockers, findings_json, run_checks
 from classify.engine import Classifier, build_engine
 from classify.errors import EngineError, EnvironmentCheckError, Interrupted
 from classify.export import export_complete, export_run
-from classify.model import ModelRef, resolve_model
+from classify.model import ModelRef, resolve_model, verify_model
 from classify.paths import exports_dir, runs_dir
 from classify.pilotgate import combo_key, record_pilot
 from classify.records import Document
@@ -149,7 +149,7 @@ def run_pilot(
 
         stage = "load-model"
         mode = adapter_mode(cfg, adapter_ref, engine)
-        model = engine.model if engine is not None and mode != "merged" else resolve_model(cfg.model)
+        model = verify_model(engine.model if engine is not None and mode != "merged" else resolve_model(cfg.model))
         params["model"] = {"name": model.name, "path": model.path, "fingerprint": model.fingerprint, "source": model.source}
         handle: AdapterHandle | None = None
         merged: ModelRef | None = None
