@@ -17,7 +17,7 @@ import msgspec
 from batch._config import CorpusConfig
 from classify.documents import document_from_text, jsonl_line_id
 from classify.errors import InputError
-from classify.files import file_sha256
+from classify.files import NotRegularFile, file_sha256, regular_file_sha256
 from classify.records import Document
 from classify.tabular import csv_header, iter_csv_rows, parquet_columns, parquet_row_id
 from classify.textcheck import escape_surrogates, refuse_wide_file
@@ -105,15 +105,30 @@ def jsonl_rows(path: Path, digest: Any, reading: dict[str, Any]) -> Iterator[Row
         size = len(raw)
         if record is not None and "text" not in record and isinstance(record.get("path"), str):
             reading["has_path_records"] = True
-            target = (path.parent / record["path"])
-            try:
-                size = target.stat().st_size
-                extra.update(f"{lineno}\t{file_sha256(target)}\n".encode())
-            except (OSError, UnicodeEncodeError) as err:
-                extra.update(f"{lineno}\t{type(err).__name__}\n".encode())
+            size, sha = _path_record_digest(path, record["path"], size)
+            extra.update(f"{lineno}\t{sha}\n".encode())
         yield Row(lineno, doc_id, size, pos, next_key=lineno + 1)
     if reading.get("has_path_records"):
         digest.update(b"\npath records\n" + extra.hexdigest().encode())
+
+
+def _path_record_digest(jsonl: Path, rel: str, line_bytes: int) -> tuple[int, str]:
+    """``(size for the shard plan, what the fingerprint records)`` for a JSONL ``path`` record: its file's size and
+    sha256, or ``line_bytes`` and why it is not read.
+
+    A path that leaves the JSONL file's folder is refused here before anything is opened (its row is
+    rejected by the reader, :func:`classify.documents.jsonl_line_document`), and only a regular file is
+    opened (:func:`classify.files.regular_file_sha256`: a FIFO or ``/dev/zero`` is never read).
+    """
+    try:
+        target = (jsonl.parent / rel).resolve()
+        if not target.is_relative_to(jsonl.parent.resolve()):
+            return line_bytes, "outside the corpus folder"
+        return regular_file_sha256(target)
+    except NotRegularFile as err:
+        return line_bytes, err.strerror
+    except (OSError, UnicodeEncodeError, RuntimeError) as err:  # RuntimeError: a symlink loop in resolve()
+        return line_bytes, type(err).__name__
 
 
 CHUNK_BYTES = 8 << 20
@@ -218,8 +233,7 @@ def dir_rows(folder: Path, digest: Any) -> Iterator[Row]:
     for index, path in enumerate(walk_files(folder)):
         rel = path.relative_to(folder).as_posix()
         try:
-            size = path.stat().st_size
-            sha = file_sha256(path)
+            size, sha = regular_file_sha256(path)  # a FIFO or a device is never opened: its row is rejected
         except OSError as err:
             size, sha = 1, f"unreadable {err.strerror}"
         digest.update(f"{rel}\t{sha}\n".encode("utf-8", "surrogateescape"))
