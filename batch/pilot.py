@@ -149,7 +149,8 @@ def run_pilot(
 
         stage = "load-model"
         mode = adapter_mode(cfg, adapter_ref, engine)
-        model = verify_model(engine.model if engine is not None and mode != "merged" else resolve_model(cfg.model))
+        # re-hashed before it loads (an engine passed in has loaded its weights already)
+        model = engine.model if engine is not None and mode != "merged" else verify_model(resolve_model(cfg.model))
         params["model"] = {"name": model.name, "path": model.path, "fingerprint": model.fingerprint, "source": model.source}
         handle: AdapterHandle | None = None
         merged: ModelRef | None = None
