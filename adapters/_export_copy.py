@@ -15,7 +15,7 @@ from adapters.registry import CARD_FILE, ResolvedAdapter, content_sha256
 from classify import storage
 from classify.errors import AdapterError, AdapterIntegrityError
 from classify.export import SHA256SUMS, compare_sha256, read_sums, sums_text
-from classify.files import file_sha256, tree_sha256
+from classify.files import file_sha256, special_kind, tree_sha256
 from classify.runrecords import write_bytes_atomic
 from classify.storage import Dest
 
@@ -66,28 +66,129 @@ def write_archive(folder: Path, files: list[str], out: Path) -> None:
                 tar.addfile(info, fh)
 
 
-def extract_archive(archive: Path, into: Path, label: str) -> None:
-    """Extract regular files only, refusing absolute or ``..`` names; a cut-short archive names the member."""
+IMPORT_MAX_BYTES = 4 << 30
+"""The most an imported adapter export may declare in all (4 GiB; a LoRA adapter of the default model is a few MB):
+an archive whose members declare more is refused before anything is written."""
+IMPORT_MAX_MEMBERS = 10_000
+"""The most members an imported archive may hold."""
+SUMS_MAX_BYTES = 1 << 20
+"""The most ``SHA256SUMS`` may hold (1 MiB: about 10,000 files)."""
+
+
+def _member_problem(member: tarfile.TarInfo) -> str | None:
+    """Why a tar member cannot be extracted (``None`` for a plain relative file)."""
+    rel = PurePosixPath(member.name)
+    if member.issparse():
+        return f"archive member {member.name!r} is a sparse file (it could declare any size); exports hold plain files"
+    if not member.isfile() or rel.is_absolute() or ".." in rel.parts:
+        return f"archive member {member.name!r} is not a plain relative file"
+    return None
+
+
+def extract_archive(archive: Path, into: Path, label: str, max_bytes: int = IMPORT_MAX_BYTES) -> None:
+    """Extract an export archive's listed files, bounded before and while anything is written.
+
+    Two passes over the archive. The first reads only the member headers and ``SHA256SUMS`` (nothing
+    is written but that small file): every member must be a plain relative file (no link, device, FIFO,
+    sparse file, absolute or ``..`` name), their declared sizes together at most ``max_bytes``, at most
+    :data:`IMPORT_MAX_MEMBERS` of them, each listed in ``SHA256SUMS`` and given once. The second pass writes
+    only those files, each exactly the size its header declares, stopping at ``max_bytes`` in all.
+
+    Args:
+        archive: the local archive (``.tar``, ``.tar.gz``, ``.tgz``).
+        into: the empty folder written into.
+        label: where it came from, for messages.
+        max_bytes: the cap on the bytes extracted in all (:data:`IMPORT_MAX_BYTES`).
+
+    Raises:
+        AdapterIntegrityError: any member refused (named), the cap passed, ``SHA256SUMS`` missing, or an
+            archive cut short or damaged (the member is named). The caller removes ``into``.
+    """
+    refused = f"import of {label} refused, nothing was imported"
     member_name = "(archive header)"
     try:
-        with tarfile.open(archive, "r:*") as tar:
+        with tarfile.open(archive, "r:*") as tar:  # pass 1: headers, sizes and the listing
+            names: list[str] = []
+            declared = 0
             for member in tar:
                 member_name = member.name
-                rel = PurePosixPath(member.name)
                 if member.isdir():
                     continue
-                if not member.isfile() or rel.is_absolute() or ".." in rel.parts:
-                    raise AdapterIntegrityError(f"import of {label} refused: archive member {member.name!r} "
-                                                "is not a plain relative file")
+                if (problem := _member_problem(member)) is not None:
+                    raise AdapterIntegrityError(f"{refused}: {problem}")
+                declared += member.size
+                if declared > max_bytes:
+                    raise AdapterIntegrityError(f"{refused}: its members declare more than the import cap of {max_bytes} "
+                                                f"bytes (at {member.name!r}, {member.size} bytes); an adapter export is "
+                                                "far smaller: this archive is not one")
+                if len(names) >= IMPORT_MAX_MEMBERS:
+                    raise AdapterIntegrityError(f"{refused}: more than {IMPORT_MAX_MEMBERS} members")
+                if member.name in names:
+                    raise AdapterIntegrityError(f"{refused}: archive member {member.name!r} is given twice")
+                names.append(member.name)
+                if member.name == SHA256SUMS:
+                    if member.size > SUMS_MAX_BYTES:
+                        raise AdapterIntegrityError(f"{refused}: {SHA256SUMS} is {member.size} bytes (at most {SUMS_MAX_BYTES})")
+                    src = tar.extractfile(member)
+                    assert src is not None
+                    with src, open(into / SHA256SUMS, "wb") as out:
+                        out.write(src.read(SUMS_MAX_BYTES))
+        if SHA256SUMS not in names:
+            raise AdapterIntegrityError(
+                f"{refused}: {SHA256SUMS} is missing, so the export is incomplete (an interrupted upload); "
+                "rerun `docpilot adapters export` to the same destination to complete it")
+        listed = read_sums(into / SHA256SUMS)
+        unlisted = [n for n in names if n != SHA256SUMS and n not in listed]
+        if unlisted:
+            raise AdapterIntegrityError(f"{refused}: archive members not listed in {SHA256SUMS}: "
+                                        f"{', '.join(repr(n) for n in unlisted[:10])}{' ...' if len(unlisted) > 10 else ''}; "
+                                        "nothing was extracted")
+        written = 0
+        with tarfile.open(archive, "r:*") as tar:  # pass 2: the listed files, each at its declared size
+            for member in tar:
+                member_name = member.name
+                if member.isdir() or member.name == SHA256SUMS:
+                    continue
+                if member.name not in listed or _member_problem(member) is not None:  # the archive changed meanwhile
+                    raise AdapterIntegrityError(f"{refused}: archive member {member.name!r} changed between two reads")
+                written += member.size
+                if written > max_bytes:
+                    raise AdapterIntegrityError(f"{refused}: more than the import cap of {max_bytes} bytes")
+                rel = PurePosixPath(member.name)
                 (into / rel).parent.mkdir(parents=True, exist_ok=True)
                 src = tar.extractfile(member)
                 assert src is not None
-                with src, open(into / rel, "wb") as out:
+                with src, open(into / rel, "wb") as out:  # tarfile reads exactly member.size bytes
                     shutil.copyfileobj(src, out, storage.CHUNK_BYTES)
     except (tarfile.TarError, EOFError, OSError) as err:
         raise AdapterIntegrityError(
             f"import of {label} refused, nothing was imported: the archive is truncated or damaged at "
             f"{member_name}: {err}") from None
+
+
+def check_folder_listing(src: Path, label: str, max_bytes: int = IMPORT_MAX_BYTES) -> list[Path]:
+    """The files of a local export folder, checked before any is copied: each a regular file listed in its
+    ``SHA256SUMS`` (or ``SHA256SUMS`` itself), at most ``max_bytes`` in all. Without ``SHA256SUMS`` every
+    file is returned for :func:`check_copy` to name the incomplete export.
+
+    Raises:
+        AdapterIntegrityError: an unlisted or special file, or the cap passed.
+    """
+    refused = f"import of {label} refused, nothing was imported"
+    files = sorted(p for p in src.rglob("*") if not p.is_dir())
+    listed = read_sums(src / SHA256SUMS) if (src / SHA256SUMS).is_file() and (src / SHA256SUMS).stat().st_size <= SUMS_MAX_BYTES else None
+    if listed is None:
+        return [p for p in files if p.is_file()]
+    unlisted = [p.relative_to(src).as_posix() for p in files if p.relative_to(src).as_posix() not in (*listed, SHA256SUMS)]
+    if unlisted:
+        raise AdapterIntegrityError(f"{refused}: files not listed in {SHA256SUMS}: {', '.join(unlisted[:10])}; nothing was copied")
+    special = [p.relative_to(src).as_posix() for p in files if special_kind(p.lstat().st_mode) is not None or p.is_symlink()]
+    if special:
+        raise AdapterIntegrityError(f"{refused}: not regular files: {', '.join(special[:10])}")
+    total = sum(p.stat().st_size for p in files)
+    if total > max_bytes:
+        raise AdapterIntegrityError(f"{refused}: {total} bytes, over the import cap of {max_bytes} bytes")
+    return files
 
 
 def check_copy(folder: Path, label: str) -> dict[str, Any]:
@@ -153,10 +254,9 @@ def fetch_copy(src: Dest, into: Path) -> None:
     elif isinstance(src, str):
         storage.download_tree(src, into)
     else:
-        for p in sorted(src.rglob("*")):
-            if p.is_file():
-                (into / p.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(p, into / p.relative_to(src))
+        for p in check_folder_listing(src, label):  # unlisted, special or oversized files refused before any copy
+            (into / p.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, into / p.relative_to(src))
 
 
 def read_export(src: Dest) -> dict[str, Any]:

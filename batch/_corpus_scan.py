@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +16,21 @@ from typing import Any
 import msgspec
 
 from batch._config import CorpusConfig
-from classify.documents import document_from_text, jsonl_line_id
+from classify.documents import jsonl_line_id
 from classify.errors import InputError
-from classify.files import file_sha256
+from classify.files import NotRegularFile, file_sha256, regular_file_sha256
 from classify.records import Document
-from classify.tabular import csv_header, iter_csv_rows, parquet_columns, parquet_row_id
+from classify.tabular import (
+    csv_header,
+    iter_csv_rows,
+    iter_parquet_batches,
+    parquet_columns,
+    parquet_document,
+    parquet_group_starts,
+    parquet_id_values,
+    parquet_row_id,
+    parquet_text_values,
+)
 from classify.textcheck import escape_surrogates, refuse_wide_file
 
 FORMATS = ("jsonl", "csv", "parquet", "dir")
@@ -66,27 +77,75 @@ class Row:
     next_key: int | None = None  # the key at ``end`` (JSONL: the next line's number, blank lines counted)
 
 
+class _ParquetCursor:
+    """A streaming reader over one Parquet corpus that remembers where it stopped.
+
+    Shards are dispatched in plan order, so the next shard usually starts where the last one ended: the
+    cursor goes on from there, one bounded batch at a time, and each row is decoded once whatever the
+    row-group size (a shard of a single 200k-row group no longer reads the whole group). A shard before
+    the cursor (a retry) starts again at its row group.
+    """
+
+    def __init__(self, path: Path, reading: dict[str, Any]):
+        self.path, self.reading = path, reading
+        self.pf, self.use_ids = parquet_columns(path, reading["text_column"], reading["id_column"])
+        self.starts = parquet_group_starts(self.pf)
+        self.columns = [reading["text_column"]] + ([reading["id_column"]] if self.use_ids else [])
+        self.batches: Iterator[tuple[int, Any]] | None = None
+        self.row0 = 0  # index of the first row of the current batch
+        self.texts: list[Any] = []
+        self.ids: list[Any] = []
+        self.is_bytes = False
+
+    def _reset(self, start: int) -> None:
+        group = max(bisect.bisect_right(self.starts, start) - 1, 0)
+        self.batches = iter_parquet_batches(self.pf, self.path, self.columns, min(group, max(self.pf.num_row_groups - 1, 0)))
+        self.row0, self.texts, self.ids = self.starts[group], [], []
+
+    def rows(self, start: int, n_rows: int) -> list[tuple[int, Any, Any]]:
+        """``(row index, raw id, raw text)`` for rows ``start .. start + n_rows - 1``."""
+        if self.batches is None or start < self.row0:
+            self._reset(start)
+        out = []
+        for index in range(start, start + n_rows):
+            while index >= self.row0 + len(self.texts):
+                assert self.batches is not None
+                nxt = next(self.batches, None)
+                if nxt is None:
+                    raise InputError(f"{self.path}: the Parquet file ends before row {index} (the plan counted "
+                                     f"{self.starts[-1]} rows); the corpus changed: start a new batch id")
+                self.row0, batch = nxt
+                self.texts, self.is_bytes = parquet_text_values(batch.column(0))
+                self.ids = parquet_id_values(batch.column(1)) if self.use_ids else [None] * batch.num_rows
+            k = index - self.row0
+            out.append((index, self.ids[k], self.texts[k]))
+        return out
+
+
+_CURSOR_LOCK = threading.Lock()
+_CURSOR: dict[tuple[Any, ...], _ParquetCursor] = {}
+
+
 def parquet_docs(path: Path, reading: dict[str, Any], start: int, n_rows: int,
                   max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
-    pf, use_ids = parquet_columns(path, reading["text_column"], reading["id_column"])
-    starts = [0]
-    for g in range(pf.num_row_groups):
-        starts.append(starts[-1] + pf.metadata.row_group(g).num_rows)
-    first = bisect.bisect_right(starts, start) - 1
-    last = bisect.bisect_right(starts, start + n_rows - 1) - 1
-    columns = [reading["text_column"]] + ([reading["id_column"]] if use_ids else [])
-    table = pf.read_row_groups(list(range(first, last + 1)), columns=columns).slice(start - starts[first], n_rows)
-    texts = table.column(reading["text_column"]).to_pylist()
-    ids = table.column(reading["id_column"]).to_pylist() if use_ids else [None] * len(texts)
+    """``(row index, document)`` of Parquet rows ``start .. start + n_rows - 1`` (one shard), read in bounded batches."""
+    st = path.stat()
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, reading["text_column"], reading["id_column"], reading["id_prefix"])
+    with _CURSOR_LOCK:
+        cursor = _CURSOR.get(key)
+        if cursor is None:
+            _CURSOR.clear()  # one corpus at a time: a driver reads one
+            cursor = _CURSOR[key] = _ParquetCursor(path, reading)
+        rows = cursor.rows(start, n_rows)
+        is_bytes, use_ids = cursor.is_bytes, cursor.use_ids
     name = escape_surrogates(path.name)
-    for offset, (text, raw_id) in enumerate(zip(texts, ids, strict=True)):
-        index = start + offset
+    for index, raw_id, text in rows:
         where = f"{name}#row{index}"
         doc_id, error = parquet_row_id(raw_id, index, use_ids, reading["id_prefix"], where)
         if error is not None:
             yield index, Document(doc_id, None, "", 0, error, where)
         else:
-            yield index, document_from_text(doc_id, text, max_doc_bytes, where)
+            yield index, parquet_document(doc_id, text, is_bytes, max_doc_bytes, where)
 
 
 def jsonl_rows(path: Path, digest: Any, reading: dict[str, Any]) -> Iterator[Row]:
@@ -105,15 +164,30 @@ def jsonl_rows(path: Path, digest: Any, reading: dict[str, Any]) -> Iterator[Row
         size = len(raw)
         if record is not None and "text" not in record and isinstance(record.get("path"), str):
             reading["has_path_records"] = True
-            target = (path.parent / record["path"])
-            try:
-                size = target.stat().st_size
-                extra.update(f"{lineno}\t{file_sha256(target)}\n".encode())
-            except (OSError, UnicodeEncodeError) as err:
-                extra.update(f"{lineno}\t{type(err).__name__}\n".encode())
+            size, sha = _path_record_digest(path, record["path"], size)
+            extra.update(f"{lineno}\t{sha}\n".encode())
         yield Row(lineno, doc_id, size, pos, next_key=lineno + 1)
     if reading.get("has_path_records"):
         digest.update(b"\npath records\n" + extra.hexdigest().encode())
+
+
+def _path_record_digest(jsonl: Path, rel: str, line_bytes: int) -> tuple[int, str]:
+    """``(size for the shard plan, what the fingerprint records)`` for a JSONL ``path`` record: its file's size and
+    sha256, or ``line_bytes`` and why it is not read.
+
+    A path that leaves the JSONL file's folder is refused here before anything is opened (its row is
+    rejected by the reader, :func:`classify.documents.jsonl_line_document`), and only a regular file is
+    opened (:func:`classify.files.regular_file_sha256`: a FIFO or ``/dev/zero`` is never read).
+    """
+    try:
+        target = (jsonl.parent / rel).resolve()
+        if not target.is_relative_to(jsonl.parent.resolve()):
+            return line_bytes, "outside the corpus folder"
+        return regular_file_sha256(target)
+    except NotRegularFile as err:
+        return line_bytes, err.strerror
+    except (OSError, UnicodeEncodeError, RuntimeError) as err:  # RuntimeError: a symlink loop in resolve()
+        return line_bytes, type(err).__name__
 
 
 CHUNK_BYTES = 8 << 20
@@ -175,17 +249,14 @@ def parquet_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, 
     reading.update(text_column=cfg.text_column, id_column=cfg.id_column, id_prefix=escape_surrogates(cfg.id_prefix or path.stem))
     digest.update(file_sha256(path).encode())
     name = escape_surrogates(path.name)
-    index = 0
-    for g in range(pf.num_row_groups):
-        columns = [cfg.text_column] + ([cfg.id_column] if use_ids else [])
-        table = pf.read_row_group(g, columns=columns)
-        text = table.column(cfg.text_column)
+    columns = [cfg.text_column] + ([cfg.id_column] if use_ids else [])
+    for row0, batch in iter_parquet_batches(pf, path, columns):
+        text = batch.column(0)
         sizes = pc.fill_null(pc.binary_length(text), 0).to_pylist() if text.type in _string_types() else [1] * len(text)
-        ids = table.column(cfg.id_column).to_pylist() if use_ids else [None] * len(sizes)
-        for size, raw_id in zip(sizes, ids, strict=True):
+        ids = parquet_id_values(batch.column(1)) if use_ids else [None] * len(sizes)
+        for index, (size, raw_id) in enumerate(zip(sizes, ids, strict=True), start=row0):
             doc_id, _ = parquet_row_id(raw_id, index, use_ids, reading["id_prefix"], f"{name}#row{index}")
             yield Row(index, doc_id, size or 1)
-            index += 1
 
 
 def _string_types() -> tuple[Any, ...]:
@@ -218,8 +289,7 @@ def dir_rows(folder: Path, digest: Any) -> Iterator[Row]:
     for index, path in enumerate(walk_files(folder)):
         rel = path.relative_to(folder).as_posix()
         try:
-            size = path.stat().st_size
-            sha = file_sha256(path)
+            size, sha = regular_file_sha256(path)  # a FIFO or a device is never opened: its row is rejected
         except OSError as err:
             size, sha = 1, f"unreadable {err.strerror}"
         digest.update(f"{rel}\t{sha}\n".encode("utf-8", "surrogateescape"))

@@ -19,7 +19,14 @@ from typing import Any
 from batch._shard_io import jsonl_lines
 from batch.corpus import CorpusPlan
 from classify.documents import jsonl_line_fields, jsonl_line_id
-from classify.tabular import csv_header, iter_csv_rows, parquet_columns, parquet_row_id
+from classify.tabular import (
+    csv_header,
+    iter_csv_rows,
+    iter_parquet_batches,
+    parquet_columns,
+    parquet_id_values,
+    parquet_row_id,
+)
 from classify.textcheck import escape_surrogates
 
 
@@ -109,14 +116,11 @@ def _parquet_labels(plan: CorpusPlan, path: Path, column: str) -> Iterator[tuple
     pf, use_ids = parquet_columns(path, r["text_column"], r["id_column"])
     skip = {k for s in plan.shards for k in (s.get("skip") or ())}
     name = escape_surrogates(path.name)
-    index = 0
-    for g in range(pf.num_row_groups):
-        columns = [column] + ([r["id_column"]] if use_ids else [])
-        table = pf.read_row_group(g, columns=columns)
-        labels = table.column(column).to_pylist()
-        ids = table.column(r["id_column"]).to_pylist() if use_ids else [None] * len(labels)
-        for label, raw_id in zip(labels, ids, strict=True):
+    columns = [column] + ([r["id_column"]] if use_ids else [])
+    for row0, batch in iter_parquet_batches(pf, path, columns):  # bounded batches, whatever the row-group size
+        labels = batch.column(0).to_pylist()
+        ids = parquet_id_values(batch.column(1)) if use_ids else [None] * len(labels)
+        for index, (label, raw_id) in enumerate(zip(labels, ids, strict=True), start=row0):
             if index not in skip:
                 doc_id, _ = parquet_row_id(raw_id, index, use_ids, r["id_prefix"], f"{name}#row{index}")
                 yield doc_id, _label(label)
-            index += 1

@@ -38,7 +38,7 @@ from batch._id_buckets import IdHashBuckets, fold_duplicates
 from batch._shard_io import RawShard, fold_shard, jsonl_documents
 from classify.documents import read_file_document
 from classify.errors import InputError
-from classify.files import file_sha256
+from classify.files import file_sha256, special_kind
 from classify.paths import bbc_dir_hint
 from classify.records import Document
 from classify.tabular import csv_row_document, iter_csv_rows
@@ -59,6 +59,9 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
     if not where.exists():
         raise InputError(f"corpus {where} does not exist (set `corpus.path` in the config or pass --corpus)"
                          f"{bbc_dir_hint(cfg.path) if path is None else ''}")
+    kind = special_kind(where.stat().st_mode)
+    if kind is not None and kind != "a folder":  # never opened: a FIFO would block, /dev/zero never end
+        raise InputError(f"corpus {where} is {kind}, not a regular file; give a JSONL, CSV or Parquet file, or a folder")
     fmt = detect_format(where, cfg.format)
     if (fmt == "dir") != where.is_dir():
         raise InputError(f"corpus {where}: `corpus.format` is {fmt!r} but the path is {'a folder' if where.is_dir() else 'a file'}")

@@ -23,7 +23,7 @@ from batch._attempt import BatchRun
 from batch._config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
 from batch.corpus import locate_corpus
 from classify.errors import DocpilotError, InputError, Interrupted
-from classify.model import resolve_model
+from classify.model import resolve_model, verify_model
 from classify.paths import runs_dir
 from classify.pilotgate import gate_key, pipeline_differences, pipeline_settings, require_pilot
 from classify.runrecords import signals_raise_interrupted, utc_now
@@ -158,7 +158,7 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
         overrides["batch.cpu_actors"] = options.cpu_actors
     cfg = load_batch_config(options.config, overrides)
     corpus_path, corpus_format = locate_corpus(cfg.corpus, options.corpus)  # fail early; planned once the run is locked
-    model = resolve_model(cfg.model)
+    model = verify_model(resolve_model(cfg.model))  # re-hashed: what runs is what was verified
     adapter = resolve_adapter(options.adapter, model, cfg.engine, cfg.model)
     what = (f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + "
             f"{f'adapter {adapter.ref} ({adapter.mode} mode)' if adapter else 'no adapter'}")

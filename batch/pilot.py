@@ -35,7 +35,7 @@ from classify.config import PilotConfig, classification_sha256, config_sha256, l
 from classify.doctor import blockers, findings_json, run_checks
 from classify.errors import EnvironmentCheckError, Interrupted
 from classify.export import export_complete
-from classify.model import ModelRef, resolve_model
+from classify.model import ModelRef, resolve_model, verify_model
 from classify.paths import exports_dir, runs_dir
 from classify.pilotgate import gate_key, pipeline_settings, record_pilot
 from classify.records import read_results
@@ -233,7 +233,7 @@ def run_pilot(
         })
 
         hooks.stage("load-model")
-        model = resolve_model(cfg.model)
+        model = verify_model(resolve_model(cfg.model))  # re-hashed against fingerprint.json before it loads
         params["model"] = {"name": model.name, "path": model.path, "fingerprint": model.fingerprint, "source": model.source}
         hooks.engine_model = model
         if adapter_ref:

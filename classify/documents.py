@@ -31,6 +31,7 @@ from pathlib import Path
 
 import msgspec
 
+from classify.files import NotRegularFile, read_regular, special_kind
 from classify.records import Document
 from classify.textcheck import check_bytes, checked_id, escape_surrogates, refuse_wide_file, surrogate_reason
 
@@ -77,19 +78,28 @@ def document_from_text(doc_id: str, text: object, max_doc_bytes: int, source: st
 def read_file_document(doc_id: str, path: Path, max_doc_bytes: int) -> Document:
     """Read one file as a document: rejected (never raised) when it is over ``max_doc_bytes``, unreadable or not text.
 
+    Only a regular file is opened (a FIFO, a device, a socket or a folder, or a link to one, is a rejected
+    row naming what it is, never opened: :func:`classify.files.open_regular`), and at most
+    ``max_doc_bytes + 1`` bytes are read.
+
     Args:
         doc_id: the document id.
         path: the file.
-        max_doc_bytes: size limit in bytes (checked on the file size before reading).
+        max_doc_bytes: size limit in bytes (checked on the file size before reading, and on the bytes read).
 
     Returns:
         The :class:`Document`; ``source`` is ``str(path)``.
     """
     try:
-        size = path.stat().st_size
-        if size > max_doc_bytes:
-            return Document(doc_id, None, "", 0, f"over size limit: {size} bytes > classify.max_doc_bytes {max_doc_bytes}", str(path))
-        raw = path.read_bytes()
+        st = path.stat()
+        kind = special_kind(st.st_mode)
+        if kind is not None:  # a FIFO would block the open, /dev/zero never end: refused before any open
+            return Document(doc_id, None, "", 0, f"not a regular file: {kind} (only regular files are read as documents)", str(path))
+        if st.st_size > max_doc_bytes:
+            return Document(doc_id, None, "", 0, f"over size limit: {st.st_size} bytes > classify.max_doc_bytes {max_doc_bytes}", str(path))
+        raw = read_regular(path, max_doc_bytes)  # bounded: a file that grew since the stat is over the limit, not read whole
+    except NotRegularFile as err:
+        return Document(doc_id, None, "", 0, f"{err.strerror} (only regular files are read as documents)", str(path))
     except OSError as err:
         return Document(doc_id, None, "", 0, f"unreadable: {err.strerror or err}", str(path))
     except UnicodeEncodeError:  # a JSONL `path` with a lone surrogate has no file name on disk

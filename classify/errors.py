@@ -94,6 +94,15 @@ class EngineError(DocpilotError):
     kind = "engine"
 
 
+class ModelIntegrityError(EngineError):
+    """A base model's weight file does not match the fingerprint it was verified under (altered, truncated, missing).
+
+    Raised by :func:`classify.model.verify_model` before a pilot, a batch or a server start; the message names the file.
+    """
+
+    kind = "model_integrity"
+
+
 class EnvironmentCheckError(DocpilotError):
     """The doctor found a blocker (no working compute, too little memory or disk...)."""
 

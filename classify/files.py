@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
@@ -46,6 +47,92 @@ def file_sha256(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> str:
     """
     with open(path, "rb") as fh:
         return stream_sha256(fh, chunk_bytes)
+
+
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file is when it is not a regular file (``"a FIFO (named pipe)"``, ``"a character device"``...),
+    ``None`` for a regular file.
+
+    Args:
+        mode: ``st_mode`` of an ``os.stat`` result.
+    """
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _SPECIAL_KINDS if test(mode)), f"not a regular file (mode {oct(mode)})")
+
+
+class NotRegularFile(OSError):
+    """A path that is a FIFO, a device, a socket or a folder where a regular file is read (refused before any read)."""
+
+    def __init__(self, path: str | Path, kind: str):
+        super().__init__(f"{path} is {kind}, not a regular file (only regular files are read)")
+        self.strerror = f"not a regular file: {kind}"
+        self.kind = kind
+
+
+def open_regular(path: str | Path) -> Any:
+    """Open a regular file for reading in binary, never blocking on a FIFO or touching a device.
+
+    The path is ``stat``-ed first (links followed) and refused unless it is a regular file; it is then
+    opened with ``O_NONBLOCK`` (a FIFO swapped in meanwhile cannot block the open) and ``fstat``-ed again,
+    so what is read is the regular file that was checked.
+
+    Args:
+        path: the file.
+
+    Returns:
+        A binary file object (close it, or use it in a ``with`` block).
+
+    Raises:
+        NotRegularFile: a FIFO, a device, a socket or a folder.
+        OSError: the file cannot be opened.
+    """
+    kind = special_kind(os.stat(path).st_mode)
+    if kind is not None:
+        raise NotRegularFile(path, kind)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        kind = special_kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise NotRegularFile(path, kind)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | Path, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of a regular file (:func:`open_regular`): a reader can tell "over the limit"
+    without reading a file that grows, or is larger than memory.
+
+    Args:
+        path: the file.
+        max_bytes: the size limit in bytes.
+
+    Raises:
+        NotRegularFile, OSError: as :func:`open_regular`.
+    """
+    with open_regular(path) as fh:
+        return fh.read(max_bytes + 1)
+
+
+def regular_file_sha256(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> tuple[int, str]:
+    """``(bytes read, sha256 hex)`` of a regular file (:func:`open_regular`: a FIFO or device is refused, never read).
+
+    Raises:
+        NotRegularFile, OSError: as :func:`open_regular`.
+    """
+    digest = hashlib.sha256()
+    size = 0
+    with open_regular(path) as fh:
+        while block := fh.read(chunk_bytes):
+            digest.update(block)
+            size += len(block)
+    return size, digest.hexdigest()
 
 
 def ids_sha256(ids: list[str]) -> str:

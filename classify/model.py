@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from classify.config import DEFAULT_BASE_MODEL, ModelConfig
-from classify.errors import EngineError
+from classify.errors import EngineError, ModelIntegrityError
 from classify.files import atomic_dir, file_sha256
 from classify.paths import model_cache_dir
 
@@ -68,11 +68,88 @@ def weights_fingerprint(folder: str | Path) -> str:
         EngineError: when the folder holds no ``*.safetensors`` / ``*.bin`` weights.
     """
     folder = Path(folder)
-    files = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    files = _weight_files(folder)
     if not files:
         raise EngineError(f"no weight files (*.safetensors, *.bin) in model folder {folder}")
     lines = "".join(f"{p.name}:{file_sha256(p)}\n" for p in files)
     return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+
+
+def weight_file_records(folder: str | Path) -> dict[str, dict[str, int | str]]:
+    """Per weight file ``{name: {"bytes": size, "sha256": hex}}``, as ``fingerprint.json`` records it under ``files``.
+
+    Args:
+        folder: a Hugging Face model folder.
+
+    Returns:
+        One entry per ``*.safetensors`` / ``*.bin`` file, sorted by name.
+    """
+    return {p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in _weight_files(Path(folder))}
+
+
+def verify_model(ref: ModelRef) -> ModelRef:
+    """Re-hash a model folder's weights against the fingerprint it is known by, before anything runs on it.
+
+    The one check the pilot, the batch driver and the server start call (``docs/registry.md``, "Model
+    integrity"): ``fingerprint.json`` is never trusted alone. Each weight file is read whole and hashed
+    (sha256; the default model's 270 MB take about 0.3 s from the page cache, a disk read otherwise).
+    When ``fingerprint.json`` lists the files (``files``: name, bytes, sha256), a changed size is named
+    as truncated or grown and a changed hash names the file; an older ``fingerprint.json`` without that
+    list names every weight file with its size.
+
+    Args:
+        ref: a resolved model (:func:`resolve_model`); a Hugging Face id (no local folder, empty
+            fingerprint) is returned unchanged.
+
+    Returns:
+        ``ref``, verified.
+
+    Raises:
+        ModelIntegrityError: a weight file is missing, unreadable, truncated or altered (the file is named);
+            nothing has run on it and nothing is recorded under its fingerprint.
+    """
+    if not ref.fingerprint:
+        return ref
+    folder = Path(ref.path)
+    fix = (f"restore the model folder {folder} (the default model: remove the folder and run `docpilot model` "
+           "to provision it again); nothing ran on these weights")
+    listed: dict = {}
+    marker = folder / FINGERPRINT_FILE
+    if marker.is_file():
+        try:
+            listed = json.loads(marker.read_text()).get("files") or {}
+        except (OSError, ValueError) as err:
+            raise ModelIntegrityError(f"model {ref.name}: {marker} is unreadable ({err}); {fix}") from None
+    try:
+        files = _weight_files(folder)
+        found = {p.name: {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files}
+    except OSError as err:
+        raise ModelIntegrityError(f"model {ref.name}: cannot read the weights in {folder}: {err}; {fix}") from None
+    for name, want in listed.items():
+        got = found.get(name)
+        if got is None:
+            raise ModelIntegrityError(f"model {ref.name}: weight file {folder / name} is missing; {fix}")
+        if got["bytes"] != want.get("bytes"):
+            how = "truncated" if got["bytes"] < int(want.get("bytes") or 0) else "changed in size"
+            raise ModelIntegrityError(f"model {ref.name}: weight file {folder / name} is {how}: {got['bytes']} bytes, "
+                                      f"verified as {want.get('bytes')} bytes; {fix}")
+        if got["sha256"] != want.get("sha256"):
+            raise ModelIntegrityError(f"model {ref.name}: weight file {folder / name} was altered: sha256 "
+                                      f"{got['sha256'][:16]}... != verified {str(want.get('sha256'))[:16]}...; {fix}")
+    if listed and set(found) - set(listed):
+        extra = ", ".join(str(folder / n) for n in sorted(set(found) - set(listed)))
+        raise ModelIntegrityError(f"model {ref.name}: weight files not in {FINGERPRINT_FILE}: {extra}; {fix}")
+    lines = "".join(f"{name}:{found[name]['sha256']}\n" for name in sorted(found))
+    actual = "sha256:" + hashlib.sha256(lines.encode()).hexdigest() if found else "(no weight files)"
+    if actual != ref.fingerprint:
+        shown = ", ".join(f"{folder / n} ({found[n]['bytes']} bytes)" for n in sorted(found)) or f"none in {folder}"
+        raise ModelIntegrityError(f"model {ref.name}: the weights do not match fingerprint {ref.fingerprint[:23]}... "
+                                  f"(they hash to {actual[:23]}...): weight files {shown}; {fix}")
+    return ref
 
 
 def smollm2_gguf_path() -> Path:
@@ -183,11 +260,13 @@ def provision_default_model(dtype: str = "bfloat16", cache: Path | None = None) 
         log.info("de-quantizing %s to %s safetensors in %s", gguf.name, dtype, target)
         _dequantize_gguf(gguf, tmp, dtype)
         fingerprint = weights_fingerprint(tmp)
+        files = weight_file_records(tmp)
         source = f"{SMOLLM2_PACKAGE}=={importlib.metadata.version(SMOLLM2_PACKAGE)}:{gguf.name} (gguf sha256 {file_sha256(gguf)})"
         info = {
             "name": DEFAULT_BASE_MODEL,
             "hf_id": SMOLLM2_HF_ID,
             "fingerprint": fingerprint,
+            "files": files,
             "source": source,
             "dtype": dtype,
             "seconds": round(time.time() - started, 1),

@@ -5,15 +5,17 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import sys
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from classify.documents import document_from_text
+from classify.documents import document_from_bytes, document_from_text
 from classify.errors import InputError
 from classify.records import Document
-from classify.textcheck import escape_surrogates, refuse_wide_file
+from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file, surrogate_reason
 
 _NOT_UTF8_HINT = "; the file is not UTF-8: convert it, e.g. iconv -f <its encoding> -t UTF-8 IN > OUT"
 
@@ -224,8 +226,16 @@ def iter_csv_rows(
                              "(an unclosed quote would merge every following row into one document); fix the file") from None
 
 
+PARQUET_BATCH_ROWS = 2048
+"""Rows per Arrow batch when a Parquet corpus is read (plan pass, shards, labels): memory and speed do not depend
+on the file's row-group size (a single 200k-row group is read 2048 rows at a time, like small groups)."""
+
+
 def parquet_columns(path: Path, text_column: str, id_column: str | None) -> tuple[Any, bool]:
-    """Open a Parquet corpus and check its columns.
+    """Open a Parquet corpus for streaming reads and check its columns.
+
+    The file is opened without pre-buffering and with a 1 MiB read buffer
+    (:func:`batch._arrow_merge.streaming_parquet`'s settings), so reading it batch by batch holds one batch.
 
     Args:
         path: the Parquet file.
@@ -236,12 +246,12 @@ def parquet_columns(path: Path, text_column: str, id_column: str | None) -> tupl
         ``(pyarrow.parquet.ParquetFile, whether the id column is used)``.
 
     Raises:
-        InputError: not a Parquet file, or no ``text_column``.
+        InputError: not a Parquet file (a damaged footer), or no ``text_column``.
     """
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
     except Exception as err:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError...
         raise InputError(f"{path}: cannot read Parquet: {err}") from None
     names = pf.schema_arrow.names
@@ -250,10 +260,116 @@ def parquet_columns(path: Path, text_column: str, id_column: str | None) -> tupl
     return pf, id_column is not None and id_column in names
 
 
+def parquet_group_starts(pf: Any) -> list[int]:
+    """Row index of the first row of each row group, plus the total row count at the end."""
+    starts = [0]
+    for g in range(pf.num_row_groups):
+        starts.append(starts[-1] + pf.metadata.row_group(g).num_rows)
+    return starts
+
+
+def iter_parquet_batches(pf: Any, path: Path, columns: list[str], first_group: int = 0,
+                         batch_rows: int = PARQUET_BATCH_ROWS) -> Iterator[tuple[int, Any]]:
+    """``(index of the batch's first row, record batch)`` from row group ``first_group`` to the end, in bounded batches.
+
+    Args:
+        pf: the file (:func:`parquet_columns`).
+        path: its path, for messages.
+        columns: the columns read.
+        first_group: the row group to start at.
+        batch_rows: rows per batch.
+
+    Raises:
+        InputError: a row group cannot be read (a bad page header, a damaged or cut-short column chunk):
+            the message names the file and the row group.
+    """
+    starts = parquet_group_starts(pf)
+    row = starts[first_group]
+    batches = pf.iter_batches(batch_size=batch_rows, row_groups=list(range(first_group, pf.num_row_groups)),
+                              columns=columns, use_threads=False)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except Exception as err:  # noqa: BLE001 - pyarrow raises OSError, ArrowInvalid, ArrowException...
+            group = _failing_group(pf, columns, starts, row, batch_rows)
+            raise InputError(f"{path}: cannot read Parquet row group {group} (rows {starts[group]}..{starts[group + 1] - 1}): "
+                             f"{type(err).__name__}: {err}; the file is damaged: write it again from its source") from None
+        yield row, batch
+        row += batch.num_rows
+
+
+def _failing_group(pf: Any, columns: list[str], starts: list[int], row: int, batch_rows: int) -> int:
+    """The row group a failed batch read stumbled on: a batch may span groups, so each group it covers is
+    read alone (only on this error path) until one fails; the first covered group when none does."""
+    covered = [g for g in range(pf.num_row_groups) if starts[g + 1] > row and starts[g] < row + batch_rows]
+    for g in covered:
+        try:
+            pf.read_row_group(g, columns=columns, use_threads=False)
+        except Exception:  # noqa: BLE001 - pyarrow's errors: this is the damaged group
+            return g
+    return covered[0] if covered else 0
+
+
+def _is_string(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+
+
+def parquet_text_values(column: Any) -> tuple[list[Any], bool]:
+    """The values of a text column batch and whether they are the bytes of a string column.
+
+    A string column is read as its bytes (Arrow does not check UTF-8 when it reads Parquet; Python would raise
+    on the first bad byte), so an undecodable text is a rejected row (:func:`parquet_document`), not a crash.
+    """
+    import pyarrow as pa
+
+    if _is_string(column.type):
+        return column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary()).to_pylist(), True
+    return column.to_pylist(), False
+
+
+def parquet_id_values(column: Any) -> list[Any]:
+    """The values of an id column batch: a string column's bytes decoded as UTF-8 with bad bytes as lone surrogates
+    (the row is then rejected, its id escaped: :func:`classify.textcheck.checked_id`), other types as Arrow gives them."""
+    import pyarrow as pa
+
+    if _is_string(column.type):
+        raw = column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary()).to_pylist()
+        return [None if v is None else v.decode("utf-8", "surrogateescape") for v in raw]
+    return column.to_pylist()
+
+
+_PY_KINDS = {bytes: "binary", float: "floating point number", bool: "boolean", list: "list", dict: "struct",
+             dt.datetime: "timestamp", dt.date: "date", dt.time: "time", dt.timedelta: "duration", Decimal: "decimal"}
+
+
 def parquet_row_id(value: object, index: int, use_ids: bool, prefix: str, where: str) -> tuple[str, str | None]:
-    """The id of Parquet row ``index`` and the reject reason of a row without one (``None`` when it has one)."""
+    """The id of Parquet row ``index`` and the reject reason of a row without a usable one (``None`` when it has one).
+
+    The JSONL and CSV id rule: a string or an integer. Any other value (``b'doc-000'``, ``1.0``, ``nan``, ``True``,
+    ``[1, 2]``, a timestamp...) is a rejected row with id ``<file>#row<index>`` whose reason names the type.
+    """
     if not use_ids:
         return f"{prefix}-{index:04d}", None
     if value is None or value == "":
         return where, f"row {index} has an empty id"
-    return escape_surrogates(str(value)), None
+    if isinstance(value, str) and (reason := surrogate_reason("id", value)) is not None:  # bytes that are not UTF-8
+        safe = escape_surrogates(value)
+        return safe, f"{reason}; recorded as {safe!r}"
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return escape_surrogates(str(value)), None
+    kind = _PY_KINDS.get(type(value), type(value).__name__)
+    shown = repr(value)
+    return where, f"`id` must be a string or an integer, got {kind} {shown[:60]}{'...' if len(shown) > 60 else ''} (row {index})"
+
+
+def parquet_document(doc_id: str, value: Any, is_bytes: bool, max_doc_bytes: int, where: str) -> Document:
+    """The document of one Parquet row's text: a string column's bytes through the text rules of
+    :func:`classify.documents.document_from_bytes` (invalid UTF-8 is a rejected row naming the byte), any other
+    value through :func:`classify.documents.document_from_text` (a non-string is a rejected row naming its type)."""
+    if is_bytes and value is not None:
+        return checked_id(document_from_bytes(doc_id, value, max_doc_bytes, where))
+    return document_from_text(doc_id, value, max_doc_bytes, where)

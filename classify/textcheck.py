@@ -14,6 +14,7 @@ import unicodedata
 from pathlib import Path
 
 from classify.errors import InputError
+from classify.files import NotRegularFile, open_regular
 from classify.records import Document
 
 CONTROL_SHARE_LIMIT = 0.10
@@ -151,12 +152,15 @@ def refuse_wide_file(path: Path) -> None:
         path: a CSV, JSONL or labels file about to be read as UTF-8.
 
     Raises:
-        InputError: the file starts like UTF-16 or UTF-32 (:func:`wide_encoding`), e.g.
+        InputError: the path is a FIFO, a device or a socket (never read: :func:`classify.files.open_regular`), or
+            the file starts like UTF-16 or UTF-32 (:func:`wide_encoding`), e.g.
             ``c.csv is UTF-16 LE (byte-order mark FF FE), not UTF-8; convert it: iconv -f UTF-16 -t UTF-8 ...``.
     """
     try:
-        with path.open("rb") as fh:
+        with open_regular(path) as fh:
             found = wide_encoding(fh.read(4))
+    except NotRegularFile as err:  # a FIFO would block every reader that follows: refused before any read
+        raise InputError(f"{path} is {err.kind}, not a regular file; give a regular JSONL or CSV file") from None
     except OSError:
         return  # the reader that follows reports the OS error in its own words
     if found is not None:

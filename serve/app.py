@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from classify.config import PilotConfig, load_config
-from classify.model import ModelRef, resolve_model
+from classify.model import ModelRef, resolve_model, verify_model
 from serve import routes_adapters, routes_classify, routes_health, routes_metrics
 from serve.adapters import AdapterService
 from serve.deps import require_token
@@ -77,7 +77,7 @@ def create_app(
         ConfigError: invalid config. EngineError: the base model cannot be resolved.
     """
     config = config or load_server_config(settings)
-    model = model or resolve_model(config.model)
+    model = model or verify_model(resolve_model(config.model))  # re-hashed at server start (#28 item 3)
     if registry is None:
         from adapters.registry import Registry
 
