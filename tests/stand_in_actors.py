@@ -38,18 +38,17 @@ def answer_actor(answers: dict[str, tuple[str, float]] | None = None) -> Any:
 
         def classify(self, shard: Any) -> Any:
             from batch._shard_io import ShardOutput, as_documents
+
+            return ShardOutput.of([self.answer(d) for d in as_documents(shard, self.max_doc_bytes)])
+
+        def answer(self, doc: Any) -> Any:
             from classify.records import Result
 
-            out = []
-            for d in as_documents(shard, self.max_doc_bytes):
-                if d.reject_reason:
-                    out.append(Result(id=d.id, status="rejected", reason=d.reject_reason, input_sha256=d.input_sha256,
-                                      n_chars=d.n_chars))
-                else:
-                    category, score = table.get(d.id, (self.category, 1.0))
-                    review = None if self.review_below is None else score < self.review_below
-                    out.append(Result(id=d.id, status="accepted", category=category, score=score, review=review,
-                                      input_sha256=d.input_sha256, n_chars=d.n_chars))
-            return ShardOutput.of(out)
+            if doc.reject_reason:
+                return Result.rejected(doc, doc.reject_reason)
+            category, score = table.get(doc.id, (self.category, 1.0))
+            review = None if self.review_below is None else score < self.review_below
+            return Result(id=doc.id, status="accepted", category=category, score=score, review=review,
+                          input_sha256=doc.input_sha256, n_chars=doc.n_chars)
 
     return ray.remote(max_restarts=0, max_task_retries=0)(AnswerActor)

@@ -28,3 +28,9 @@ def test_a_command_config_also_names_the_model_provisioned_for_it(target, variab
 def test_config_alone_sets_every_command():
     assert _dry_run("pilot", "CONFIG=mine.json")[:2] == ["docpilot model --config mine.json",
                                                          "docpilot pilot --config mine.json"]
+
+
+def test_make_plan_sizes_the_job_of_config_on_the_lot_of_lots_config():
+    assert _dry_run("plan", "CONFIG=job.json", "LOTS_CONFIG=lot.json") == [
+        "docpilot plan --config job.json --lots-config lot.json"]
+    assert _dry_run("plan") == ["docpilot plan --config config/docpilot.json --lots-config config/lots.json"]
