@@ -18,7 +18,8 @@ from pathlib import Path
 from bench.common import machine
 from classify.runrecords import code_revision, utc_now
 
-MODULES = ("baseline", "zeroshot", "adapter", "adapter_merged", "merged_mode", "batch", "serve_load", "scale", "pilot")
+MODULES = ("baseline", "zeroshot", "adapter", "adapter_merged", "merged_mode", "batch", "serve_load", "host", "injection",
+           "scale", "pilot")
 
 
 def main(argv: list[str] | None = None) -> int:

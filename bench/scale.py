@@ -60,8 +60,9 @@ def _count_files(folder: Path) -> tuple[int, int]:
     return total, most
 
 
-def _child(corpus: str, work: str, batch_id: str) -> None:
-    """One size, in this (fresh) process: full run, then a resume with half the shards removed."""
+def _child(corpus: str, work: str, batch_id: str, host: str = "0") -> None:
+    """One size, in this (fresh) process: full run, then a resume with half the shards removed (``host="1"``: the
+    :class:`bench.instant_engine.HostEngineActor`, real prompt ids and records, no forward pass)."""
     import logging
     import resource
 
@@ -79,7 +80,7 @@ def _child(corpus: str, work: str, batch_id: str) -> None:
     args = driver.parse_args(["--config", str(config), "--corpus", corpus, "--batch-id", batch_id,
                               "--skip-pilot-gate", "--no-progress"])
     t0 = time.monotonic()
-    summary = driver.run_batch(args, _engine_actor=remote_class())
+    summary = driver.run_batch(args, _engine_actor=remote_class(host == "1"))
     wall = time.monotonic() - t0
     run = Path(summary["run_dir"])
     files, most = _count_files(run)
@@ -103,7 +104,7 @@ def _child(corpus: str, work: str, batch_id: str) -> None:
 
     BatchRun.run_shards = timed
     t1 = time.monotonic()
-    again = driver.run_batch(args, _engine_actor=remote_class())
+    again = driver.run_batch(args, _engine_actor=remote_class(host == "1"))
     resume_wall = time.monotonic() - t1
     assert again["total"] == summary["total"] and again["this_attempt"]["processed_docs"] < summary["total"]
     print(json.dumps({
@@ -117,16 +118,18 @@ def _child(corpus: str, work: str, batch_id: str) -> None:
     }))
 
 
-def measure(name: str, tmp: Path) -> dict:
-    """Write the corpus of size ``name`` and run :func:`_child` on it in a fresh interpreter."""
+def measure(name: str, tmp: Path, host: bool = False) -> dict:
+    """Write the corpus of size ``name`` and run :func:`_child` on it in a fresh interpreter (``host``: real prompt
+    ids, records and shard bytes in the actors, only the forward pass skipped)."""
     n, text_bytes = SIZES[name]
     corpus = tmp / f"{name}.jsonl"
     t0 = time.monotonic()
     write_corpus(corpus, n, text_bytes)
     gen_s = time.monotonic() - t0
-    work = tmp / f"work-{name}"
+    work = tmp / f"work-{name}{'-host' if host else ''}"
     work.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "bench.scale", "--child", str(corpus), str(work), f"scale-{name}"],
+    proc = subprocess.run([sys.executable, "-m", "bench.scale", "--child", str(corpus), str(work), f"scale-{name}",
+                           "1" if host else "0"],
                           cwd=ROOT, capture_output=True, text=True, timeout=7200,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     corpus.unlink()
@@ -134,7 +137,7 @@ def measure(name: str, tmp: Path) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"{name}: exit {proc.returncode}: {proc.stderr[-2000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    out.update(size=name, corpus_write_s=round(gen_s, 1))
+    out.update(size=f"{name}, real prompt ids" if host else name, corpus_write_s=round(gen_s, 1))
     return out
 
 
@@ -152,13 +155,16 @@ def run(quick: bool = False, sizes: list[str] | None = None) -> dict:
         for name in names:
             rows.append(measure(name, Path(tmp)))
             print(f"[scale] {json.dumps(rows[-1])}", file=sys.stderr)
+        rows.append(measure(names[0], Path(tmp), host=True))  # the same corpus with the actors' real host work
+        print(f"[scale] {json.dumps(rows[-1])}", file=sys.stderr)
     table = "\n".join(
         f"| {r['size']} | {r['docs']:,} | {r['corpus_bytes'] / 1e6:,.0f} MB | {r['shards']:,} | {r['docs_per_s']:,} | "
         f"{r['wall_s']} | {r['peak_rss_gib']} | {r['run_files']:,} + {r['export_files']:,} ({r['most_files_in_a_folder']:,}) | "
         f"{r['resume_start_s']} |" for r in rows)
     markdown = (
         f"Instant bench engine (no model) through the real Ray pool ({ACTORS} actors) and real run folders; each size in a fresh "
-        "process. End to end = plan + Ray start + shards + merge (results.jsonl + results.parquet) + summary + export "
+        "process. The row \"real prompt ids\" runs bench.instant_engine.HostEngineActor: the actors build the prompt ids with "
+        "the real tokenizer, the sampling parameters, the result records and shard bytes, skipping only the forward pass. End to end = plan + Ray start + shards + merge (results.jsonl + results.parquet) + summary + export "
         "with SHA256SUMS + its re-check.\n\n"
         "| size | documents | corpus | shards | docs/s end to end | wall s | driver peak RSS GiB | files run + export "
         "(most in one folder) | resume start s (half the shards done) |\n|---|---|---|---|---|---|---|---|---|\n"
@@ -171,7 +177,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sizes", nargs="*", choices=sorted(SIZES))
-    parser.add_argument("--child", nargs=3, metavar=("CORPUS", "WORK", "BATCH_ID"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs="+", metavar="ARG", help=argparse.SUPPRESS)
     ns = parser.parse_args(sys.argv[1:])
     if ns.child:
         _child(*ns.child)
