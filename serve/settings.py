@@ -144,7 +144,7 @@ class ServeSettings(BaseSettings):
         description="documents admitted to the engine at once, all requests together (more: 429 with Retry-After)")
     max_header_bytes: int = Field(
         16 * 1024, ge=1024, le=2**20,
-        description="bytes of request line plus headers (uvicorn's h11 limit; more: 400 and the connection closed)")
+        description="bytes of a request line plus headers still incomplete (uvicorn's h11 limit; more: 400, connection closed)")
     skip_pilot_gate: bool = Field(
         False, description="serve adapters / a base model without a passed pilot (every use is logged as a warning)")
     graceful_timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds in-flight requests get after SIGTERM")
