@@ -26,7 +26,8 @@ from batch import manifest as mf
 ROOT = Path(__file__).resolve().parent.parent
 
 DRIVER = r'''
-import os, signal, sys
+import logging, os, signal, sys
+logging.basicConfig(level=logging.INFO)
 from pathlib import Path
 hook = sys.argv[1]
 if hook == "merge":
