@@ -17,11 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adapters._export_copy import redact
 from batch import _ray_local
 from batch import manifest as mf
 from batch._adapter import BatchAdapter
 from batch._config import BatchConfig
 from batch._mirror import progress_mirror
+from batch._debris import remove_stale_temporaries
+from batch._disk import full_disk_is_environment
 from batch._progress import Progress, logging_redirect, progress_bar
 from batch._shard_io import ShardOutput
 from batch.corpus import CorpusPlan, plan_corpus, quick_fingerprint
@@ -195,10 +198,20 @@ class BatchRun:
         Raises:
             InputError: a resume whose corpus, config, model, adapter or merged model changed.
             VerificationError: merged results that break the invariants, or an export that fails its re-check.
+            EnvironmentCheckError: no space left in the run folder or the export destination (exit 6, naming the
+                folder and its free space; :mod:`batch._disk`).
         """
+        state: dict[str, Any] = {}
+        dest = self._export_dest()
+        written = [self.run_dir] + ([dest.parent] if isinstance(dest, Path) else [])
+        with full_disk_is_environment(written, f"batch {self.batch_id}", state):  # exit 6 naming the folder, not a traceback
+            return self._run(state)
+
+    def _run(self, state: dict[str, Any]) -> dict[str, Any]:
         from batch.plan import lease_end
 
         self.lease_ends_at = lease_end(self.options.lots_config, self.options.lease_ends)
+        remove_stale_temporaries(self.run_dir, self._export_dest())  # a killed attempt's debris (this process holds the lock)
         self._stage("plan")
         old = mf.read_manifest(self.run_dir)
         corpus = self.corpus_plan or plan_or_reuse(self.cfg, self.corpus_path, self.corpus_format, old, self.batch_id)
@@ -214,6 +227,9 @@ class BatchRun:
             self._merge(manifest, write=False)
             summary = json.loads((self.run_dir / mf.SUMMARY).read_text(encoding="utf-8"))
             summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export_batch(self.run_dir, dest, self.hooks))
+            if manifest.attempts and not any(a.get("export_verified_at") for a in manifest.attempts):  # an older run folder
+                manifest.attempts[-1].update(exported_to=redact(dest), export_verified_at=utc_now())
+                mf.write_manifest(self.run_dir, manifest)
             return summary
         attempt = {"started_at": utc_now(), "pid": os.getpid(), "host": socket.gethostname(),
                    "pilot_gate": self.gate_record, "cpu_actors": self.cfg.batch.cpu_actors,
@@ -227,10 +243,17 @@ class BatchRun:
         try:
             summary = self._run_and_merge(corpus, manifest, pending, progress, attempt)
             export = export_batch(self.run_dir, dest, self.hooks)
+            attempt.update(exported_to=redact(export), export_verified_at=utc_now())
+            mf.write_manifest(self.run_dir, manifest)  # `docpilot status`: "exported and verified", not only classified
         except Exception as err:
-            progress.fail(f"{type(err).__name__}: {err}")
-            attempt.update(failed_at=utc_now(), error=f"{type(err).__name__}: {err}"[:2000])
-            mf.write_manifest(self.run_dir, manifest)
+            try:
+                progress.fail(f"{type(err).__name__}: {err}")
+                attempt.update(failed_at=utc_now(), error=f"{type(err).__name__}: {err}"[:2000])
+                mf.write_manifest(self.run_dir, manifest)
+            except OSError as unrecorded:  # the run folder is full too: say so, raise the first error
+                state["unrecorded"] = f"writing {self.run_dir}: {unrecorded.strerror or unrecorded}"
+                log.error("batch %s: the attempt's failure could not be recorded in %s: %s", self.batch_id, self.run_dir,
+                          unrecorded)
             raise
         summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export)
         return summary

@@ -77,6 +77,62 @@ class Row:
     next_key: int | None = None  # the key at ``end`` (JSONL: the next line's number, blank lines counted)
 
 
+def parquet_ranges(pf: Any, path: Path) -> list[list[int]]:
+    """``[start, end)`` byte ranges of each row group's column chunks, then of the footer (metadata + length + magic)."""
+    out = []
+    for g in range(pf.num_row_groups):
+        rg = pf.metadata.row_group(g)
+        cols = [rg.column(c) for c in range(rg.num_columns)]
+        starts = [c.dictionary_page_offset if c.has_dictionary_page and c.dictionary_page_offset else c.data_page_offset
+                  for c in cols]
+        out.append([min(starts), max(st + c.total_compressed_size for st, c in zip(starts, cols, strict=True))])
+    size = path.stat().st_size
+    out.append([size - 8 - pf.metadata.serialized_size, size])
+    return out
+
+
+def parquet_ranges_sha256(path: Path, ranges: list[list[int]]) -> tuple[str, list[list[Any]]]:
+    """sha256 of the whole file and ``[start, end, sha256]`` of each byte range, in one sequential read.
+
+    Ranges that overlap or are out of order are hashed on their own (a second read of those bytes).
+    """
+    whole = hashlib.sha256()
+    out: list[list[Any]] = []
+    with path.open("rb") as fh:
+        pos = 0
+        for start, end in ranges:
+            part = hashlib.sha256()
+            if start < pos:  # out of order: its own read, the whole-file digest goes on below
+                fh.seek(start)
+                part.update(fh.read(end - start))
+                fh.seek(pos)
+                out.append([start, end, part.hexdigest()])
+                continue
+            while pos < end:
+                block = fh.read(min(8 << 20, end - pos))
+                if not block:
+                    break
+                whole.update(block)
+                if pos + len(block) > start:
+                    part.update(block[max(start - pos, 0):])
+                pos += len(block)
+            out.append([start, end, part.hexdigest()])
+        while block := fh.read(8 << 20):
+            whole.update(block)
+    return whole.hexdigest(), out
+
+
+def _check_parquet_range(path: Path, recorded: list[Any], what: str) -> None:
+    start, end, want = recorded
+    with path.open("rb") as fh:
+        fh.seek(start)
+        got = hashlib.sha256(fh.read(end - start)).hexdigest()
+    if got != want:
+        raise InputError(f"corpus {path} changed while the batch ran: {what} (bytes {start}..{end}) no longer holds the "
+                         "bytes the plan read; nothing of it was classified. Restore the corpus and rerun the same command "
+                         "(complete shards are kept), or start a new batch id for the edited corpus")
+
+
 class _ParquetCursor:
     """A streaming reader over one Parquet corpus that remembers where it stopped.
 
@@ -96,6 +152,22 @@ class _ParquetCursor:
         self.texts: list[Any] = []
         self.ids: list[Any] = []
         self.is_bytes = False
+        self.checked: set[int] = set()
+        recorded = reading.get("row_group_sha256")  # absent in plans made before this check existed
+        if recorded:
+            _check_parquet_range(path, recorded[-1], "its footer")
+
+    def _check_groups(self, start: int, n_rows: int) -> None:
+        """Re-hash each row group the rows fall in against the plan, once per group (a corpus edited mid-run)."""
+        recorded = self.reading.get("row_group_sha256")
+        if not recorded:
+            return
+        first = max(bisect.bisect_right(self.starts, start) - 1, 0)
+        last = max(bisect.bisect_right(self.starts, start + n_rows - 1) - 1, 0)
+        for g in range(first, min(last, len(recorded) - 2) + 1):
+            if g not in self.checked:
+                _check_parquet_range(self.path, recorded[g], f"row group {g}")
+                self.checked.add(g)
 
     def _reset(self, start: int) -> None:
         group = max(bisect.bisect_right(self.starts, start) - 1, 0)
@@ -104,6 +176,7 @@ class _ParquetCursor:
 
     def rows(self, start: int, n_rows: int) -> list[tuple[int, Any, Any]]:
         """``(row index, raw id, raw text)`` for rows ``start .. start + n_rows - 1``."""
+        self._check_groups(start, n_rows)
         if self.batches is None or start < self.row0:
             self._reset(start)
         out = []
@@ -247,7 +320,8 @@ def parquet_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, 
 
     pf, use_ids = parquet_columns(path, cfg.text_column, cfg.id_column)
     reading.update(text_column=cfg.text_column, id_column=cfg.id_column, id_prefix=escape_surrogates(cfg.id_prefix or path.stem))
-    digest.update(file_sha256(path).encode())
+    file_sha, reading["row_group_sha256"] = parquet_ranges_sha256(path, parquet_ranges(pf, path))
+    digest.update(file_sha.encode())
     name = escape_surrogates(path.name)
     columns = [cfg.text_column] + ([cfg.id_column] if use_ids else [])
     for row0, batch in iter_parquet_batches(pf, path, columns):

@@ -154,16 +154,24 @@ class CorpusPlan:
                         frozenset(shard.get("skip") or ()), dict(shard.get("dups") or {}))
 
     def _byte_range(self, shard: dict[str, Any]) -> bytes:
-        """The bytes of a JSONL shard (whole lines)."""
+        """The bytes of a JSONL or CSV shard (whole lines or records), checked against the plan's ``bytes_sha256``.
+
+        Raises:
+            InputError: the bytes differ from those planned: the corpus was edited while the batch ran
+                (:func:`check_shard_bytes`).
+        """
         with Path(self.path).open("rb") as fh:
             fh.seek(shard["offset"])
-            return fh.read(shard["end"] - shard["offset"])
+            data = fh.read(shard["end"] - shard["offset"])
+        check_shard_bytes(self.path, shard, data)
+        return data
 
     def _iter_shard(self, shard: dict[str, Any], max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
         path = Path(self.path)
         if self.format == "jsonl":
             yield from jsonl_documents(path, escape_surrogates(path.name), shard["row"], self._byte_range(shard), max_doc_bytes)
         elif self.format == "csv":
+            self._byte_range(shard)  # checked against the plan before its records are parsed
             r = self.reading
             for row in iter_csv_rows(path, r["text_column"], r["id_column"], r["id_prefix"], offset=shard["offset"],
                                      first_index=shard["row"], max_rows=shard["n_rows"], header=r["header"]):
@@ -173,6 +181,40 @@ class CorpusPlan:
         else:
             for key, rel in enumerate(shard["files"], start=shard["row"]):
                 yield key, checked_id(read_file_document(rel, path / rel, max_doc_bytes))
+
+
+def check_shard_bytes(path: str | Path, shard: dict[str, Any], data: bytes) -> None:
+    """Refuse a shard whose bytes are not those the plan hashed (a plan without ``bytes_sha256`` is not checked).
+
+    Args:
+        path: the corpus file, for the message.
+        shard: the planned shard (``offset``, ``end``, ``bytes_sha256``).
+        data: the bytes just read.
+
+    Raises:
+        InputError: the corpus changed while the batch ran: the batch stops (resumable) before the shard is
+            classified, so no result and no export claims a corpus it was not computed from.
+    """
+    want = shard.get("bytes_sha256")
+    if want is None or hashlib.sha256(data).hexdigest() == want:
+        return
+    raise InputError(
+        f"corpus {path} changed while the batch ran: shard {shard['index']} (bytes {shard['offset']}..{shard['end']}, "
+        f"rows from {shard.get('first_id')!r}) no longer holds the bytes the plan read; nothing of it was classified. "
+        "Restore the corpus and rerun the same command (complete shards are kept), or start a new batch id for the "
+        "edited corpus")
+
+
+def _hash_shard_ranges(where: Path, shards: list[dict[str, Any]]) -> None:
+    """Record ``bytes_sha256`` of each JSONL/CSV shard's byte range (one sequential read of the file)."""
+    with where.open("rb") as fh:
+        for shard in shards:
+            fh.seek(shard["offset"])
+            digest, left = hashlib.sha256(), shard["end"] - shard["offset"]
+            while left > 0 and (block := fh.read(min(left, 8 << 20))):
+                digest.update(block)
+                left -= len(block)
+            shard["bytes_sha256"] = digest.hexdigest()
 
 
 def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, path: str | Path | None = None,
@@ -257,6 +299,8 @@ def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, pat
         buckets.close()
     if not shards:
         raise InputError(f"corpus {where} holds no documents")
+    if fmt in ("jsonl", "csv"):  # what each shard's read is checked against (a corpus edited mid-run is refused)
+        _hash_shard_ranges(where, shards)
     plan = CorpusPlan(str(where), fmt, f"sha256:{digest.hexdigest()}", seq, 0, shards, reading)
     if candidates:
         fold_duplicates(plan, candidates, first_seq, max_doc_bytes)

@@ -238,7 +238,12 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
         duplicates = tally.duplicate_ids(counted) if counted and counted.is_file() else []
     except BaseException:
         if out is not None:
-            out.close()
+            for closing in (out.close, pq_rows.writer.close if pq_rows is not None else None):
+                try:  # closed before the unlink, so a full disk gets its space back (an open file keeps it)
+                    if closing is not None:
+                        closing()
+                except Exception:  # noqa: BLE001 - a full disk fails the close's last write too
+                    pass
             Path(tmp_jsonl).unlink(missing_ok=True)  # type: ignore[arg-type]
             Path(tmp_parquet).unlink(missing_ok=True)  # type: ignore[arg-type]
         tally.ids.close()

@@ -50,8 +50,10 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
         root: parent of run folders (default :func:`classify.paths.runs_dir`).
 
     Returns:
-        ``{batch_id, state, done, total, accepted, rejected, docs_per_s, eta_s, last_error, shards_done, shards}``.
-        ``done`` counts ids in complete shard files, so it is right even after a crash.
+        ``{batch_id, state, done, total, accepted, rejected, docs_per_s, eta_s, last_error, shards_done, shards,
+        classified, export}``. ``done`` counts ids in complete shard files, so it is right even after a crash.
+        ``classified``: the results are merged (``summary.json``); ``export``: ``{to, verified_at}`` of the
+        export an attempt copied and re-checked, or ``None``. ``state`` is ``done`` only with both.
 
     Raises:
         InputError: no such batch, or a folder that is not a batch run.
@@ -69,8 +71,12 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
     state = progress.state
     if state == "running" and _driver_alive(progress) is False:
         state = "interrupted (driver gone; rerun with the same --batch-id to resume)"
-    if (run_dir / mf.SUMMARY).is_file() and state != "running":
-        state = "done"
+    export = next(({"to": a.get("exported_to"), "verified_at": a["export_verified_at"]}
+                   for a in reversed(manifest.attempts) if a.get("export_verified_at")), None)
+    classified = (run_dir / mf.SUMMARY).is_file()
+    if classified and state != "running":  # "done" only once a verified export exists
+        state = "done" if export is not None else ("classified, not exported: the results are merged but no verified "
+                                                   "export exists yet; rerun the same command to export and re-check it")
     return {
         "batch_id": batch_id, "run_dir": str(run_dir), "state": state,
         "done": sum(sizes[i] for i in complete), "total": manifest.corpus.get("distinct_ids"),
@@ -79,6 +85,7 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
         "last_error": progress.last_error or (manifest.attempts[-1].get("error") if manifest.attempts else None),
         "shards_done": len(complete), "shards": len(sizes), "retries": progress.retries,
         "updated_at": progress.updated_at, "skip_pilot_gate": manifest.pilot_gate.get("override"),
+        "classified": classified, "export": export,
     }
 
 
@@ -348,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
     if st["skip_pilot_gate"]:
         print("  WARNING   started with --skip-pilot-gate (no passed pilot)")
     print(f"  folder    {st['run_dir']}   updated {st['updated_at']}")
+    if st.get("export"):
+        print(f"  export    {st['export']['to']} (exported and verified {st['export']['verified_at']})")
+    elif st.get("classified"):
+        print("  export    none verified yet (classified only)")
     if "lease" in st:
         print(f"  lease     {st['lease']['message']}")
     if "partial_export" in st:

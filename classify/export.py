@@ -19,6 +19,9 @@ from classify.runrecords import write_bytes_atomic
 from classify.storage import Dest
 
 SHA256SUMS = "SHA256SUMS"
+EXPORT_STAGING_SUFFIX = ".export-tmp"
+"""Suffix of the hidden folder a local export is built in (``.<name>-<random>.export-tmp`` beside it), so that a
+killed export's staging copy can be found and removed (:mod:`batch._debris`)."""
 
 
 def sums_text(sums: dict[str, str]) -> bytes:
@@ -72,7 +75,7 @@ def export_run(run_dir: Path, export_dir: Dest) -> Dest:
             write_bytes_atomic(Path(tmp) / SHA256SUMS, sums_text(sums))
             storage.upload_file(Path(tmp) / SHA256SUMS, storage.join(export_dir, SHA256SUMS))
         return export_dir
-    with atomic_dir(export_dir) as staged:
+    with atomic_dir(export_dir, suffix=EXPORT_STAGING_SUFFIX) as staged:
         for rel in sums:
             (staged.path / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(run_dir / rel, staged.path / rel)
