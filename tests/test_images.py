@@ -104,7 +104,9 @@ def heavy_lock():
         return
     with open(path, "a") as fh:
         log(f"waiting for the heavy-work lock {path}")
+        t0 = time.time()
         fcntl.flock(fh, fcntl.LOCK_EX)
+        log(f"  got it after {time.time() - t0:.0f} s")
         try:
             yield
         finally:
