@@ -22,9 +22,9 @@ from batch import _ray_local
 from batch import manifest as mf
 from batch._adapter import BatchAdapter
 from batch._config import BatchConfig
-from batch._mirror import progress_mirror
 from batch._debris import remove_stale_temporaries
 from batch._disk import full_disk_is_environment
+from batch._mirror import progress_mirror
 from batch._progress import Progress, logging_redirect, progress_bar
 from batch._shard_io import ShardOutput
 from batch.corpus import CorpusPlan, plan_corpus, quick_fingerprint
