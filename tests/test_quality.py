@@ -27,7 +27,9 @@ LOGPROBS = dict(zip(range(len(CATS)), [math.log(p) for p in (0.70, 0.20, 0.05, 0
 class FakeTokenizer:
     """Category i starts with token i; prompts are rendered through the chat template stand-in."""
 
-    def __call__(self, text, add_special_tokens=False):
+    def __call__(self, text, add_special_tokens=False, split_special_tokens=False):
+        if isinstance(text, list):  # a batch (the prompt builder's plain-text call on a slow tokenizer)
+            return {"input_ids": [self(t)["input_ids"] for t in text]}
         return {"input_ids": [CATS.index(text) if text in CATS else 99] + [7] * (len(text) // 8)}
 
     def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
