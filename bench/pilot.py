@@ -49,11 +49,12 @@ def time_pilot(src: Path, label: str) -> dict[str, Any]:
         if not runs:
             raise RuntimeError(f"{label}: no pilot run folder (exit {proc.returncode}): {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
         summary = json.loads(runs[-1].read_text())
+        decision_file = runs[-1].parent / "decision.json"
+        decision = json.loads(decision_file.read_text())["decision"] if decision_file.is_file() else None
     attempt = summary.get("this_attempt") or {}
     measured = summary.get("measured") or {}
     return {"label": label, "wall_s": round(wall, 1), "exit_code": proc.returncode,
-            "decision": json.loads((runs[-1].parent / "decision.json").read_text())["decision"]
-            if (runs[-1].parent / "decision.json").exists() else None,
+            "decision": decision,
             "stage_reached": summary.get("stage_reached"), "accuracy": summary.get("accuracy"),
             "stages": {"first_shard_s": attempt.get("first_shard_s"), "pool_wall_s": attempt.get("pool_wall_s"),
                        "merge_s": attempt.get("merge_s"), "classify_s": measured.get("classify_s"),
@@ -78,7 +79,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     for r in rows:
         st = r["stages"]
         lines.append(f"| {r['label']} | {r['wall_s']} | {r['exit_code']} | {r['decision']} | {r['stage_reached']} | "
-                     f"{st['first_shard_s'] if st['first_shard_s'] is not None else '-'} | {st['classify_s'] or '-'} | "
+                     f"{round(st['first_shard_s'], 1) if st['first_shard_s'] is not None else '-'} | {st['classify_s'] or '-'} | "
                      f"{st['merge_s'] if st['merge_s'] is not None else '-'} | {st['peak_gib'] or '-'} |")
     figures: dict[str, Any] = {"runs": rows}
     if len(rows) == 2 and rows[1]["wall_s"]:
