@@ -58,8 +58,8 @@ def test_forged_turns_reach_the_model_as_text_not_as_control_tokens(engine, corr
     on the template's control tokens only; through main's string prompt it computed on the forged ones, and they flip.
 
     What the test does NOT claim: that the category never changes. The small base model follows the word ``sport``
-    whether or not it is wrapped in control tokens (``bench/injection.py``: 17 of 17 correct articles flip through
-    token ids with this text too); tokenization removes the forged turns, not the words (docs/prompts.md).
+    whether or not it is wrapped in control tokens (``bench/injection.py``: with the same kind of text, 17 of 17
+    correct articles flip through token ids too); tokenization removes the forged turns, not the words (docs/prompts.md).
     """
     tok, cfg = engine.scorer.tokenizer, engine.scorer.cfg
     im_start = tok.convert_tokens_to_ids("<|im_start|>")
