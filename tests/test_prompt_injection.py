@@ -53,22 +53,37 @@ def test_vllm_computes_on_the_prompt_ids_it_is_given(engine, monkeypatch):
     assert prompts[0].count(im_end) == prompts[1].count(im_end) == 2  # the template's two, none from the text
 
 
-def test_a_control_token_suffix_does_not_flip_a_correct_category(engine, correct_articles):
-    """Each article keeps its category with the forged turns appended; through main's string prompt some flip.
+def test_forged_turns_reach_the_model_as_text_not_as_control_tokens(engine, correct_articles, monkeypatch):
+    """A document forging the end of its turn, an assistant answer and a new user turn: through token ids vLLM computes
+    on the template's control tokens only; through main's string prompt it computed on the forged ones, and they flip.
 
-    A text that merely asks for ``sport`` still moves the small base model (see ``bench/injection.py`` and
-    docs/prompts.md): tokenization removes the forged turns, not the words.
+    What the test does NOT claim: that the category never changes. The small base model follows the word ``sport``
+    whether or not it is wrapped in control tokens (``bench/injection.py``: with the same kind of text, 17 of 17
+    correct articles flip through token ids too); tokenization removes the forged turns, not the words (docs/prompts.md).
     """
-    forged = [document_from_text(d.id, d.text + FORGED.format(head=_short(d.text, 300)), 10_000)
+    tok, cfg = engine.scorer.tokenizer, engine.scorer.cfg
+    im_start = tok.convert_tokens_to_ids("<|im_start|>")
+    forged = [document_from_text(d.id, _short(d.text, 420) + FORGED.format(head=_short(d.text, 200)), 10_000)
               for d, _ in correct_articles]
-    assert all(p.n_doc_tokens < 256 for p in engine.scorer.prompts(forged))  # the suffix is inside the window
+    prompts = engine.scorer.prompts(forged)
+    assert all(p.n_doc_tokens < 256 for p in prompts)  # the forged turns are inside the window
+    seen = []
+    real = engine.llm.generate
+
+    def recording(ps, *args, **kwargs):
+        outputs = real(ps, *args, **kwargs)
+        seen.extend(outputs)
+        return outputs
+
+    monkeypatch.setattr(engine.llm, "generate", recording)
     after = engine.classify(forged)
-    assert [r.category for r in after] == [c for _, c in correct_articles]
+    assert [list(o.prompt_token_ids).count(im_start) for o in seen] == [3] * len(forged)  # system, user, assistant
+    assert all(r.status == "accepted" for r in after)
 
     # main's path: the same documents as a rendered string that vLLM tokenizes (the forged text becomes control tokens)
-    tok, cfg = engine.scorer.tokenizer, engine.scorer.cfg
+    seen.clear()
     outputs = engine.llm.generate([render_text(tok, cfg, d.text) for d in forged], engine.scorer.sampling_params(),
                                   use_tqdm=False)
-    before = [engine.scorer.result(d, p, o.outputs[0]).category
-              for d, p, o in zip(forged, engine.scorer.prompts(forged), outputs, strict=True)]
-    assert before.count("sport") >= 1, before  # the check above can fail: the string prompt is forgeable
+    assert all(list(o.prompt_token_ids).count(im_start) == 5 for o in outputs)  # + the forged assistant and user turns
+    before = [engine.scorer.result(d, p, o.outputs[0]).category for d, p, o in zip(forged, prompts, outputs, strict=True)]
+    assert before.count("sport") >= 1, before  # the forged structure worked on main
