@@ -207,6 +207,17 @@ def _print_remote(st: dict[str, Any]) -> None:
               f"`docpilot batch --batch-id {st['batch_id']}` (complete shards are kept in the run folder and its copies)")
 
 
+def _print_detached(run_dir: Path) -> None:
+    """The detached run's log and, once it ended, its exit status (:mod:`batch.detach`)."""
+    from batch.detach import read_detach, read_exit
+
+    detach, ended = read_detach(run_dir), read_exit(run_dir)
+    if detach:
+        print(f"  detached  pid {detach.get('supervisor_pid')} on {detach.get('host')}, log {detach.get('log')}")
+    if ended:
+        print(f"  exit      {ended.get('exit_code')} at {ended.get('ended_at')}")
+
+
 FOLLOW_POLL_S = 2.0
 """Seconds between two reads of the run folder by ``docpilot status --follow``."""
 
@@ -359,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  export    {st['export']['to']} (exported and verified {st['export']['verified_at']})")
     elif st.get("classified"):
         print("  export    none verified yet (classified only)")
+    _print_detached(Path(st["run_dir"]))
     if "lease" in st:
         print(f"  lease     {st['lease']['message']}")
     if "partial_export" in st:

@@ -22,8 +22,9 @@ import pytest
 
 from batch import _mirror
 from batch._progress import Progress
+from tests.s3server import BUCKET, lease_s3  # noqa: F401 - lease_s3 is a fixture
 from tests.test_quiet_and_stop import _alive, _kill, _watch
-from tests.test_transfer import BUCKET, _fs, s3  # noqa: F401 - s3 is a fixture
+from tests.test_transfer import _fs
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ["Shares rose as the bank's profits beat forecasts.", "The striker scored twice in the cup final.",
@@ -103,7 +104,7 @@ def instant_ray():
 
 
 @pytest.mark.ray
-@pytest.mark.usefixtures("s3")
+@pytest.mark.usefixtures("lease_s3")
 def test_a_batch_mirrors_its_progress_to_s3_and_status_from_reads_it(instant_ray, tmp_path, monkeypatch, capsys):
     from batch import status
     from batch.driver import parse_args, run_batch

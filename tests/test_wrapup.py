@@ -15,7 +15,8 @@ from adapters.registry import Registry
 from batch import manifest as mf
 from batch import wrapup
 from classify.errors import VerificationError
-from tests.test_transfer import BUCKET, _batch_run, _flip_object, _fs, _publish, s3  # noqa: F401 - s3 is a fixture
+from tests.s3server import BUCKET, lease_s3  # noqa: F401 - lease_s3 is a fixture
+from tests.test_transfer import _batch_run, _flip_object, _fs, _publish
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,7 +100,7 @@ def test_a_tampered_copy_fails_the_wrap_up_names_it_and_does_not_stop_the_lease(
     assert "FAILED batch" in capsys.readouterr().out
 
 
-@pytest.mark.usefixtures("s3")
+@pytest.mark.usefixtures("lease_s3")
 def test_wrap_up_to_s3_an_interrupted_upload_fails_and_a_rerun_completes_and_stops_once(pod, monkeypatch):
     from classify import storage
 
