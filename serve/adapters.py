@@ -32,7 +32,6 @@ from typing import Any
 from adapters.card import CARD_FILE
 from adapters.resolved import ResolvedAdapter, lora_int_id
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
-from classify.errors import AdapterIntegrityError
 from classify.model import ModelRef
 from classify.pilotgate import adapter_keys, combo_key, pilot_status, require_pilot
 
@@ -82,7 +81,7 @@ class AdapterService:
         self.skip_pilot_gate = skip_pilot_gate
         self.classification_sha256 = classification_sha256(model_cfg, classify_cfg)
         self._base_key = combo_key(model.fingerprint, None, self.classification_sha256)
-        self._verified: dict[tuple[str, str], ServedAdapter] = {}
+        self._verified: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
         self._copy_lock = threading.Lock()  # one first-use copy at a time (two requests for one new version)
         self._copy_root = Path(copy_root) if copy_root is not None else None
@@ -145,6 +144,7 @@ class AdapterService:
             AdapterIncompatible: the engine's LoRA settings cannot apply it.
         """
         from adapters.registry import Registry
+        from classify.errors import AdapterIntegrityError
 
         root = self._root() / shown.sha256[:16]
         target = root / shown.name / str(shown.version)
