@@ -32,7 +32,6 @@ from typing import Any
 from adapters.card import CARD_FILE
 from adapters.resolved import ResolvedAdapter, lora_int_id
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
-from classify.errors import AdapterIntegrityError
 from classify.model import ModelRef
 from classify.pilotgate import adapter_keys, gate_key, pilot_status, require_pilot
 
@@ -145,6 +144,7 @@ class AdapterService:
             AdapterIncompatible: the engine's LoRA settings cannot apply it.
         """
         from adapters.registry import Registry
+        from classify.errors import AdapterIntegrityError
 
         root = self._root() / shown.sha256[:16]
         target = root / shown.name / str(shown.version)
