@@ -8,7 +8,9 @@ the same command measures main and a branch::
     python -m bench.input_checks read  /tmp/bench-inputs/single.parquet   # plan + read every shard: docs/s, peak RSS
     python -m bench.input_checks rehash                            # the default model's re-hash (warm and cold)
 
-The driver-side work only (no engine): planning and reading shards is what these checks changed.
+The driver-side work only (no engine): planning and reading shards is what these checks changed. To measure
+another checkout (main), copy this file outside ``bench/`` and run it by path with that checkout on
+``PYTHONPATH`` (run by path from ``bench/``, ``bench/batch.py`` would shadow the ``batch`` package).
 """
 
 from __future__ import annotations
