@@ -151,6 +151,27 @@ class Docker:
         return int(self.run("image", "inspect", "-f", "{{.Size}}", ref, quiet=True).stdout.strip())
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _only_when_asked_for(request: pytest.FixtureRequest):
+    """Run only under an explicit ``-m images`` (``make test-images``).
+
+    The default ``-m 'not slow and not images'`` deselects these tests, but any other ``-m`` given on the
+    command line (``-m 'not slow and not engine'``) replaces it: without this guard such a run would
+    start a Docker daemon and build images beside the suite.
+    """
+    expr = request.config.getoption("markexpr") or ""
+    if "images" not in expr.replace("not images", ""):
+        pytest.skip(f"image tests run only when selected by marker: `make test-images` (-m images); -m was {expr!r}")
+
+
+def _die_with_parent() -> None:
+    """``preexec_fn`` of dockerd: SIGTERM it when this test's process dies without its teardown (a kill)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _buildkit_cli() -> str | None:
     """The docker CLI to use: ``DOCPILOT_DOCKER_CLI``, else the first one whose build can use BuildKit."""
     if os.environ.get("DOCPILOT_DOCKER_CLI"):
@@ -177,6 +198,11 @@ def docker(tmp_path_factory: pytest.TempPathFactory):
     if cli is None:
         pytest.skip("no docker CLI that can build with BuildKit (install Debian's docker.io: /usr/bin/docker)")
     env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}: stopping, the Docker daemon and its folders are cleaned up")
+
+    saved_handler = signal.signal(signal.SIGTERM, interrupted)  # `timeout` sends SIGTERM: teardown still runs
     work = Path(tempfile.mkdtemp(prefix="dpimg-", dir="/tmp" if Path("/tmp").is_dir() else None))
     proc = None
     try:
@@ -192,7 +218,8 @@ def docker(tmp_path_factory: pytest.TempPathFactory):
                    "--host", f"unix://{sock}", "--pidfile", str(work / "dockerd.pid")]
             log("starting " + " ".join(cmd))
             with open(work / "dockerd.log", "w") as out:
-                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                        preexec_fn=_die_with_parent)
             env["DOCKER_HOST"] = f"unix://{sock}"
             deadline = time.time() + 90
             while not (sock.exists() and _reachable(cli, env)):
@@ -214,6 +241,7 @@ def docker(tmp_path_factory: pytest.TempPathFactory):
         shutil.rmtree(work, ignore_errors=True)
         if work.exists():
             log(f"could not remove all of {work}: remove it by hand")
+        signal.signal(signal.SIGTERM, saved_handler)
 
 
 def _unmount_under(folder: Path) -> None:
