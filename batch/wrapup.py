@@ -113,7 +113,7 @@ def _copy_runs(dest: Dest, root: Path) -> tuple[list[dict[str, Any]], list[str]]
         try:
             if kind == "batch":
                 st = batch_status(run.name, root)
-                if st["state"] == "done":
+                if st["state"] == "done" or (st.get("classified") and st["state"] != "running"):  # merged (exported or not)
                     from batch._attempt import export_batch
 
                     target = storage.join(dest, run.name)
