@@ -120,7 +120,7 @@ def stop(session: LocalRay | None, reason: str = "shutdown") -> list[int]:
 
 
 def interrupts() -> Any:
-    """While inside, the first SIGTERM or SIGINT stops the work; it leaves as :class:`Interrupted` (exit 130).
+    """While inside, the first SIGTERM, SIGINT or SIGHUP stops the work; it leaves as :class:`Interrupted` (exit 130).
 
     :func:`classify.runrecords.signals_raise_interrupted` with ``via_keyboard_interrupt``: inside
     Ray's blocking calls only ``KeyboardInterrupt`` gets through from a signal handler.

@@ -140,15 +140,18 @@ def start_detached(kind: str, run_id: str, run_dir: Path, argv: list[str], *, st
     if lots_config:
         sup += ["--lots-config", str(Path(lots_config).resolve()) if Path(lots_config).exists() else lots_config]
     sup += ["--", *command]
+    from adapters._export_copy import redact
+
+    shown = [redact(a) for a in command]  # a URL's user:password@ never lands in the log or the record
     with open(logfile, "ab") as out:
-        out.write(f"--- {utc_now()} detached: {shlex.join(command)}\n".encode())
+        out.write(f"--- {utc_now()} detached: {shlex.join(shown)}\n".encode())
         out.flush()
         proc = subprocess.Popen(sup, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True, cwd=os.getcwd())
     write_json_atomic(run_dir / DETACH_RECORD, {
         "kind": kind, "run_id": run_id, "supervisor_pid": proc.pid, "child_pid": None, "host": socket.gethostname(),
-        "command": command, "log": str(logfile), "started_at": utc_now(), "stop_when_done": stop_when_done,
-        "wrap_up_to": wrap_up_to})
+        "command": shown, "log": str(logfile), "started_at": utc_now(), "stop_when_done": stop_when_done,
+        "wrap_up_to": redact(wrap_up_to) if wrap_up_to else wrap_up_to})
     what = "batch" if kind == "batch" else "training job"
     print(f"{what} {run_id} detached (pid {proc.pid}, its own session: closing this terminal does not stop it)")
     print(f"log:    {logfile}")

@@ -191,12 +191,11 @@ def stop_settings(lots_config: str | Path | None) -> Any:
     Raises:
         ConfigError: an invalid lots config.
     """
-    from batch.lots import LeaseSection, LotsConfig
-    from classify.config import load_config
+    from batch.lots import LeaseSection, load_lease_part
 
     if lots_config is None or not Path(lots_config).is_file():
         return LeaseSection()
-    return load_config(LotsConfig, lots_config).lease
+    return load_lease_part(lots_config).lease
 
 
 def stop_the_meter(record_dir: Path, lease: Any, verified: bool, reason: str) -> dict[str, Any]:

@@ -233,3 +233,37 @@ def gpu_spec(cfg: LotsConfig) -> GpuSpec:
             f"(listed: {sorted(spec.usd_per_lot, key=int)})"
         )
     return spec
+
+
+def load_lease_part(path: Any) -> LotsConfig:
+    """A lots config read for its lease fields only (``lease_ends_at``, ``lease``), as batch, pilot, status and wrap-up read it.
+
+    An earlier ``lots.json`` that still holds the job's sections (``model``, ``engine``, ``training``)
+    is refused by ``make plan`` (:func:`load_lots`), but here it only gets a warning, with those
+    sections left out: a batch resumed in the middle of a lease must not stop over a field it never reads.
+
+    Args:
+        path: the JSON file.
+
+    Returns:
+        The frozen :class:`LotsConfig` without the moved sections.
+
+    Raises:
+        ConfigError: missing file, invalid JSON or an invalid lot/lease field.
+    """
+    import json
+    import logging
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return load_lots(path)  # names the problem
+    if isinstance(data, dict) and (message := moved_sections_message(data)):
+        logging.getLogger("docpilot.lots").warning("%s: %s", path, message)
+        data = {k: v for k, v in data.items() if k not in MOVED_SECTIONS}
+        try:
+            return LotsConfig.model_validate(data)
+        except ValueError as err:
+            raise ConfigError(f"{path}: {err}") from None
+    return load_lots(path)

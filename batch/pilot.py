@@ -145,7 +145,8 @@ class PilotHooks(RunHooks):
         summary["measured"] = measure_pool(self.peaks, self.gpu_bytes, model.path if model else "", self.cfg.model,
                                            self.cfg.engine, self.lora, len(results),
                                            sum(r.n_tokens or 0 for r in results), seconds)
-        _write_outcome(self.run_dir, p["run_id"], p, summary, self.current, None)
+        # the stage a run that goes on to export and re-check ends at; a failing export rewrites these files
+        _write_outcome(self.run_dir, p["run_id"], p, summary, "verify", None)
 
 
 def run_pilot(
@@ -213,6 +214,7 @@ def run_pilot(
     try:
         base = batch_cfg or (load_batch_config(config_path) if config_path else BatchConfig())
         bcfg = base.model_copy(update={"model": cfg.model, "engine": cfg.engine, "classify": cfg.classify})
+        bcfg = _one_shard_per_actor(bcfg, cfg.thresholds.expected_documents)
         params["pipeline"] = pipeline_settings(bcfg.engine, bcfg.batch, cfg.model.adapter_mode if adapter_ref else None)
         params["batch_config"] = {"corpus": bcfg.corpus.model_dump(mode="json"), "batch": bcfg.batch.model_dump(mode="json")}
         checks = run_checks(cfg, check_model=False)
@@ -267,14 +269,16 @@ def run_pilot(
         log.error("pilot stage %s failed: %s: %s", hooks.current, type(err).__name__, err)
     stage = hooks.current
 
-    if error is not None:
+    if error is None:  # written before the export with the stage a verified run ends at: the copy says the same
+        decision = json_file(run_dir / "decision.json")
+    else:
         summary = dict(summary or json_file(run_dir / "summary.json") or {})
         summary.setdefault("checks", [])
         summary["verdict"] = "fail"
         summary["failed_checks"] = [*summary.get("failed_checks", []), f"stage:{stage}"]
         summary["run_id"] = run_id
+        decision = _write_outcome(run_dir, run_id, params, summary, stage, error)
     assert summary is not None
-    decision = _write_outcome(run_dir, run_id, params, summary, stage, error)
     # The gate records a verdict only for the combination that was piloted: not for a stopped run, and not
     # when the adapter asked for never loaded (that says nothing about the base model without it).
     if model is not None and not isinstance(error, Interrupted) and (adapter_ref is None or adapter is not None):
@@ -313,6 +317,33 @@ def json_file(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def _one_shard_per_actor(bcfg: BatchConfig, n_docs: int) -> BatchConfig:
+    """The batch config with shards small enough that every configured engine actor gets one of the pilot's documents.
+
+    A batch plans shards of up to ``batch.shard_docs`` documents (1,000 by default), so 12 documents
+    would make one shard and start one actor whatever ``batch.cpu_actors`` says; the pilot would then
+    never place, bind or start the others. On a machine with GPUs the pool starts one actor per GPU.
+
+    Args:
+        bcfg: the batch config the pilot gates.
+        n_docs: documents in the pilot set (``thresholds.expected_documents``).
+
+    Returns:
+        ``bcfg`` with ``batch.shard_docs`` = ceil(n_docs / actors) when that is smaller, else ``bcfg``.
+    """
+    from classify.device import detect_device
+
+    actors = bcfg.batch.cpu_actors
+    if detect_device() != "cpu":  # cuda or rocm: one actor per GPU
+        import torch
+
+        actors = max(1, torch.cuda.device_count())
+    per_actor = max(1, -(-n_docs // max(actors, 1)))
+    if per_actor >= bcfg.batch.shard_docs:
+        return bcfg
+    return bcfg.model_copy(update={"batch": bcfg.batch.model_copy(update={"shard_docs": per_actor})})
 
 
 def _write_outcome(run_dir: Path, run_id: str, params: dict, summary: dict, stage: str,

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import AwareDatetime, ValidationError
 
-from batch.lots import JobShape, LotsConfig, gpu_spec, job_shape, load_lots
+from batch.lots import JobShape, LotsConfig, gpu_spec, job_shape, load_lease_part, load_lots
 from classify.config import Frozen, ModelConfig, config_sha256
 from classify.errors import ConfigError
 from classify.memory import (
@@ -75,7 +75,7 @@ def lease_end(lots_config: str | Path | None = "config/lots.json", override: str
         return parse_lease_end(override)
     if lots_config is None or not Path(lots_config).is_file():
         return None
-    return load_lots(lots_config).lease_ends_at
+    return load_lease_part(lots_config).lease_ends_at
 
 
 def order_summary(cfg: LotsConfig) -> dict[str, Any]:

@@ -184,7 +184,11 @@ def remote_status(location: str) -> dict[str, Any]:
             pass
     base = dest if not text.endswith(".json") else None
     exported = bool(base is not None and storage.exists(base, SHA256SUMS))
-    return {"batch_id": progress.batch_id, "state": progress.state, "done": progress.done, "total": progress.total,
+    state = progress.state
+    if state == "done" and not exported:  # the mirror says "done" once classified; the export comes after it
+        state = ("classified, not exported: no complete export copy beside this record (yet); the batch may still be "
+                 "exporting, or its export failed (see its run folder or log)")
+    return {"batch_id": progress.batch_id, "state": state, "done": progress.done, "total": progress.total,
             "accepted": progress.accepted, "rejected": progress.rejected, "docs_per_s": progress.docs_per_s,
             "eta_s": progress.eta_s, "retries": progress.retries, "last_error": progress.last_error,
             "lease": progress.lease, "host": progress.host, "updated_at": progress.updated_at, "age_s": age_s,
@@ -268,7 +272,12 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
                 bar.set_postfix_str(f"{st['state'].split(' ')[0]}" + (f", {lease}" if lease else ""), refresh=False)
                 bar.refresh()
             if ended is not None:
-                break
+                now = ProgressFile.read_or_none(run_dir / mf.PROGRESS)
+                # an earlier attempt's record while a resumed batch runs (UTC ISO stamps compare as text)
+                stale = (now is not None and now.state in ("running", "starting") and now.started_at
+                         and str(now.started_at) > str(ended.get("ended_at") or ""))
+                if not stale:
+                    break
             detach = read_detach(run_dir)
             alive = [pid_alive(detach.get("supervisor_pid"), detach.get("host"))] if detach else []
             progress = ProgressFile.read_or_none(run_dir / mf.PROGRESS)

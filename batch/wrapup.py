@@ -103,10 +103,10 @@ def _copy_runs(dest: Dest, root: Path) -> tuple[list[dict[str, Any]], list[str]]
     items: list[dict[str, Any]] = []
     running: list[str] = []
     for run in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []:
-        if (run / mf.MANIFEST).is_file():
-            kind = "batch"
-        elif (run / "decision.json").is_file():
+        if (run / "decision.json").is_file():  # a pilot (a 12-document batch run: it has a manifest too)
             kind = "pilot"
+        elif (run / mf.MANIFEST).is_file():
+            kind = "batch"
         else:
             continue  # a training run (its adapter is copied from the registry), a wrap-up record, a detached job
         item: dict[str, Any] = {"kind": kind, "name": run.name, "source": str(run), "verified": False}

@@ -24,6 +24,11 @@ EXPORT_STAGING_SUFFIX = ".export-tmp"
 killed export's staging copy can be found and removed (:mod:`batch._debris`)."""
 
 
+RUN_SELF_RECORDS = ("batch.log", "train.log", "detach.json", "exit.json")
+"""Files a detached run writes about itself while it runs (its log, its supervisor's record, its exit status):
+never part of the export, whose hashes must not race a log line written during the copy."""
+
+
 def sums_text(sums: dict[str, str]) -> bytes:
     """The ``SHA256SUMS`` bytes for ``{relative path: sha256 hex}``, one ``<hex>  <path>`` line each, in dict order."""
     return "".join(f"{h}  {p}\n" for p, h in sums.items()).encode()
@@ -64,7 +69,7 @@ def export_run(run_dir: Path, export_dir: Dest) -> Dest:
     """
     if export_complete(export_dir):
         raise VerificationError(f"export folder {export_dir} already exists; exports are never overwritten")
-    sums = tree_sha256(run_dir, skip={SHA256SUMS})
+    sums = tree_sha256(run_dir, skip={SHA256SUMS, *RUN_SELF_RECORDS})
     if isinstance(export_dir, str):
         fs, root = storage.filesystem(export_dir)
         fs.invalidate_cache()

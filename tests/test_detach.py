@@ -266,3 +266,20 @@ def test_stop_when_done_wraps_up_and_stops_only_after_a_successful_verified_run(
     assert (tmp_path / "offpod" / run.name / "SHA256SUMS").is_file()
     decisions = json.loads((run / "lease-stop.json").read_text())["decisions"]
     assert [d["decision"] for d in decisions] == ["skipped", "skipped", "ran"]
+
+
+def test_status_from_says_done_only_beside_a_complete_export(tmp_path, capsys):
+    """The mirror is written "done" once classified; off the pod that reads "classified, not exported" until the
+    export's SHA256SUMS is there."""
+    from batch import status
+
+    record = {"batch_id": "b-late", "state": "done", "done": 3, "total": 3, "accepted": 3, "rejected": 0,
+              "started_at": "2026-12-02T00:00:00Z", "updated_at": "2026-12-02T00:01:00Z", "host": "pod"}
+    (tmp_path / "b-late.progress.json").write_text(json.dumps(record))
+    assert status.main(["--from", f"{tmp_path}/b-late", "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["state"].startswith("classified, not exported") and st["exported"] is False
+    (tmp_path / "b-late").mkdir()
+    (tmp_path / "b-late" / "SHA256SUMS").write_text("")
+    assert status.main(["--from", f"{tmp_path}/b-late", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "done"

@@ -347,3 +347,22 @@ def test_an_old_lots_config_with_job_sections_says_what_moved_where(tmp_path, ca
     assert "`training` -> `train.training` (batch_size, max_seq_tokens) and `train.lora`" in err
     assert cli(["plan", "--config", str(LOTS)]) == 2  # the lots file where the job's config goes
     assert "pass the lots file as --lots-config" in capsys.readouterr().err
+
+
+def test_an_old_lots_config_only_warns_where_its_lease_fields_are_read(tmp_path, caplog):
+    """batch, pilot, status and wrap-up read only the lease fields: an old lots.json warns there, never stops them."""
+    from batch.lease import stop_settings
+    from batch.plan import lease_end
+
+    old = {**json.loads(LOTS.read_text()), "lease_ends_at": "2026-12-03T18:00:00Z",
+           "model": {"base_model": "smollm2-135m-instruct"}, "engine": {"max_lora_rank": 16}}
+    path = tmp_path / "lots.json"
+    path.write_text(json.dumps(old))
+    with caplog.at_level("WARNING"):
+        assert lease_end(str(path), None).isoformat() == "2026-12-03T18:00:00+00:00"
+        assert stop_settings(path).stop_command is None
+    assert "`engine` -> `engine` of config/docpilot.json" in caplog.text
+    bad = {**old, "lease_ends_at": "tomorrow"}
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ConfigError, match="lease_ends_at"):
+        lease_end(str(path), None)

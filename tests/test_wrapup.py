@@ -35,8 +35,8 @@ def pod(tmp_path, monkeypatch, bbc_dir):
         (unfinished / name).unlink(missing_ok=True)
     shard1 = mf.shard_path(unfinished, 1, mf.read_manifest(unfinished).version)
     shard1.unlink()  # shard 1 of 2 not written yet
-    pilot = runs / "20261201T000000Z-pilot-abcdef12"
-    pilot.mkdir(parents=True)
+    pilot = runs / "20261201T000000Z-pilot-abcdef12"  # a pilot is a batch run folder plus its decision
+    shutil.copytree(finished, pilot)
     (pilot / "decision.json").write_text(json.dumps({"decision": "proceed", "reasons": []}))
     (pilot / "results.jsonl").write_text('{"id": "a", "status": "accepted"}\n')
     marker = tmp_path / "stopped.marker"
