@@ -63,3 +63,17 @@ def bbc_dir() -> Path:
     if not (folder / "test.csv").is_file():
         pytest.fail(f"BBC News data not found at {folder} (set DOCPILOT_BBC_DIR)")
     return folder
+
+
+@pytest.fixture(scope="module")
+def instant_ray():
+    """A local Ray (2 CPUs, no dashboard) for one test module, with the bench-only instant engine picklable by value."""
+    import ray
+    from ray import cloudpickle
+
+    import bench.instant_engine as instant
+
+    cloudpickle.register_pickle_by_value(instant)
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
+    yield ray
+    ray.shutdown()

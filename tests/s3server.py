@@ -7,6 +7,7 @@ before or after ``tests/test_transfer.py``'s server, in any order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 
@@ -21,9 +22,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def lease_s3():
-    """Start the server, point ``AWS_ENDPOINT_URL`` at it, make sure :data:`BUCKET` exists; yields the endpoint URL."""
+@contextlib.contextmanager
+def moto_s3(bucket: str):
+    """Start moto's S3 server on a free port of 127.0.0.1, point ``AWS_ENDPOINT_URL`` (and test keys) at it, make sure
+    ``bucket`` exists; yields the endpoint URL, then stops the server and restores the environment."""
     from moto.server import ThreadedMotoServer
 
     port = _free_port()
@@ -35,15 +37,24 @@ def lease_s3():
     os.environ.update(env)
     import s3fs
 
-    s3fs.S3FileSystem.clear_instance_cache()
-    fs = s3fs.S3FileSystem()
-    if not fs.exists(BUCKET):
-        fs.mkdir(BUCKET)
-    yield env["AWS_ENDPOINT_URL"]
-    server.stop()
-    s3fs.S3FileSystem.clear_instance_cache()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    try:
+        s3fs.S3FileSystem.clear_instance_cache()
+        fs = s3fs.S3FileSystem()
+        if not fs.exists(bucket):
+            fs.mkdir(bucket)
+        yield env["AWS_ENDPOINT_URL"]
+    finally:
+        server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def lease_s3():
+    """The S3 server with :data:`BUCKET`; yields the endpoint URL."""
+    with moto_s3(BUCKET) as url:
+        yield url

@@ -101,19 +101,6 @@ def test_csv_shards_by_byte_offsets_with_multiline_records(tmp_path):
     assert docs[24].text == "line one 24\nline two 24"
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-    from ray import cloudpickle
-
-    import bench.instant_engine as instant
-
-    cloudpickle.register_pickle_by_value(instant)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def _run(tmp_path, corpus, batch_id, monkeypatch, corpus_fields=None, extra_args=(), **batch_fields):
     from batch.driver import parse_args, run_batch
     from bench.instant_engine import remote_class
@@ -130,7 +117,7 @@ def _run(tmp_path, corpus, batch_id, monkeypatch, corpus_fields=None, extra_args
 
 
 @pytest.mark.ray
-def test_parquet_and_jsonl_batches_give_the_same_results_and_parquet_equals_jsonl(local_ray, tmp_path, monkeypatch):
+def test_parquet_and_jsonl_batches_give_the_same_results_and_parquet_equals_jsonl(instant_ray, tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -170,7 +157,7 @@ def test_parquet_and_jsonl_batches_give_the_same_results_and_parquet_equals_json
 
 
 @pytest.mark.ray
-def test_resume_with_half_the_shards_is_exactly_once_and_folders_stay_small(local_ray, tmp_path, monkeypatch):
+def test_resume_with_half_the_shards_is_exactly_once_and_folders_stay_small(instant_ray, tmp_path, monkeypatch):
     from classify.runrecords import read_jsonl
 
     corpus = _jsonl(tmp_path / "c.jsonl", _docs(2500, "x"))
@@ -220,7 +207,7 @@ def test_the_instant_engine_cannot_be_selected_by_config_or_cli():
 
 
 @pytest.mark.ray
-def test_a_batch_past_its_lease_end_says_so_in_progress_and_manifest(local_ray, tmp_path, monkeypatch):
+def test_a_batch_past_its_lease_end_says_so_in_progress_and_manifest(instant_ray, tmp_path, monkeypatch):
     corpus = _jsonl(tmp_path / "c.jsonl", _docs(200, "x"))
     _run(tmp_path, corpus, "lease", monkeypatch, extra_args=("--lease-ends", "2020-01-01T00:00:00Z"),
          shard_docs=10, shard_target_bytes=1 << 20)
@@ -246,7 +233,7 @@ def _dropping_actor():
 
 
 @pytest.mark.ray
-def test_a_shard_whose_returned_ids_differ_from_the_plan_is_never_written(local_ray, tmp_path, monkeypatch):
+def test_a_shard_whose_returned_ids_differ_from_the_plan_is_never_written(instant_ray, tmp_path, monkeypatch):
     from batch.driver import parse_args, run_batch
     from bench.instant_engine import remote_class
     from classify.errors import VerificationError
@@ -258,7 +245,7 @@ def test_a_shard_whose_returned_ids_differ_from_the_plan_is_never_written(local_
     args = parse_args(["--config", str(config), "--corpus", str(jsonl), "--batch-id", "drop", "--skip-pilot-gate", "--no-progress"])
     with pytest.raises(VerificationError, match=r"shard 0: the engine actor returned 15 results whose ids differ from the "
                                                 r"planned shard \(16 ids\); nothing written"):
-        run_batch(args, _engine_actor=local_ray.remote(max_restarts=0, max_task_retries=0)(_dropping_actor()))
+        run_batch(args, _engine_actor=instant_ray.remote(max_restarts=0, max_task_retries=0)(_dropping_actor()))
     assert not mf.shard_path(tmp_path / "runs" / "drop", 0, 2).exists()
     again = run_batch(args, _engine_actor=remote_class())  # the same batch id resumes and finishes exactly once
     assert again["total"] == 2000 and again["accepted"] + again["rejected"] == 2000
@@ -284,7 +271,7 @@ def _eager_checking_actor(expected):
 @pytest.mark.ray
 @pytest.mark.parametrize("n_docs, compiler, expected", [(1000, "g++", "auto"), (4100, "g++", False), (4100, None, "auto")],
                          ids=["short", "long", "long-no-compiler"])
-def test_auto_turns_torch_compile_on_only_for_enough_documents_per_engine(local_ray, tmp_path, monkeypatch, n_docs, compiler,
+def test_auto_turns_torch_compile_on_only_for_enough_documents_per_engine(instant_ray, tmp_path, monkeypatch, n_docs, compiler,
                                                                          expected):
     from batch.driver import parse_args, run_batch
     from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
@@ -298,7 +285,7 @@ def test_auto_turns_torch_compile_on_only_for_enough_documents_per_engine(local_
     config = write_config(tmp_path / "b.json", cpu_actors=2)
     args = parse_args(["--config", str(config), "--corpus", str(jsonl), "--batch-id", f"eager-{n_docs}-{compiler or 'none'}".replace("+", "p"),
                        "--skip-pilot-gate", "--no-progress"])
-    actor = local_ray.remote(max_restarts=0, max_task_retries=0)(_eager_checking_actor(expected))
+    actor = instant_ray.remote(max_restarts=0, max_task_retries=0)(_eager_checking_actor(expected))
     summary = run_batch(args, _engine_actor=actor)
     assert summary["this_attempt"]["enforce_eager"] == expected and summary["this_attempt"]["actors"] == 2
     assert summary["this_attempt"]["compiled"] == ["none"]  # the stand-in engine has no vLLM to ask

@@ -83,22 +83,9 @@ def test_a_plan_without_shard_hashes_is_still_read(tmp_path):
     assert sum(len(plan.read_shard(s, 10_000)) for s in plan.shards) == N
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-    from ray import cloudpickle
-
-    import bench.instant_engine as instant
-
-    cloudpickle.register_pickle_by_value(instant)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.ray
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
-def test_a_corpus_edited_during_a_real_batch_stops_it_resumable_and_no_export_claims_it(local_ray, tmp_path, monkeypatch,
+def test_a_corpus_edited_during_a_real_batch_stops_it_resumable_and_no_export_claims_it(instant_ray, tmp_path, monkeypatch,
                                                                                           suffix):
     from test_batch_helpers import write_config
 

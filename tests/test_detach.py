@@ -90,19 +90,6 @@ def test_progress_is_mirrored_at_most_every_interval_and_always_at_the_end(tmp_p
     assert broken.errors == 1
 
 
-@pytest.fixture(scope="module")
-def instant_ray():
-    import ray
-    from ray import cloudpickle
-
-    import bench.instant_engine as instant
-
-    cloudpickle.register_pickle_by_value(instant)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.ray
 @pytest.mark.usefixtures("lease_s3")
 def test_a_batch_mirrors_its_progress_to_s3_and_status_from_reads_it(instant_ray, tmp_path, monkeypatch, capsys):

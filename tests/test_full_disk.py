@@ -93,19 +93,6 @@ def _fill(folder: Path, leave: int = 0) -> Path:
     return filler
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-    from ray import cloudpickle
-
-    import bench.instant_engine as instant
-
-    cloudpickle.register_pickle_by_value(instant)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def _corpus(path: Path, n: int = 1500) -> Path:
     path.write_text("".join(json.dumps({"id": f"d-{i:05d}", "text": f"Shares rose {i} points today."}) + "\n"
                             for i in range(n)))
@@ -122,7 +109,7 @@ PHASES = [  # (phase, what is filled and when, bytes left free, whether the fail
 @pytest.mark.ray
 @pytest.mark.parametrize(("phase", "where", "leave", "recorded"), PHASES, ids=[p[0] for p in PHASES])
 def test_a_full_disk_in_a_real_batch_is_exit_6_and_a_rerun_finishes_exactly_once(
-        local_ray, tmp_path, monkeypatch, tmpfs, phase, where, leave, recorded):
+        instant_ray, tmp_path, monkeypatch, tmpfs, phase, where, leave, recorded):
     import batch._attempt as attempt_mod
     from batch.driver import parse_args, run_batch
     from bench.instant_engine import remote_class

@@ -403,19 +403,6 @@ def test_a_labelled_pilot_writes_the_confusion_matrix_accuracy_and_review_counts
 
 # --- batches over a labelled and an unlabelled corpus (real local Ray, the instant bench engine) -------------------
 
-@pytest.fixture(scope="module")
-def instant_ray():
-    import ray
-    from ray import cloudpickle
-
-    import bench.instant_engine as instant
-
-    cloudpickle.register_pickle_by_value(instant)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def _batch(tmp_path, monkeypatch, corpus, batch_id, classify=None):
     from pathlib import Path
 

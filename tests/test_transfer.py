@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,42 +28,18 @@ from batch.merge import check_export, summarize
 from classify.errors import AdapterError, AdapterIntegrityError
 from classify.export import SHA256SUMS, export_complete, export_run, verify_export
 from classify.records import Result
+from tests.s3server import moto_s3
 from tests.test_batch_helpers import ROOT, make_corpus
 
 FP = "sha256:" + "0" * 64
 BUCKET = "docpilot-test"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3():
     """A real S3 API (moto server) on 127.0.0.1 with one bucket; yields its endpoint URL."""
-    from moto.server import ThreadedMotoServer
-
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()
-    s3fs.S3FileSystem().mkdir(BUCKET)
-    yield env["AWS_ENDPOINT_URL"]
-    server.stop()
-    s3fs.S3FileSystem.clear_instance_cache()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with moto_s3(BUCKET) as url:
+        yield url
 
 
 def _fs():
