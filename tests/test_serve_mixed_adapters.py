@@ -218,6 +218,7 @@ def test_a_cancelled_request_leaves_the_engine_before_the_other_group_is_admitte
         return rendered
 
     scorer.prompt.side_effect = prompt
+    scorer.prompts.side_effect = lambda batch: [prompt(d) for d in batch]  # the engine's one batched call
     scorer.result.side_effect = lambda doc, prompt, completion, t: Result(id=doc.id, status="accepted",
                                                                           category="tech", score=0.5)
     clf = AsyncClassifier(LLM(), scorer, MagicMock(), lora_enabled=True)
