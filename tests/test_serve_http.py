@@ -384,9 +384,14 @@ def test_no_token_no_body_read_and_huge_headers_cut_off(server, auth):
         started = time.perf_counter()
         answer = sock.recv(65536)
         assert time.perf_counter() - started < 5
-    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]  # from the headers: the 50 MB body is never awaited
-    if len(auth) > 1000:
-        assert f"Authorization header is {len(auth) - 17} bytes, over the limit of 519 bytes".encode() in answer
+    if len(auth) > 1000:  # refused from the headers either way, the 50 MB body never awaited:
+        if answer.startswith(b"HTTP/1.1 400"):  # h11's header limit, when the block came in more than one read
+            assert b"Invalid HTTP request received" in answer, answer[:200]
+        else:  # the whole block in one read: the Authorization cap answers
+            assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+            assert f"Authorization header is {len(auth) - 17} bytes, over the limit of 519 bytes".encode() in answer
+    else:
+        assert answer.startswith(b"HTTP/1.1 401"), answer[:200]  # from the headers: the 50 MB body is never awaited
 
 
 def test_sigterm_finishes_in_flight_request_then_exits(server, client, bbc_docs):
