@@ -170,12 +170,7 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
     if gate["pilot"] is not None:
         gate_record["pipeline_differences"] = warn_pipeline(gate["pilot"], cfg, adapter.mode if adapter else None)
     batch_id, run_dir = _open_run(options.batch_id)
-    lock = FileLock(str(run_dir / ".driver.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise InputError(f"batch {batch_id} is already running (another driver holds {run_dir}/.driver.lock); "
-                         f"watch it with `docpilot status {batch_id}`") from None
+    lock = _driver_lock(batch_id, run_dir, f"docpilot status {batch_id}")
     finished = False
     try:
         with signals_raise_interrupted():  # SIGTERM / Ctrl-C: Ray is shut down, the attempt recorded, exit 130
@@ -209,6 +204,26 @@ def _new_batch_id() -> str:
     import uuid
 
     return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-batch-{uuid.uuid4().hex[:8]}"
+
+
+def _driver_lock(batch_id: str, run_dir: Path, watch: str) -> FileLock:
+    """Take the run folder's driver lock (``.driver.lock``) without waiting; the caller releases it.
+
+    Args:
+        batch_id: the batch, for the message.
+        run_dir: its run folder.
+        watch: the command the message offers to watch the running batch with.
+
+    Raises:
+        InputError: another driver holds the folder (the batch is already running).
+    """
+    lock = FileLock(str(run_dir / ".driver.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise InputError(f"batch {batch_id} is already running (another driver holds {run_dir}/.driver.lock); "
+                         f"watch it with `{watch}`") from None
+    return lock
 
 
 def _record_foreground_exit(batch_id: str, code: int) -> None:
@@ -248,13 +263,7 @@ def _detach(args: BatchOptions, argv: list[str]) -> int:
         batch_id, run_dir = _open_run(None)
     else:
         batch_id, run_dir = _open_run(args.batch_id)
-        lock = FileLock(str(run_dir / ".driver.lock"))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            raise InputError(f"batch {batch_id} is already running (another driver holds {run_dir}/.driver.lock); "
-                             f"watch it with `docpilot status {batch_id} --follow`") from None
-        lock.release()
+        _driver_lock(batch_id, run_dir, f"docpilot status {batch_id} --follow").release()
     rest = child_argv(argv)
     if args.batch_id is None:
         rest += ["--batch-id", batch_id]

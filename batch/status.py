@@ -12,10 +12,8 @@ import argparse
 import datetime as dt
 import json
 import logging
-import os
 import re
 import shutil
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,16 +28,10 @@ log = logging.getLogger(__name__)
 
 
 def _driver_alive(progress: ProgressFile) -> bool | None:
-    """Whether the driver process is still running (``None`` when it ran on another host)."""
-    if progress.host != socket.gethostname() or not progress.pid:
-        return None
-    try:
-        os.kill(int(progress.pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether the driver process is still running (``None`` when it ran on another host): :func:`batch.detach.pid_alive`."""
+    from batch.detach import pid_alive
+
+    return pid_alive(progress.pid, progress.host)
 
 
 def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:

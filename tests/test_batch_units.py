@@ -268,3 +268,20 @@ def test_a_corpus_that_cannot_be_planned_leaves_no_empty_run_folder(tmp_path, mo
     with pytest.raises(InputError, match="holds no documents"):
         run_batch(args)
     assert not (tmp_path / "runs" / "nothing-to-do").exists()
+
+
+def test_a_second_driver_on_a_held_run_folder_is_refused_and_told_how_to_watch(tmp_path):
+    from filelock import FileLock
+
+    from batch.driver import _driver_lock
+    from classify.errors import InputError
+
+    held = FileLock(str(tmp_path / ".driver.lock"))
+    held.acquire()
+    try:
+        for watch in ("docpilot status b1", "docpilot status b1 --follow"):
+            with pytest.raises(InputError, match=rf"batch b1 is already running .*watch it with `{watch}`"):
+                _driver_lock("b1", tmp_path, watch)
+    finally:
+        held.release()
+    _driver_lock("b1", tmp_path, "docpilot status b1").release()  # free again: taken and given back
