@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.detach or args.stop_when_done:
-        from batch.detach import detach_train
+        from batch.run.detach import detach_train
 
         return detach_train(list(sys.argv[1:] if argv is None else argv), args.stop_when_done, args.wrap_up_to,
                             args.detach)

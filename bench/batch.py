@@ -46,8 +46,8 @@ def _corpus(folder: Path, n: int | None) -> Path:
 
 
 def _offline(corpus: Path) -> dict:
-    from batch._config import load_batch_config
-    from batch.corpus import read_corpus
+    from batch.config import load_batch_config
+    from batch.corpus.plan import read_corpus
     from classify.engine import build_engine
 
     cfg = load_batch_config(ROOT / "config" / "docpilot.json")
@@ -67,7 +67,7 @@ def _offline(corpus: Path) -> dict:
 
 
 def _ray(corpus: Path, actors: int, out: Path, cpu_bind: str = "split") -> dict:
-    from batch.driver import parse_args, run_batch
+    from batch.run.driver import parse_args, run_batch
 
     os.environ["DOCPILOT_RUNS"] = str(out / "runs")
     os.environ["DOCPILOT_EXPORTS"] = str(out / "exports")
@@ -107,7 +107,7 @@ def run(quick: bool = False) -> dict:
         auto_dir.mkdir()
         two_auto = _ray(_corpus(auto_dir, n_auto), 2, auto_dir, "auto")
     cpus = sorted(os.sched_getaffinity(0))
-    from batch._placement import cpu_core_groups
+    from batch.pool.placement import cpu_core_groups
 
     groups = cpu_core_groups(2, cpus)
     figures = {"offline": offline, "ray_1_actor": one, "ray_2_actors": two, "ray_2_actors_auto_bind": two_auto,

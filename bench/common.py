@@ -87,7 +87,7 @@ def matmul_gflops_groups(dtype_name: str, groups: list[list[int]], n: int = 2048
     """Summed rate (GFLOP/s) of ``n x n`` products running at once, one process per core group.
 
     This is the ceiling of engines that compute side by side, each bound to its own cores (the batch's
-    CPU engine actors, :func:`batch._placement.cpu_core_groups`): each process is bound to its group,
+    CPU engine actors, :func:`batch.pool.placement.cpu_core_groups`): each process is bound to its group,
     runs ``len(group)`` torch threads and repeats the product for ``seconds`` after a common start;
     the rates are summed (``2 n^3`` FLOPs per product). One process with torch's default threads
     (:func:`matmul_gflops`) can understate it: on a 2-core AVX512-BF16/AMX Xeon its bf16 product ran at

@@ -39,7 +39,7 @@ def old_build_prompt(tokenizer: Any, cfg: ClassifyConfig, text: str) -> tuple[st
 
 
 def _shards(texts: list[str]) -> list[Any]:
-    from batch._shard_io import RawShard
+    from batch.corpus.shard import RawShard
 
     out = []
     for start in range(0, len(texts), SHARD_DOCS):

@@ -1,6 +1,6 @@
 """BENCH ONLY: an engine actor that answers every document at once, to measure the batch machinery alone.
 
-:class:`InstantEngineActor` has the interface of :class:`batch._actor.EngineActor` (``info``,
+:class:`InstantEngineActor` has the interface of :class:`batch.pool.actor.EngineActor` (``info``,
 ``classify``, ``shutdown``) but loads no model: every readable document is accepted with the
 first configured category and score 1.0; a document the reader rejected stays rejected with its
 reason. Its answers are NOT classifications.
@@ -13,7 +13,7 @@ real :class:`classify.engine.Classifier` and :class:`classify.scoring.Scorer`. I
 classifications either; its throughput is the ceiling the host side puts on a card.
 
 Neither can be selected by configuration or on the command line: only Python code passes them to
-:func:`batch.driver.run_batch` through the private keyword ``_engine_actor`` (``bench/scale.py``
+:func:`batch.run.driver.run_batch` through the private keyword ``_engine_actor`` (``bench/scale.py``
 and the tests do). The run's ``manifest.json`` still records the configured model.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from batch._shard_io import RawShard, ShardOutput, as_documents
+from batch.corpus.shard import RawShard, ShardOutput, as_documents
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig
 from classify.records import Document, Result
 
@@ -120,7 +120,7 @@ class HostEngineActor:
         return {"pid": os.getpid(), "node": None, "cpu_bind": "none (host bench engine)", "procs": []}
 
     def classify(self, shard: RawShard | list[Document]) -> ShardOutput:
-        """As :meth:`batch._actor.EngineActor.classify`: parse, prompt ids, (no forward pass), records, shard bytes."""
+        """As :meth:`batch.pool.actor.EngineActor.classify`: parse, prompt ids, (no forward pass), records, shard bytes."""
         return ShardOutput.of(self.clf.classify(as_documents(shard, self.max_doc_bytes)))
 
     def shutdown(self) -> None:

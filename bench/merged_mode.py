@@ -51,8 +51,8 @@ ACTORS = 2
 
 def actor_core_groups() -> list[list[int]] | None:
     """The cores of each engine actor as the batch binds them here (``batch.cpu_bind: split``,
-    :func:`batch._placement.cpu_core_groups`), or ``None`` when the machine has fewer cores than actors."""
-    from batch._placement import cpu_core_groups
+    :func:`batch.pool.placement.cpu_core_groups`), or ``None`` when the machine has fewer cores than actors."""
+    from batch.pool.placement import cpu_core_groups
 
     groups = cpu_core_groups(ACTORS, list(os.sched_getaffinity(0)))
     return [[int(c) for c in g.split(",")] for g in groups] if groups else None
@@ -130,7 +130,7 @@ def _batch(corpus: Path, mode: str, adapter: str, out: Path, shard_docs: int, co
     """One ``docpilot batch`` of ``corpus`` in adapter ``mode``; ``compiled`` sets ``engine.enforce_eager: false``
     (what ``"auto"`` gives a batch of :data:`classify.engineconfig.COMPILE_MIN_DOCS_PER_ENGINE` or more documents
     per engine), else the shipped ``"auto"`` (eager for this corpus)."""
-    from batch.driver import parse_args, run_batch
+    from batch.run.driver import parse_args, run_batch
 
     os.environ["DOCPILOT_RUNS"] = str(out / "runs")
     os.environ["DOCPILOT_EXPORTS"] = str(out / "exports")

@@ -69,8 +69,8 @@ def _child(corpus: str, work: str, batch_id: str, host: str = "0") -> None:
     logging.basicConfig(level=logging.WARNING)
     os.environ["DOCPILOT_RUNS"] = f"{work}/runs"
     os.environ["DOCPILOT_EXPORTS"] = f"{work}/exports"
-    from batch import driver
-    from batch import manifest as mf
+    from batch.run import driver
+    from batch import layout as mf
     from bench.instant_engine import remote_class
 
     config = Path(work) / "batch.json"
@@ -94,7 +94,7 @@ def _child(corpus: str, work: str, batch_id: str, host: str = "0") -> None:
         (run / name).unlink(missing_ok=True)
     shutil.rmtree(summary["export_dir"])
     started: dict[str, float] = {}
-    from batch._attempt import BatchRun
+    from batch.run.attempt import BatchRun
 
     real = BatchRun.run_shards  # the bench times the moment the pool gets the remaining shards
 

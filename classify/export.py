@@ -21,7 +21,7 @@ from classify.storage import Dest
 SHA256SUMS = "SHA256SUMS"
 EXPORT_STAGING_SUFFIX = ".export-tmp"
 """Suffix of the hidden folder a local export is built in (``.<name>-<random>.export-tmp`` beside it), so that a
-killed export's staging copy can be found and removed (:mod:`batch._debris`)."""
+killed export's staging copy can be found and removed (:mod:`batch.run.debris`)."""
 
 
 RUN_SELF_RECORDS = ("batch.log", "train.log", "detach.json", "exit.json")

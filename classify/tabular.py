@@ -151,7 +151,7 @@ def iter_csv_rows(
     """Read CSV records with the byte offset after each one, from the start or from a known record.
 
     Reads the file in binary and decodes line by line, so each record's end offset is known and a
-    batch shard can be read again later from its offset alone (:mod:`batch.corpus`).
+    batch shard can be read again later from its offset alone (:mod:`batch.corpus.plan`).
 
     Args:
         path: the CSV file (UTF-8, header row).
@@ -235,7 +235,7 @@ def parquet_columns(path: Path, text_column: str, id_column: str | None) -> tupl
     """Open a Parquet corpus for streaming reads and check its columns.
 
     The file is opened without pre-buffering and with a 1 MiB read buffer
-    (:func:`batch._arrow_merge.streaming_parquet`'s settings), so reading it batch by batch holds one batch.
+    (:func:`batch.run.arrow.streaming_parquet`'s settings), so reading it batch by batch holds one batch.
 
     Args:
         path: the Parquet file.

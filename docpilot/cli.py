@@ -22,15 +22,15 @@ from classify.paths import verbose_logs
 COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("classify.model_cli:main", "provision the base model into the model cache"),
     "doctor": ("classify.doctor:main", "check interpreter, torch, devices, vLLM, Ray, disk and memory"),
-    "pilot": ("batch.pilot:main", "run the 12-document pilot and record a decision"),
-    "batch": ("batch.driver:main", "classify a corpus with Ray, resumable by manifest"),
-    "status": ("batch.status:main", "show a batch run's progress from another shell"),
-    "plan": ("batch.plan:main", "lot order summary and per-card memory fit"),
+    "pilot": ("batch.pilot.run:main", "run the 12-document pilot and record a decision"),
+    "batch": ("batch.run.driver:main", "classify a corpus with Ray, resumable by manifest"),
+    "status": ("batch.run.status:main", "show a batch run's progress from another shell"),
+    "plan": ("batch.plan.plan:main", "lot order summary and per-card memory fit"),
     "train": ("adapters.train:main", "LoRA fine-tuning with checkpoints and resume"),
     "adapters": ("adapters.cli:main", "adapter registry: list, show, verify, merge, export, import"),
     "serve": ("serve.cli:main", "HTTP endpoint over vLLM (FastAPI)"),
-    "submit": ("batch.submit:main", "submit the batch to a Ray cluster's job server and follow it"),
-    "wrap-up": ("batch.wrapup:main", "copy every adapter and run off the pod, re-check each copy, then stop the lease"),
+    "submit": ("batch.run.submit:main", "submit the batch to a Ray cluster's job server and follow it"),
+    "wrap-up": ("batch.run.wrapup:main", "copy every adapter and run off the pod, re-check each copy, then stop the lease"),
 }
 
 

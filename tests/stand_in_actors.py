@@ -1,6 +1,6 @@
 """Stand-in engine actors for bookkeeping tests of the pilot and batch pipeline (real Ray, no model).
 
-The pilot and the batch run their engines as Ray actors (:mod:`batch._actor`); a test that checks the
+The pilot and the batch run their engines as Ray actors (:mod:`batch.pool.actor`); a test that checks the
 bookkeeping around them (stages, decisions, shards, merge, export) passes one of these as the private
 ``_engine_actor``. They answer fixed categories: their answers are NOT classifications. At least one
 test of every path runs the real vLLM engine actor instead (``tests/test_pilot.py``'s default trial).
@@ -37,7 +37,7 @@ def answer_actor(answers: dict[str, tuple[str, float]] | None = None) -> Any:
             self.review_below = classify_cfg.review_below_score
 
         def classify(self, shard: Any) -> Any:
-            from batch._shard_io import ShardOutput, as_documents
+            from batch.corpus.shard import ShardOutput, as_documents
 
             return ShardOutput.of([self.answer(d) for d in as_documents(shard, self.max_doc_bytes)])
 

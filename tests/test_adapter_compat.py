@@ -216,11 +216,11 @@ def test_cli_verify_exits_4_naming_the_setting(tmp_path, base, capsys):
 
 
 def test_pilot_stops_at_load_adapter_without_starting_the_engine(tmp_path, base, monkeypatch, capsys):
-    import batch._attempt
+    import batch.run.attempt
     from docpilot.cli import main
 
     started = []  # the pilot is a batch run: its engines start in the run's pool (Ray, engine actors)
-    monkeypatch.setattr(batch._attempt.BatchRun, "run_shards", lambda *a, **k: started.append(a) or pytest.fail("pool started"))
+    monkeypatch.setattr(batch.run.attempt.BatchRun, "run_shards", lambda *a, **k: started.append(a) or pytest.fail("pool started"))
     monkeypatch.setenv("DOCPILOT_REGISTRY", str(tmp_path / "registry"))
     ref = _publish_unchecked(tmp_path / "registry", tmp_path, base, r=16)
     t0 = time.monotonic()

@@ -1,6 +1,6 @@
 """A dead or stuck engine is an actor failure: detected, the actor replaced, the shard retried whole.
 
-Fast tests drive the real Ray scheduler (:func:`batch._pool.run_pool`) with stand-in actors that
+Fast tests drive the real Ray scheduler (:func:`batch.pool.scheduler.run_pool`) with stand-in actors that
 hang, hang at start or raise; the slow test runs ``docpilot batch`` with the real vLLM engine and
 kills (``SIGKILL``) or freezes (``SIGSTOP``) its ``VLLM::EngineCore`` process part-way, then checks
 that the batch finishes with results equal to an uninterrupted run.
@@ -70,7 +70,7 @@ def local_ray():
     ("raise", "EngineDeadError"),
 ])
 def test_a_stuck_or_failing_engine_is_replaced_and_its_shard_retried_whole(local_ray, tmp_path, mode, message):
-    from batch._pool import Deadlines, run_pool
+    from batch.pool.scheduler import Deadlines, run_pool
 
     remote = local_ray.remote(max_restarts=0)(StuckOrFailingActor).options(num_cpus=0.5)
     done: dict[int, list] = {}
@@ -86,7 +86,7 @@ def test_a_stuck_or_failing_engine_is_replaced_and_its_shard_retried_whole(local
 
 
 def test_a_shard_that_always_hangs_stops_the_batch_resumable(local_ray, tmp_path):
-    from batch._pool import Deadlines, run_pool
+    from batch.pool.scheduler import Deadlines, run_pool
 
     class AlwaysHangs(StuckOrFailingActor):
         def classify(self, docs):
@@ -99,7 +99,7 @@ def test_a_shard_that_always_hangs_stops_the_batch_resumable(local_ray, tmp_path
 
 
 def test_deadline_grows_with_the_shard_size():
-    from batch._pool import Deadlines
+    from batch.pool.scheduler import Deadlines
 
     d = Deadlines(shard_base_s=120, shard_per_doc_s=10)
     assert (d.shard_s(0), d.shard_s(16), d.shard_s(1000)) == (120, 280, 10_120)
@@ -133,8 +133,8 @@ def _engine_core(progress: dict):
 @pytest.mark.engine
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["engine-killed", "engine-frozen"])
 def test_real_batch_survives_a_dead_or_frozen_engine_core(tmp_path, bbc_dir, engine, sig):
-    from batch._config import load_batch_config
-    from batch.corpus import read_corpus
+    from batch.config import load_batch_config
+    from batch.corpus.plan import read_corpus
     from classify.paths import runs_dir
     from classify.runrecords import read_jsonl
 

@@ -15,7 +15,7 @@ the actor lost, charges its running shard one retry, and its replacement cannot 
 Never ``ray stop`` here (it would stop every Ray on the machine): each node is ended through the
 ``ray start --block`` process this test started, and what is left under it by pid.
 
-The fast tests drive the real Ray scheduler (:func:`batch._pool.run_pool`) on a local Ray with
+The fast tests drive the real Ray scheduler (:func:`batch.pool.scheduler.run_pool`) on a local Ray with
 stand-in actors; "cannot be placed" is an actor asking for a custom resource no node has.
 """
 
@@ -81,7 +81,7 @@ def _shards(n: int = 6) -> list[tuple[int, list[Document]]]:
 
 
 def test_a_slot_whose_actor_cannot_be_placed_is_dropped_and_the_others_finish(local_ray, tmp_path):
-    from batch._pool import Deadlines, run_pool
+    from batch.pool.scheduler import Deadlines, run_pool
 
     remote = local_ray.remote(StandInActor)
     done: dict = {}
@@ -98,7 +98,7 @@ def test_a_slot_whose_actor_cannot_be_placed_is_dropped_and_the_others_finish(lo
 
 def test_a_lost_actors_replacement_that_cannot_be_placed_is_dropped(local_ray, tmp_path):
     """The node-loss case: slot 1's actor dies mid-shard, its replacement finds no node; slot 0 finishes."""
-    from batch._pool import Deadlines, run_pool
+    from batch.pool.scheduler import Deadlines, run_pool
 
     remote = local_ray.remote(StandInActor)
     made: list[int] = []
@@ -121,7 +121,7 @@ def test_a_lost_actors_replacement_that_cannot_be_placed_is_dropped(local_ray, t
 
 def test_an_unplaceable_actor_is_not_dropped_when_no_other_slot_works(local_ray, tmp_path):
     """With nothing else to do the work, the slot is kept; actor_start_timeout_s stops the batch resumable."""
-    from batch._pool import Deadlines, run_pool
+    from batch.pool.scheduler import Deadlines, run_pool
 
     remote = local_ray.remote(StandInActor)
     t0 = time.monotonic()

@@ -51,7 +51,7 @@ def local_ray():
 
 
 def test_pool_retries_a_killed_actors_shard_on_a_fresh_actor(local_ray, tmp_path):
-    from batch._pool import run_pool
+    from batch.pool.scheduler import run_pool
 
     remote = local_ray.remote(max_restarts=0)(FakeEngineActor).options(num_cpus=0.5)
     done: dict[int, list] = {}
@@ -64,7 +64,7 @@ def test_pool_retries_a_killed_actors_shard_on_a_fresh_actor(local_ray, tmp_path
 
 
 def test_pool_gives_up_after_max_shard_retries(local_ray, tmp_path):
-    from batch._pool import run_pool
+    from batch.pool.scheduler import run_pool
 
     remote = local_ray.remote(max_restarts=0)(FakeEngineActor).options(num_cpus=0.5)
     with pytest.raises(EngineError, match=r"shard 1 failed 2 times \(batch.max_shard_retries 1\); rerun the same batch id"):
@@ -77,7 +77,7 @@ class EnvProbe:
 
 
 def test_cpu_actors_get_their_own_cores_through_runtime_env(local_ray, monkeypatch):
-    from batch._placement import actor_options, cpu_core_groups
+    from batch.pool.placement import actor_options, cpu_core_groups
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
@@ -102,7 +102,7 @@ def _docpilot(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 
 @pytest.mark.engine
 def test_batch_end_to_end_real_ray_and_engine(tmp_path, bbc_dir, pilot_config):
-    from batch.merge import check_export
+    from batch.run.merge import check_export
     from classify.config import classification_sha256
     from classify.export import verify_export
     from classify.model import resolve_model

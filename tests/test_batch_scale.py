@@ -11,11 +11,11 @@ import os
 
 import pytest
 
-from batch import manifest as mf
-from batch._config import CorpusConfig
-from batch._id_buckets import IdHashBuckets
-from batch.corpus import plan_corpus, read_corpus
-from batch.merge import check_export
+from batch import layout as mf
+from batch.config import CorpusConfig
+from batch.corpus.ids import IdHashBuckets
+from batch.corpus.plan import plan_corpus, read_corpus
+from batch.run.merge import check_export
 from tests.test_batch_helpers import ROOT, write_config
 
 
@@ -42,7 +42,7 @@ def test_shards_are_cut_by_bytes_with_a_document_cap(tmp_path):
 
 
 def test_a_small_corpus_still_makes_enough_shards_for_every_actor(tmp_path):
-    from batch.corpus import MIN_SHARDS
+    from batch.corpus.plan import MIN_SHARDS
 
     path = _jsonl(tmp_path / "c.jsonl", _docs(100))
     plan = plan_corpus(CorpusConfig(path=str(path)), 1000, 4 << 20)  # the default 4 MiB target: one shard before
@@ -102,7 +102,7 @@ def test_csv_shards_by_byte_offsets_with_multiline_records(tmp_path):
 
 
 def _run(tmp_path, corpus, batch_id, monkeypatch, corpus_fields=None, extra_args=(), **batch_fields):
-    from batch.driver import parse_args, run_batch
+    from batch.run.driver import parse_args, run_batch
     from bench.instant_engine import remote_class
 
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
@@ -141,8 +141,8 @@ def test_parquet_and_jsonl_batches_give_the_same_results_and_parquet_equals_json
     assert "results.parquet" in sums and "results.jsonl" in sums
     assert verify_export(tmp_path / "exports" / "p", check_export) == []
     export = tmp_path / "exports" / "p"
-    from batch._export_check import _check_export_fast
-    from batch.runfiles import Manifest
+    from batch.run.export_check import _check_export_fast
+    from batch.run.runfiles import Manifest
 
     manifest = Manifest.read(export / mf.MANIFEST)
     summary = json.loads((export / mf.SUMMARY).read_text())
@@ -185,9 +185,9 @@ def test_resume_with_half_the_shards_is_exactly_once_and_folders_stay_small(inst
 
 
 def test_a_version_1_run_folder_is_refused_with_a_clear_message(tmp_path):
-    from batch._attempt import plan_or_reuse
-    from batch._config import BatchConfig
-    from batch.runfiles import Manifest
+    from batch.run.attempt import plan_or_reuse
+    from batch.config import BatchConfig
+    from batch.run.runfiles import Manifest
     from classify.errors import InputError
 
     corpus = _jsonl(tmp_path / "c.jsonl", _docs(3))
@@ -196,7 +196,7 @@ def test_a_version_1_run_folder_is_refused_with_a_clear_message(tmp_path):
 
 
 def test_the_instant_engine_cannot_be_selected_by_config_or_cli():
-    from batch.driver import parse_args
+    from batch.run.driver import parse_args
 
     assert "instant" not in (ROOT / "config" / "docpilot.json").read_text().lower()
     with pytest.raises(SystemExit):
@@ -219,7 +219,7 @@ def test_a_batch_past_its_lease_end_says_so_in_progress_and_manifest(instant_ray
 
 def _dropping_actor():
     """An instant actor whose answer for the first shard lacks its last result (a broken engine actor)."""
-    from batch._shard_io import ShardOutput
+    from batch.corpus.shard import ShardOutput
     from bench.instant_engine import InstantEngineActor
     from classify.records import Result
 
@@ -234,7 +234,7 @@ def _dropping_actor():
 
 @pytest.mark.ray
 def test_a_shard_whose_returned_ids_differ_from_the_plan_is_never_written(instant_ray, tmp_path, monkeypatch):
-    from batch.driver import parse_args, run_batch
+    from batch.run.driver import parse_args, run_batch
     from bench.instant_engine import remote_class
     from classify.errors import VerificationError
 
@@ -273,10 +273,10 @@ def _eager_checking_actor(expected):
                          ids=["short", "long", "long-no-compiler"])
 def test_auto_turns_torch_compile_on_only_for_enough_documents_per_engine(instant_ray, tmp_path, monkeypatch, n_docs, compiler,
                                                                          expected):
-    from batch.driver import parse_args, run_batch
+    from batch.run.driver import parse_args, run_batch
     from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
 
-    monkeypatch.setattr("batch._attempt.cpp_compiler", lambda: compiler)  # none: "auto" stays eager on CPU engines
+    monkeypatch.setattr("batch.run.attempt.cpp_compiler", lambda: compiler)  # none: "auto" stays eager on CPU engines
 
     assert 1000 < COMPILE_MIN_DOCS_PER_ENGINE <= 4100 // 2  # one actor below the line, two above it
     jsonl = _jsonl(tmp_path / "c.jsonl", _docs(n_docs))

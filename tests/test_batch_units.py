@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from batch import manifest as mf
-from batch._config import BatchConfig, CorpusConfig, load_batch_config, results_config_sha256
-from batch.corpus import read_corpus
-from batch.merge import check_export, check_results, summarize
-from batch.status import batch_status
-from batch.status import main as status_main
+from batch import layout as mf
+from batch.config import BatchConfig, CorpusConfig, load_batch_config, results_config_sha256
+from batch.corpus.plan import read_corpus
+from batch.run.merge import check_export, check_results, summarize
+from batch.run.status import batch_status
+from batch.run.status import main as status_main
 from classify.config import PilotConfig, load_config
 from classify.errors import ConfigError, InputError, VerificationError
 from classify.records import Result
@@ -73,7 +73,7 @@ def test_csv_corpus_generates_stable_ids_and_fingerprint(tmp_path, bbc_dir):
 
 
 def test_shipped_corpus_path_follows_docpilot_bbc_dir_from_any_directory(tmp_path, monkeypatch, bbc_dir):
-    from batch.corpus import locate_corpus
+    from batch.corpus.plan import locate_corpus
 
     cfg = load_batch_config(ROOT / "config" / "docpilot.json").corpus
     assert cfg.path == "{bbc_dir}/test.csv"
@@ -122,7 +122,7 @@ def test_corpus_errors(tmp_path):
 
 
 def _manifest(corpus, cfg: BatchConfig, model_fp="sha256:m", adapter=None) -> dict:
-    from batch._config import results_config
+    from batch.config import results_config
 
     return {"corpus": corpus.describe(), "corpus_fingerprint": corpus.fingerprint, "config": results_config(cfg),
             "config_sha256": results_config_sha256(cfg), "model": {"path": "/m"}, "model_fingerprint": model_fp,
@@ -214,7 +214,7 @@ def test_check_export_recounts_the_copy(tmp_path, bbc_dir):
 
 
 def test_unknown_adapter_is_refused_before_any_engine_starts(tmp_path, bbc_dir, monkeypatch):
-    from batch.driver import parse_args, run_batch
+    from batch.run.driver import parse_args, run_batch
     from classify.errors import AdapterNotFound
 
     monkeypatch.setenv("DOCPILOT_REGISTRY", str(tmp_path / "registry"))  # empty whatever other tests published
@@ -227,7 +227,7 @@ def test_unknown_adapter_is_refused_before_any_engine_starts(tmp_path, bbc_dir, 
 
 
 def test_bad_batch_id_is_refused(tmp_path, bbc_dir):
-    from batch.driver import parse_args, run_batch
+    from batch.run.driver import parse_args, run_batch
 
     spec = make_corpus(tmp_path / "c", bbc_dir, 4)
     args = parse_args(["--config", str(ROOT / "config" / "docpilot.json"), "--corpus", str(spec["path"]),
@@ -248,7 +248,7 @@ def test_bad_batch_id_is_refused(tmp_path, bbc_dir):
     (3, [0, 1], None),  # fewer cores than actors: vLLM's auto binding
 ])
 def test_cpu_core_groups_are_disjoint_per_actor(n, cpus, expected):
-    from batch._placement import cpu_core_groups
+    from batch.pool.placement import cpu_core_groups
 
     groups = cpu_core_groups(n, cpus)
     assert groups == expected
@@ -259,7 +259,7 @@ def test_cpu_core_groups_are_disjoint_per_actor(n, cpus, expected):
 
 def test_a_corpus_that_cannot_be_planned_leaves_no_empty_run_folder(tmp_path, monkeypatch):
     """An empty corpus fails before any manifest: the new run folder is removed, so status and a rerun see no batch."""
-    from batch.driver import parse_args, run_batch
+    from batch.run.driver import parse_args, run_batch
 
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
     (tmp_path / "empty.jsonl").write_text("\n\n")
@@ -273,7 +273,7 @@ def test_a_corpus_that_cannot_be_planned_leaves_no_empty_run_folder(tmp_path, mo
 def test_a_second_driver_on_a_held_run_folder_is_refused_and_told_how_to_watch(tmp_path):
     from filelock import FileLock
 
-    from batch.driver import _driver_lock
+    from batch.run.driver import _driver_lock
     from classify.errors import InputError
 
     held = FileLock(str(tmp_path / ".driver.lock"))

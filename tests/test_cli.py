@@ -43,7 +43,7 @@ def test_no_package_imports_upward(package):
 
 def test_the_detector_sees_an_import_string(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text('COMMANDS = {"x": ("batch.driver:main", "help")}\nimport serve.app\n')
+    probe.write_text('COMMANDS = {"x": ("batch.run.driver:main", "help")}\nimport serve.app\n')
     assert {"batch", "serve"} <= _imports(probe)
 
 

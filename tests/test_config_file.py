@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from adapters._config import TrainConfig
-from batch._config import BatchConfig, load_batch_config, results_config_sha256
+from batch.config import BatchConfig, load_batch_config, results_config_sha256
 from classify.config import PilotConfig, classification_sha256, config_sha256, load_config
 from classify.errors import ConfigError
 from serve.app import load_server_config

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from batch import manifest as mf
-from batch._config import CorpusConfig
-from batch.corpus import plan_corpus
+from batch import layout as mf
+from batch.config import CorpusConfig
+from batch.corpus.plan import plan_corpus
 from classify.errors import InputError
 
 N = 400
@@ -89,8 +89,8 @@ def test_a_corpus_edited_during_a_real_batch_stops_it_resumable_and_no_export_cl
                                                                                           suffix):
     from test_batch_helpers import write_config
 
-    import batch._attempt as attempt_mod
-    from batch.driver import parse_args, run_batch
+    import batch.run.attempt as attempt_mod
+    from batch.run.driver import parse_args, run_batch
     from bench.instant_engine import remote_class
 
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from batch import _mirror
-from batch._progress import Progress
+from batch.run import mirror as _mirror
+from batch.run.progress import Progress
 from tests.s3server import BUCKET, lease_s3  # noqa: F401 - lease_s3 is a fixture
 from tests.test_quiet_and_stop import _alive, _kill, _watch
 from tests.test_transfer import _fs
@@ -43,7 +43,7 @@ def _docpilot(*args: str, env: dict[str, str], timeout: float = 120) -> subproce
 
 
 def test_child_argv_drops_only_the_detach_options():
-    from batch.detach import child_argv
+    from batch.run.detach import child_argv
 
     assert child_argv(["--corpus", "c", "--detach", "--stop-when-done", "--wrap-up-to", "s3://b/x", "--batch-id", "b"]) == \
         ["--corpus", "c", "--batch-id", "b"]
@@ -93,8 +93,8 @@ def test_progress_is_mirrored_at_most_every_interval_and_always_at_the_end(tmp_p
 @pytest.mark.ray
 @pytest.mark.usefixtures("lease_s3")
 def test_a_batch_mirrors_its_progress_to_s3_and_status_from_reads_it(instant_ray, tmp_path, monkeypatch, capsys):
-    from batch import status
-    from batch.driver import parse_args, run_batch
+    from batch.run import status
+    from batch.run.driver import parse_args, run_batch
     from bench.instant_engine import remote_class
     from tests.test_batch_helpers import write_config
 
@@ -231,7 +231,7 @@ def test_train_detach_follow_gives_its_exit_status_and_stop_when_done_needs_a_de
 
 
 def test_stop_when_done_wraps_up_and_stops_only_after_a_successful_verified_run(tmp_path, monkeypatch, bbc_dir):
-    from batch.detach import stop_when_done
+    from batch.run.detach import stop_when_done
 
     marker = tmp_path / "stopped.marker"
     lots = json.loads((ROOT / "config" / "lots.json").read_text())
@@ -258,7 +258,7 @@ def test_stop_when_done_wraps_up_and_stops_only_after_a_successful_verified_run(
 def test_status_from_says_done_only_beside_a_complete_export(tmp_path, capsys):
     """The mirror is written "done" once classified; off the pod that reads "classified, not exported" until the
     export's SHA256SUMS is there."""
-    from batch import status
+    from batch.run import status
 
     record = {"batch_id": "b-late", "state": "done", "done": 3, "total": 3, "accepted": 3, "rejected": 0,
               "started_at": "2026-12-02T00:00:00Z", "updated_at": "2026-12-02T00:01:00Z", "host": "pod"}

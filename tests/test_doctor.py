@@ -43,7 +43,7 @@ def test_wrong_results_are_a_blocker(monkeypatch, tmp_path):
 
 
 def test_a_missing_cpp_compiler_is_a_warning_not_a_blocker(monkeypatch):
-    # long CPU batches then stay eager (batch._attempt) and enforce_eager false is refused (classify.device)
+    # long CPU batches then stay eager (batch.run.attempt) and enforce_eager false is refused (classify.device)
     monkeypatch.setattr(doctor, "cpp_compiler", lambda: None)
     checks = {c.name: c for c in doctor.run_checks(check_model=False)}
     assert checks["c++ compiler"].status == "warn" and "apt-get install g++" in checks["c++ compiler"].detail

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from test_batch_helpers import write_config
 
-from batch import manifest as mf
-from batch._disk import disk_full, full_disk_error, full_disk_is_environment
+from batch import layout as mf
+from batch.run.disk import disk_full, full_disk_error, full_disk_is_environment
 from classify.errors import EnvironmentCheckError, VerificationError
 
 FULL_ERRORS = [
@@ -110,8 +110,8 @@ PHASES = [  # (phase, what is filled and when, bytes left free, whether the fail
 @pytest.mark.parametrize(("phase", "where", "leave", "recorded"), PHASES, ids=[p[0] for p in PHASES])
 def test_a_full_disk_in_a_real_batch_is_exit_6_and_a_rerun_finishes_exactly_once(
         instant_ray, tmp_path, monkeypatch, tmpfs, phase, where, leave, recorded):
-    import batch._attempt as attempt_mod
-    from batch.driver import parse_args, run_batch
+    import batch.run.attempt as attempt_mod
+    from batch.run.driver import parse_args, run_batch
     from bench.instant_engine import remote_class
 
     runs = tmpfs(tmp_path / "runs")
@@ -154,7 +154,7 @@ def test_a_full_disk_in_a_real_batch_is_exit_6_and_a_rerun_finishes_exactly_once
     rows = [json.loads(line) for line in (run_dir / mf.RESULTS).read_text().splitlines()]
     assert sorted(r["id"] for r in rows) == [f"d-{i:05d}" for i in range(1500)]  # every id exactly once
     assert summary["total"] == 1500 and summary["accepted"] + summary["rejected"] == 1500
-    from batch.merge import check_export
+    from batch.run.merge import check_export
     from classify.export import verify_export
 
     assert verify_export(Path(summary["export_dir"]), check_export) == []

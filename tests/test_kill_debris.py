@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from batch import manifest as mf
+from batch import layout as mf
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ logging.basicConfig(level=logging.INFO)
 from pathlib import Path
 hook = sys.argv[1]
 if hook == "merge":
-    import batch.merge as m
+    import batch.run.merge as m
     real = m._ParquetRows.close
     def close(self):
         real(self)
@@ -42,7 +42,7 @@ elif hook == "export":
     def write(path, data):
         os.kill(os.getpid(), signal.SIGKILL)  # every file copied into the staging folder, SHA256SUMS not yet
     e.write_bytes_atomic = write
-from batch.driver import parse_args, run_batch
+from batch.run.driver import parse_args, run_batch
 from bench.instant_engine import remote_class
 summary = run_batch(parse_args(sys.argv[2:]), _engine_actor=remote_class())
 print("EXPORT", summary["export_dir"])
@@ -60,7 +60,7 @@ def _debris(run_dir: Path, exports: Path) -> list[str]:
 def test_a_driver_killed_in_merge_or_export_leaves_debris_that_the_rerun_removes(tmp_path, phase):
     from test_batch_helpers import write_config
 
-    from batch.status import batch_status
+    from batch.run.status import batch_status
 
     runs, exports = tmp_path / "runs", tmp_path / "exports"
     env = {**os.environ, "DOCPILOT_RUNS": str(runs), "DOCPILOT_EXPORTS": str(exports), "PYTHONPATH": str(ROOT)}
@@ -103,14 +103,14 @@ def test_a_driver_killed_in_merge_or_export_leaves_debris_that_the_rerun_removes
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    from batch.merge import check_export
+    from batch.run.merge import check_export
     from classify.export import verify_export
 
     assert verify_export(exports / "kill", check_export) == []
 
 
 def test_only_this_batchs_temporaries_are_matched(tmp_path):
-    from batch._debris import remove_stale_temporaries
+    from batch.run.debris import remove_stale_temporaries
 
     run_dir, exports = tmp_path / "runs" / "kill", tmp_path / "exports"
     (run_dir / "shards").mkdir(parents=True)

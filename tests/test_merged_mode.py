@@ -148,10 +148,10 @@ def test_a_pilot_in_one_mode_never_opens_a_batch_in_the_other(tmp_path, piloted,
 
 
 def test_batch_manifest_records_the_mode_and_resume_refuses_a_changed_one(tmp_path):
-    from batch import manifest as mf
-    from batch._adapter import BatchAdapter
-    from batch._config import load_batch_config
-    from batch.runfiles import build_manifest
+    from batch import layout as mf
+    from batch.run.adapter import BatchAdapter
+    from batch.config import load_batch_config
+    from batch.run.runfiles import build_manifest
 
     corpus = SimpleNamespace(describe=lambda: {"path": "c.jsonl", "input_rows": 1}, fingerprint="sha256:c", docs=[], shards=[])
     resolved = SimpleNamespace(ref="tiny@1", sha256="ab" * 32, handle=lambda: "lora-handle")
@@ -194,7 +194,7 @@ def _tiny_lora(model_path: str, out: Path, seed: int, scale: float = 0.1) -> Pat
 def test_a_merged_mode_pilot_proceeds_and_answers_as_the_lora_mode_pilot(pilot_config, engine, tmp_path):
     """Two pilots through the batch pipeline (real Ray, real vLLM engine actors): lora mode and merged mode."""
     from adapters.registry import Registry
-    from batch.pilot import run_pilot
+    from batch.pilot.run import run_pilot
     from classify.device import compute_dtype
     from classify.model import resolve_model
     from classify.pilotgate import pilot_status
@@ -236,7 +236,7 @@ def test_a_merged_mode_pilot_proceeds_and_answers_as_the_lora_mode_pilot(pilot_c
         assert sum(a[i]["category"] == b[i]["category"] for i in a) >= 10, (a, b)
     assert merged.decision == lora.decision == "proceed", (merged.summary.get("failed_checks"), lora.summary.get("failed_checks"))
     # the adapter did something: its scores differ from the base model's
-    from batch._pilot_inputs import read_pilot_set
+    from batch.pilot.inputs import read_pilot_set
 
     docs, *_ = read_pilot_set(PILOT, pilot_config.classify, pilot_config.thresholds.expected_documents)
     base_scores = {r.id: r.score for r in engine.classify(docs)}

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from test_serve_api import AUTH, make_client, registry  # noqa: F401  (fixtures: the real app over a fake engine)
 
-from batch._config import CorpusConfig
-from batch._pilot_inputs import read_pilot_set
-from batch.corpus import read_corpus
-from batch.manifest import completed_shards, plan_shards, write_shard
+from batch.config import CorpusConfig
+from batch.pilot.inputs import read_pilot_set
+from batch.corpus.plan import read_corpus
+from batch.layout import completed_shards, plan_shards, write_shard
 from classify.config import ClassifyConfig
 from classify.documents import document_from_text, iter_directory
 from classify.errors import InputError
@@ -195,7 +195,7 @@ def test_wide_csv_and_jsonl_are_refused_naming_the_encoding_and_the_fix(tmp_path
 
 def test_docpilot_batch_refuses_a_utf16_corpus_before_the_config_model_or_ray(tmp_path, monkeypatch):
     """The corpus encoding is checked where the corpus is located: before the model resolves or the pilot gate."""
-    import batch.driver as driver
+    import batch.run.driver as driver
 
     corpus = tmp_path / "c.jsonl"
     corpus.write_bytes((json.dumps({"id": "a", "text": "Shares rose."}) + "\n").encode("utf-16"))
@@ -306,8 +306,8 @@ def test_document_from_text_is_the_one_rule_for_serve(tmp_path):
 
 def test_a_csv_row_that_is_not_utf8_is_rejected_by_its_byte_offset_and_the_rest_is_read(tmp_path):
     """One bad byte costs its row (rejected, the byte and its offset named), not the whole corpus; a bad header stops."""
-    from batch._config import CorpusConfig
-    from batch.corpus import read_corpus
+    from batch.config import CorpusConfig
+    from batch.corpus.plan import read_corpus
     from classify.tabular import csv_header, iter_csv_rows
 
     bad = tmp_path / "bad.csv"
@@ -362,9 +362,9 @@ def test_a_jsonl_line_that_is_not_utf8_is_rejected_by_its_byte_and_keeps_its_id(
 def test_a_jsonl_line_that_is_not_utf8_keeps_its_label_and_a_first_line_mark(tmp_path):
     """The label of such a line still counts (pilot: a planned reject; batch: labelled rows), like a CSV row's;
     a UTF-8 byte-order mark on line 1 does not cost that line its id."""
-    from batch._labels import iter_labels
-    from batch._pilot_inputs import read_pilot_set
-    from batch.corpus import plan_corpus
+    from batch.corpus.labels import iter_labels
+    from batch.pilot.inputs import read_pilot_set
+    from batch.corpus.plan import plan_corpus
     from classify.documents import iter_jsonl
 
     bad = tmp_path / "lab.jsonl"

@@ -7,8 +7,8 @@
 * a damaged file (bad page header) is a clear input error naming the row group, at plan and through the CLI;
 * reads go in bounded batches with a cursor: each row is decoded once whatever the row-group size.
 
-All through the real readers the batch plan and shard reader use (:func:`batch.corpus.read_corpus` is
-:func:`batch.corpus.plan_corpus` + :meth:`batch.corpus.CorpusPlan.read_shard`).
+All through the real readers the batch plan and shard reader use (:func:`batch.corpus.plan.read_corpus` is
+:func:`batch.corpus.plan.plan_corpus` + :meth:`batch.corpus.plan.CorpusPlan.read_shard`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from batch import _corpus_scan
-from batch._config import CorpusConfig
-from batch.corpus import plan_corpus, read_corpus
+from batch.corpus.plan import scan as _corpus_scan
+from batch.config import CorpusConfig
+from batch.corpus.plan import plan_corpus, read_corpus
 from classify.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from stand_in_actors import answer_actor
 
-from batch.merge import check_export
-from batch.pilot import main, run_pilot
+from batch.run.merge import check_export
+from batch.pilot.run import main, run_pilot
 from classify.config import PilotConfig, parse_config
 from classify.export import verify_export
 from classify.pilotgate import combo_key, pilot_status
@@ -128,7 +128,7 @@ def test_export_copy_passes_the_batch_recheck_and_tampering_is_caught(default_tr
 @pytest.mark.engine
 @pytest.mark.ray
 def test_docpilot_status_reads_a_pilot_run_folder_like_a_batch(default_trial, capsys):
-    from batch.status import batch_status
+    from batch.run.status import batch_status
     from docpilot.cli import main as cli
 
     status = batch_status(default_trial.run_id)
@@ -221,7 +221,7 @@ def test_cli_reports_the_first_error_and_exit_code(tmp_path, capsys):
 
 
 def test_a_pilot_set_without_a_planned_reject_fails_its_check(pilot_config):
-    from batch._pilot_report import build_summary
+    from batch.pilot.decision import build_summary
 
     rows = [Result(id=f"d{i}", status="accepted", category="sport") for i in range(12)]
     summary = build_summary(rows, [r.id for r in rows], {r.id: "sport" for r in rows}, pilot_config)
@@ -300,7 +300,7 @@ def test_an_adapter_that_never_loads_leaves_the_base_models_gate_alone(pilot_con
 
 
 def test_prompt_mismatch_names_each_prompt_field_the_adapter_was_trained_without(pilot_config):
-    from batch._adapter import prompt_mismatch
+    from batch.run.adapter import prompt_mismatch
 
     trained = pilot_config.classify.model_dump(mode="json")
     assert prompt_mismatch({"classify": trained}, pilot_config.classify) == []
@@ -333,7 +333,7 @@ def test_summary_holds_measured_peak_memory_and_throughput_beside_the_plan(defau
 
 
 def _measured(peak_gib: float, est_gib: float | None, machine_gib: float = 16.0, device: str = "cpu") -> dict:
-    from batch._pilot_measure import measured_block
+    from batch.pilot.measure import measured_block
 
     estimate = {"bytes": int(est_gib * 2**30), "parts": {}} if est_gib else None
     return measured_block(device, int(peak_gib * 2**30), 12, 2400, 10.0, estimate, int(machine_gib * 2**30), {})
@@ -351,7 +351,7 @@ def _measured(peak_gib: float, est_gib: float | None, machine_gib: float = 16.0,
     ids=["within", "above", "below", "over-machine", "no-estimate"],
 )
 def test_memory_gap_is_a_note_unless_the_engine_exceeds_the_machine(pilot_config, peak, est, machine, gap, decision, note):
-    from batch._pilot_report import build_summary, decide, decision_markdown
+    from batch.pilot.decision import build_summary, decide, decision_markdown
 
     labels = json.loads((PILOT / "labels.json").read_text())
     rows = [Result(id=i, status="rejected" if v == "reject" else "accepted", category=None if v == "reject" else v,
@@ -369,7 +369,7 @@ def test_memory_gap_is_a_note_unless_the_engine_exceeds_the_machine(pilot_config
 
 
 def test_a_failed_measurement_is_recorded_not_raised(pilot_config):
-    from batch._pilot_report import measurement_notes
+    from batch.pilot.decision import measurement_notes
 
     assert measurement_notes({"error": "NoSuchProcess: gone"}) == (["memory: not measured (NoSuchProcess: gone)"], False)
     assert measurement_notes(None) == ([], False)
@@ -413,21 +413,21 @@ def _config(tmp_path: Path, **sections: dict) -> str:
 
 
 def _broken_merge(monkeypatch):
-    import batch.merge
+    import batch.run.merge
 
     def full_disk(self):
         raise OSError(28, "No space left on device", str(self.path) if hasattr(self, "path") else "results.parquet")
 
-    monkeypatch.setattr(batch.merge._ParquetRows, "close", full_disk)
+    monkeypatch.setattr(batch.run.merge._ParquetRows, "close", full_disk)
 
 
 def _broken_shard_writer(monkeypatch):
-    import batch._attempt
+    import batch.run.attempt
 
     def full_disk(path, data):
         raise OSError(28, "No space left on device", str(path))
 
-    monkeypatch.setattr(batch._attempt, "write_bytes_atomic", full_disk)
+    monkeypatch.setattr(batch.run.attempt, "write_bytes_atomic", full_disk)
 
 
 @pytest.mark.ray
@@ -482,9 +482,9 @@ def test_a_parquet_pilot_set_runs_through_the_batch_reader(ray_two_cpus, isolate
 def test_pilot_and_batch_call_the_same_reader_shard_writer_merge_and_recheck(ray_two_cpus, isolated, pilot_config,
                                                                             monkeypatch, capsys):
     """A spy on each shared function: one pilot, then one batch (with another actor count, which it says)."""
-    import batch._attempt
-    import batch.corpus
-    from batch.driver import parse_args, run_batch
+    import batch.run.attempt
+    import batch.corpus.plan
+    from batch.run.driver import parse_args, run_batch
 
     calls: list[str] = []
 
@@ -497,11 +497,11 @@ def test_pilot_and_batch_call_the_same_reader_shard_writer_merge_and_recheck(ray
 
         monkeypatch.setattr(owner, name, wrapper)
 
-    spy(batch.corpus, "jsonl_rows")  # the corpus planner's reading pass
-    spy(batch.corpus.CorpusPlan, "shard_payload")  # a shard read when dispatched
-    spy(batch._attempt, "write_bytes_atomic")  # the shard writer
-    spy(batch._attempt, "merge_results")  # shards -> results.jsonl + results.parquet
-    spy(batch._attempt, "check_export")  # the export re-check
+    spy(batch.corpus.plan, "jsonl_rows")  # the corpus planner's reading pass
+    spy(batch.corpus.plan.CorpusPlan, "shard_payload")  # a shard read when dispatched
+    spy(batch.run.attempt, "write_bytes_atomic")  # the shard writer
+    spy(batch.run.attempt, "merge_results")  # shards -> results.jsonl + results.parquet
+    spy(batch.run.attempt, "check_export")  # the export re-check
     shared = {"jsonl_rows", "shard_payload", "write_bytes_atomic", "merge_results", "check_export"}
     corpus = _business_set(isolated / "set")
     outcome = run_pilot(pilot_config, corpus, config_path="config/docpilot.json", _engine_actor=answer_actor())
@@ -517,7 +517,7 @@ def test_pilot_and_batch_call_the_same_reader_shard_writer_merge_and_recheck(ray
 
 
 def test_pipeline_differences_name_each_setting_and_an_old_record():
-    from batch._config import RunConfig
+    from batch.config import RunConfig
     from classify.config import EngineConfig
     from classify.pilotgate import pipeline_differences, pipeline_settings
 

@@ -1,4 +1,4 @@
-"""Tests of ``make plan`` (batch/plan.py, classify/memory.py).
+"""Tests of ``make plan`` (batch/plan/plan.py, classify/memory.py).
 
 Prices come from the shipped example table in ``config/lots.json``. Memory figures are
 hand-computed here from the models' published ``config.json`` numbers; the last tests
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from batch.lots import JobShape, LotsConfig, job_shape
-from batch.plan import build_plan, main, model_shape, order_summary, ray_plan
+from batch.plan.lots import JobShape, LotsConfig, job_shape
+from batch.plan.plan import build_plan, main, model_shape, order_summary, ray_plan
 from classify.config import EngineConfig, ModelConfig, load_config, parse_config
 from classify.errors import ConfigError
 from classify.memory import (
@@ -351,8 +351,8 @@ def test_an_old_lots_config_with_job_sections_says_what_moved_where(tmp_path, ca
 
 def test_an_old_lots_config_only_warns_where_its_lease_fields_are_read(tmp_path, caplog):
     """batch, pilot, status and wrap-up read only the lease fields: an old lots.json warns there, never stops them."""
-    from batch.lease import stop_settings
-    from batch.plan import lease_end
+    from batch.run.lease import stop_settings
+    from batch.plan.plan import lease_end
 
     old = {**json.loads(LOTS.read_text()), "lease_ends_at": "2026-12-03T18:00:00Z",
            "model": {"base_model": "smollm2-135m-instruct"}, "engine": {"max_lora_rank": 16}}

@@ -132,8 +132,8 @@ def test_pilot_batch_and_serve_apply_the_card_temperature_identically(tmp_path, 
 
 def test_the_batch_actor_applies_the_temperature_in_lora_and_merged_mode(tmp_path, monkeypatch):
     import classify.engine as engine_mod
-    from batch._actor import EngineActor
-    from batch._shard_io import RawShard
+    from batch.pool.actor import EngineActor
+    from batch.corpus.shard import RawShard
 
     monkeypatch.setattr(engine_mod, "build_engine", lambda *a, **k: Classifier(FakeLLM(), _scorer(), None, True))
     handle = _registry_adapter(tmp_path, 2.5).handle()
@@ -186,7 +186,7 @@ def test_needs_review_only_with_a_threshold():
 
 
 def test_review_counts_per_category_and_accuracy_above_and_below_the_threshold():
-    from batch.quality import QualityTally
+    from batch.report.quality import QualityTally
 
     t = QualityTally(["sport", "tech"], review_below_score=0.6)
     rows = [(_row(0, "sport", 0.95), "sport"), (_row(1, "sport", 0.9), "tech"), (_row(2, "tech", 0.5), "tech"),
@@ -208,7 +208,7 @@ def test_review_counts_per_category_and_accuracy_above_and_below_the_threshold()
 
 
 def test_a_rows_own_review_flag_is_counted_as_given():
-    from batch.quality import QualityTally
+    from batch.report.quality import QualityTally
 
     t = QualityTally(["sport", "tech"], review_below_score=0.6)
     t.add({**_row(0, "tech", 0.9), "review": True})
@@ -217,7 +217,7 @@ def test_a_rows_own_review_flag_is_counted_as_given():
 
 
 def test_an_unlabelled_run_has_no_accuracy_and_no_review_section_without_a_threshold(tmp_path):
-    from batch.quality import QualityTally, quality_table, write_report
+    from batch.report.quality import QualityTally, quality_table, write_report
 
     t = QualityTally(["sport", "tech"])
     t.add(_row(0, "sport", 0.7))
@@ -231,7 +231,7 @@ def test_an_unlabelled_run_has_no_accuracy_and_no_review_section_without_a_thres
 
 
 def test_labelled_pilot_rows_write_the_confusion_matrix_with_planned_rejects(tmp_path):
-    from batch.quality import tally_rows, write_report
+    from batch.report.quality import tally_rows, write_report
 
     rows = [_row("a", "sport", 0.9), _row("b", "tech", 0.8), _row("c", None, None, "rejected")]
     rep = write_report(tmp_path, tally_rows(rows, {"a": "sport", "b": "sport", "c": "reject"}, ["sport", "tech"]), "pilot")
@@ -264,9 +264,9 @@ def _labelled_corpora(tmp_path):
 
 
 def test_corpus_labels_come_in_the_order_of_the_documents_for_every_format(tmp_path):
-    from batch._config import CorpusConfig
-    from batch._labels import has_labels, iter_labels
-    from batch.corpus import plan_corpus
+    from batch.config import CorpusConfig
+    from batch.corpus.labels import has_labels, iter_labels
+    from batch.corpus.plan import plan_corpus
 
     for path in _labelled_corpora(tmp_path):
         plan = plan_corpus(CorpusConfig(path=str(path), id_column="id"), 5, 1 << 30)
@@ -280,9 +280,9 @@ def test_corpus_labels_come_in_the_order_of_the_documents_for_every_format(tmp_p
 
 def test_jsonl_labels_found_past_lines_that_only_mention_the_column(tmp_path):
     """The key's bytes in a text (or a broken line) are not a label; the first record with the key is."""
-    from batch._config import CorpusConfig
-    from batch._labels import has_labels
-    from batch.corpus import plan_corpus
+    from batch.config import CorpusConfig
+    from batch.corpus.labels import has_labels
+    from batch.corpus.plan import plan_corpus
 
     lines = ['{"id": "a", "text": "no category here"}', '{"id": "b", "text": "category: none {"}',
              '{"id": "c", "text": "the last one", "category": "tech"}']
@@ -294,16 +294,16 @@ def test_jsonl_labels_found_past_lines_that_only_mention_the_column(tmp_path):
 
 
 def test_a_folder_corpus_has_no_labels(tmp_path):
-    from batch._config import CorpusConfig
-    from batch._labels import has_labels
-    from batch.corpus import plan_corpus
+    from batch.config import CorpusConfig
+    from batch.corpus.labels import has_labels
+    from batch.corpus.plan import plan_corpus
 
     (tmp_path / "a.txt").write_text("some text")
     assert not has_labels(plan_corpus(CorpusConfig(path=str(tmp_path)), 5, 1 << 30), "category")
 
 
 def _results_for(plan, folder, answer):
-    from batch.corpus import CorpusPlan  # noqa: F401 - the plan's type
+    from batch.corpus.plan import CorpusPlan  # noqa: F401 - the plan's type
 
     docs = [d for s in plan.shards for d in plan.read_shard(s, 200_000)]
     rows = [{"id": d.id, "status": "rejected", "category": None, "score": None, "reason": d.reject_reason}
@@ -313,9 +313,9 @@ def _results_for(plan, folder, answer):
 
 
 def test_batch_report_labelled_and_unlabelled(tmp_path):
-    from batch._config import CorpusConfig
-    from batch.corpus import plan_corpus
-    from batch.quality import batch_report
+    from batch.config import CorpusConfig
+    from batch.corpus.plan import plan_corpus
+    from batch.report.quality import batch_report
 
     jsonl = _labelled_corpora(tmp_path)[0]
     plan = plan_corpus(CorpusConfig(path=str(jsonl), id_column="id"), 5, 1 << 30)
@@ -337,7 +337,7 @@ def test_batch_report_labelled_and_unlabelled(tmp_path):
 
 
 def test_labels_out_of_step_are_dropped_with_the_reason(tmp_path):
-    from batch.quality import tally_results_file
+    from batch.report.quality import tally_results_file
 
     (tmp_path / "results.jsonl").write_text(json.dumps(_row("a", "sport", 0.9)) + "\n")
     tally, problem = tally_results_file(tmp_path / "results.jsonl", iter([("b", "sport")]), ["sport"])
@@ -377,7 +377,7 @@ def test_a_labelled_pilot_writes_the_confusion_matrix_accuracy_and_review_counts
 
     from stand_in_actors import answer_actor
 
-    from batch.pilot import run_pilot
+    from batch.pilot.run import run_pilot
 
     for var in ("DOCPILOT_HOME", "DOCPILOT_RUNS"):  # a stand-in's verdict must not open the real model's gate
         monkeypatch.setenv(var, str(tmp_path / var.lower()))
@@ -406,7 +406,7 @@ def test_a_labelled_pilot_writes_the_confusion_matrix_accuracy_and_review_counts
 def _batch(tmp_path, monkeypatch, corpus, batch_id, classify=None):
     from pathlib import Path
 
-    from batch.driver import parse_args, run_batch
+    from batch.run.driver import parse_args, run_batch
     from bench.instant_engine import remote_class
 
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
@@ -463,7 +463,7 @@ def test_arrow_tally_counts_as_the_per_row_tally(threshold):
     """``add_unlabelled_table`` (Arrow kernels, the batch path) gives the counts of ``add`` row by row."""
     import pyarrow as pa
 
-    from batch.quality import QualityTally
+    from batch.report.quality import QualityTally
 
     cats = ["business", "sport", "tech"]
     rows = [

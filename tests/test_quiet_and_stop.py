@@ -131,13 +131,13 @@ def test_sigterm_during_engine_start_leaves_no_ray_or_engine_process(tiny_batch)
 
 
 def test_local_ray_stop_of_a_joined_cluster_does_nothing():
-    from batch import _ray_local
+    from batch.pool import local_ray as _ray_local
 
     assert _ray_local.stop(None) == []
 
 
 def test_interrupts_turns_the_first_sigterm_into_interrupted_and_ignores_the_next():
-    from batch import _ray_local
+    from batch.pool import local_ray as _ray_local
     from classify.errors import Interrupted
 
     before = signal.getsignal(signal.SIGTERM)
@@ -152,7 +152,7 @@ def test_interrupts_turns_the_first_sigterm_into_interrupted_and_ignores_the_nex
 
 
 def test_progress_bar_shows_docs_per_second_below_one_doc_per_second():
-    from batch._progress import progress_bar
+    from batch.run.progress import progress_bar
 
     out = io.StringIO()
     bar = progress_bar(total=10, initial=0, desc="batch x", disable=False, file=out)
@@ -227,7 +227,7 @@ def test_terminate_then_kill_stops_polite_and_stubborn_processes():
 
     import psutil
 
-    from batch._ray_local import terminate_then_kill
+    from batch.pool.local_ray import terminate_then_kill
 
     polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     stubborn = subprocess.Popen([sys.executable, "-c",

@@ -26,7 +26,7 @@ BODY = {"adapter": "ok@1", "documents": [{"id": "a", "text": "a new chip"}]}
 
 
 def pilot(adapter, cfg: PilotConfig, verdict: str = "pass", mode: str = "lora", run_id: str = "run-gate") -> None:
-    """Record a pilot outcome exactly as ``docpilot pilot`` keys it (batch/pilot.py)."""
+    """Record a pilot outcome exactly as ``docpilot pilot`` keys it (batch/pilot/run.py)."""
     record_gate(adapter, verdict, run_id, cfg, mode=mode)
 
 

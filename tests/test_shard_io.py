@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from batch._arrow_merge import RowMatcher, results_schema, shard_table, tally_table
-from batch._config import CorpusConfig
-from batch._shard_io import RawShard, ShardOutput, as_documents
-from batch.corpus import plan_corpus
-from batch.merge import Tally
+from batch.run.arrow import RowMatcher, results_schema, shard_table, tally_table
+from batch.config import CorpusConfig
+from batch.corpus.shard import RawShard, ShardOutput, as_documents
+from batch.corpus.plan import plan_corpus
+from batch.run.merge import Tally
 from classify.files import ids_sha256
 from classify.records import Result
 from classify.runrecords import jsonl_body
@@ -159,7 +159,7 @@ def test_shard_output_is_the_shard_file_and_its_counts():
     b'{"id": "a", "text": "x", "id": "b"}\n', b'not json\n', b'{"id": "a", "text": null}\n', b'{"id": null, "text": "x"}\n',
 ])
 def test_the_plan_pass_fast_id_agrees_with_the_full_reader(line):
-    from batch._corpus_scan import fast_line_id
+    from batch.corpus.scan import fast_line_id
     from classify.documents import jsonl_line_id
 
     fast = fast_line_id(line)

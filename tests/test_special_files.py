@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from batch._config import CorpusConfig
-from batch.corpus import locate_corpus, plan_corpus, read_corpus
+from batch.config import CorpusConfig
+from batch.corpus.plan import locate_corpus, plan_corpus, read_corpus
 from classify.documents import iter_directory, iter_jsonl, read_file_document
 from classify.errors import InputError
 from classify.files import NotRegularFile, open_regular, read_regular

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from batch import manifest as mf
-from batch.lease import lease_check
-from batch.plan import lease_end, parse_lease_end
-from batch.status import batch_status
-from batch.status import main as status_main
+from batch import layout as mf
+from batch.run.lease import lease_check
+from batch.plan.plan import lease_end, parse_lease_end
+from batch.run.status import batch_status
+from batch.run.status import main as status_main
 from classify.errors import ConfigError
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
@@ -102,7 +102,7 @@ def test_the_batch_progress_line_says_whether_the_lease_fits(tmp_path):
 
     from tqdm import tqdm
 
-    from batch.lease import LeaseWatch
+    from batch.run.lease import LeaseWatch
 
     run = _run(tmp_path)
     out = io.StringIO()

@@ -243,7 +243,7 @@ def test_smoke_training_checkpoints_publishes_and_serves_through_vllm(train_conf
     assert [r.id for r in results] == [d.id for d in docs]
     assert all(r.status == "accepted" and r.category in cfg.classify.categories for r in results)
     # make pilot ADAPTER=...: base + adapter through vLLM's LoRA support; the card records the outcome
-    from batch.pilot import run_pilot
+    from batch.pilot.run import run_pilot
 
     pilot_set = Path(__file__).resolve().parent.parent / "data" / "pilot"
     lora_cfg = pilot_config.model_copy(update={"model": pilot_config.model.model_copy(update={"adapter_mode": "lora"})})

@@ -21,10 +21,10 @@ from safetensors.numpy import save_file
 
 from adapters.registry import Registry
 from adapters.transfer import export_adapter, import_adapter
-from batch import manifest as mf
-from batch._config import BatchConfig, CorpusConfig, results_config, results_config_sha256
-from batch.corpus import read_corpus
-from batch.merge import check_export, summarize
+from batch import layout as mf
+from batch.config import BatchConfig, CorpusConfig, results_config, results_config_sha256
+from batch.corpus.plan import read_corpus
+from batch.run.merge import check_export, summarize
 from classify.errors import AdapterError, AdapterIntegrityError
 from classify.export import SHA256SUMS, export_complete, export_run, verify_export
 from classify.records import Result
@@ -191,7 +191,7 @@ def test_adapter_through_s3_then_served_and_a_flipped_byte_is_refused(s3, tmp_pa
 
 
 def test_batch_run_export_to_s3_is_read_back_and_a_flipped_byte_is_named(s3, tmp_path, bbc_dir):
-    from batch._attempt import export_batch as _export
+    from batch.run.attempt import export_batch as _export
 
     run = _batch_run(tmp_path, bbc_dir)
     url = f"s3://{BUCKET}/exports/b-s3"
@@ -259,7 +259,7 @@ def test_pilot_exports_to_s3_rechecks_it_and_records_its_lease(s3, pilot_config,
     """The pilot's batch export to an object store (real local Ray, a stand-in engine actor: the export is under test)."""
     from stand_in_actors import answer_actor
 
-    from batch.pilot import run_pilot
+    from batch.pilot.run import run_pilot
 
     for var in ("DOCPILOT_HOME", "DOCPILOT_RUNS"):  # a stand-in's verdict must not touch the real model's gate
         monkeypatch.setenv(var, str(tmp_path / var.lower()))

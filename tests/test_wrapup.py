@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from adapters.registry import Registry
-from batch import manifest as mf
-from batch import wrapup
+from batch import layout as mf
+from batch.run import wrapup
 from classify.errors import VerificationError
 from tests.s3server import BUCKET, lease_s3  # noqa: F401 - lease_s3 is a fixture
 from tests.test_transfer import _batch_run, _flip_object, _fs, _publish
@@ -165,8 +165,8 @@ def test_nothing_exported_or_a_running_batch_never_stops_the_lease(tmp_path, mon
 
 
 def test_stop_command_runs_without_a_shell_and_a_failing_one_is_an_error(tmp_path):
-    from batch.lease import stop_the_meter
-    from batch.lots import LeaseSection
+    from batch.run.lease import stop_the_meter
+    from batch.plan.lots import LeaseSection
 
     lease = LeaseSection(stop_command=["echo", "$HOME; touch", str(tmp_path / "injected")])
     decision = stop_the_meter(tmp_path, lease, True, "verified")

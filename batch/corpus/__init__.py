@@ -1,0 +1,33 @@
+"""The corpus: where it is, how it is cut into shards, and the shard bytes an actor reads.
+
+plan.py    CorpusPlan, plan_corpus, locate_corpus, read_corpus: the shard plan of a corpus (one reading pass)
+scan.py    the format readers (JSONL, CSV, Parquet, a folder of files) and their row ranges
+ids.py     IdHashBuckets, fold_duplicates: the duplicate-id check at millions of ids
+shard.py   RawShard, ShardOutput: a shard's documents in, its result bytes out
+labels.py  has_labels, iter_labels: the corpus's own labels, for the quality report
+"""
+
+_PUBLIC = {
+    "CorpusPlan": "plan",
+    "plan_corpus": "plan",
+    "locate_corpus": "plan",
+    "read_corpus": "plan",
+    "IdHashBuckets": "ids",
+    "fold_duplicates": "ids",
+    "RawShard": "shard",
+    "ShardOutput": "shard",
+    "has_labels": "labels",
+    "iter_labels": "labels",
+    "detect_format": "scan",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    """Import a public name on first use (PEP 562), so that importing one module of this room
+    does not import the others (the pool's imports start Ray's, the run's start vLLM's)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)

@@ -1,0 +1,365 @@
+"""Corpus planning and reading for ``make batch``: one streaming pass plans the shards, shards are read when dispatched.
+
+Formats: JSONL, CSV, Parquet and a folder of files, all through :mod:`classify.documents`, so
+a problem document (unreadable, empty, binary, non-UTF-8, over the size limit) is a rejected
+document with a reason, never dropped.
+
+The driver never holds the corpus. :func:`plan_corpus` reads it once, row by row, and keeps
+per shard only where its rows are (a byte range of a JSONL or CSV file, a row range of a
+Parquet file, the file list of a folder), its id count, byte size and the sha256 of its ids.
+Shards are cut by content: a shard closes when its documents reach ``shard_target_bytes`` or
+``shard_docs`` documents. Each shard is read again (:meth:`CorpusPlan.read_shard`) only when it
+is dispatched, so the driver holds the text of the shards in flight and no more.
+
+Duplicate ids across the whole corpus: every row's id is hashed to 64 bits and the
+``(hash, row)`` pairs go to 64 bucket files on disk (16 bytes per row); each bucket is then
+sorted alone (:class:`IdHashBuckets`), so memory stays flat (about 1/64 of 16 bytes per row at
+a time: 2.5 MB for 10M rows). Rows whose hash occurs twice are candidates; their shards are read
+again to compare the real ids. A duplicated id becomes ONE rejected row at its first occurrence,
+naming every occurrence (source and sha256); the later occurrences are skipped when their shard
+is read (the plan lists them), so every distinct id is one result row.
+
+The corpus fingerprint covers the content: sha256 over the file's bytes (JSONL, CSV, Parquet;
+plus every file a JSONL ``path`` record names), or over ``relative path, file sha256`` for each
+file of a folder. A resume that finds the same fingerprint reuses the stored plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from batch.config import CorpusConfig
+from batch.corpus.scan import csv_rows, detect_format, dir_rows, jsonl_rows, parquet_docs, parquet_rows
+from batch.corpus.ids import IdHashBuckets, fold_duplicates
+from batch.corpus.shard import RawShard, fold_shard, jsonl_documents
+from classify.documents import read_file_document
+from classify.errors import InputError
+from classify.files import file_sha256, special_kind
+from classify.paths import bbc_dir_hint
+from classify.records import Document
+from classify.tabular import csv_row_document, iter_csv_rows
+from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file
+
+MIN_SHARDS = 32
+"""A corpus file is cut into at least this many shards when its rows allow (16 actors with 2 in flight each)."""
+
+
+def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Path, str]:
+    """The corpus's absolute path and format, checked.
+
+    Raises:
+        InputError: missing path, unknown format, a folder given as a file (or back), or a JSONL/CSV file
+            in UTF-16 or UTF-32 (named with its ``iconv`` fix; checked here, before the model or Ray starts).
+    """
+    where = (Path(path).expanduser() if path is not None else cfg.resolved_path()).resolve()
+    if not where.exists():
+        raise InputError(f"corpus {where} does not exist (set `corpus.path` in the config or pass --corpus)"
+                         f"{bbc_dir_hint(cfg.path) if path is None else ''}")
+    kind = special_kind(where.stat().st_mode)
+    if kind is not None and kind != "a folder":  # never opened: a FIFO would block, /dev/zero never end
+        raise InputError(f"corpus {where} is {kind}, not a regular file; give a JSONL, CSV or Parquet file, or a folder")
+    fmt = detect_format(where, cfg.format)
+    if (fmt == "dir") != where.is_dir():
+        raise InputError(f"corpus {where}: `corpus.format` is {fmt!r} but the path is {'a folder' if where.is_dir() else 'a file'}")
+    if fmt in ("jsonl", "csv"):
+        refuse_wide_file(where)
+    return where, fmt
+
+
+def quick_fingerprint(where: Path, fmt: str, described: dict[str, Any]) -> str | None:
+    """The corpus fingerprint without planning, when the format allows it (else ``None``).
+
+    JSONL without ``path`` records, CSV and Parquet are fingerprinted by their bytes alone, so a
+    resume checks the corpus in one sequential read and reuses the stored plan.
+
+    Args:
+        where: the corpus path.
+        fmt: its format.
+        described: the stored manifest's ``corpus`` entry (``has_path_records`` for JSONL).
+    """
+    if fmt in ("csv", "parquet") or (fmt == "jsonl" and not described.get("has_path_records", True)):
+        return f"sha256:{file_sha256(where)}"
+    return None
+
+
+@dataclass
+class CorpusPlan:
+    """A planned corpus: where every shard's rows are, never the text.
+
+    Attributes:
+        path: the corpus file or folder (absolute).
+        format: ``jsonl``, ``csv``, ``parquet`` or ``dir``.
+        fingerprint: ``sha256:<hex>`` over the corpus content (see the module docstring).
+        input_rows: rows (lines, records, files) read, duplicates included.
+        duplicate_rows: rows skipped because an earlier row has the same id.
+        shards: the shard plan, one dict per shard (``index, n_docs, n_rows, bytes, ids_sha256,
+            first_id, last_id``, the location keys of the format, ``dups`` and ``skip``).
+        reading: format details the readers need again (CSV header, column names, id prefix).
+    """
+
+    path: str
+    format: str
+    fingerprint: str
+    input_rows: int
+    duplicate_rows: int
+    shards: list[dict[str, Any]]
+    reading: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def distinct_ids(self) -> int:
+        """Distinct ids = result rows of the batch."""
+        return self.input_rows - self.duplicate_rows
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary for the manifest and summary (no document text)."""
+        return {"path": self.path, "format": self.format, "input_rows": self.input_rows,
+                "distinct_ids": self.distinct_ids, "duplicate_rows": self.duplicate_rows,
+                "fingerprint": self.fingerprint, "reading": self.reading,
+                "has_path_records": bool(self.reading.get("has_path_records", False)),
+                "bytes": sum(s["bytes"] for s in self.shards)}
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any], path: str | None = None) -> CorpusPlan:
+        """The plan stored in a (version 2) manifest; ``path`` replaces the stored corpus path."""
+        c = manifest["corpus"]
+        return cls(path or c["path"], c["format"], c["fingerprint"], c["input_rows"], c["duplicate_rows"],
+                   manifest["shards"], c.get("reading") or {})
+
+    def read_shard(self, shard: dict[str, Any], max_doc_bytes: int) -> list[Document]:
+        """The documents of one planned shard, in corpus order (duplicates folded as planned).
+
+        Args:
+            shard: one entry of :attr:`shards`.
+            max_doc_bytes: size limit per document in bytes.
+
+        Returns:
+            ``shard["n_docs"]`` documents.
+        """
+        return fold_shard(self._iter_shard(shard, max_doc_bytes), set(shard.get("skip") or ()), shard.get("dups") or {})
+
+    def shard_payload(self, shard: dict[str, Any], max_doc_bytes: int) -> RawShard | list[Document]:
+        """What the driver sends an engine actor for ``shard``: its raw bytes for a JSONL corpus (parsed by the
+        actor, :class:`batch.corpus.shard.RawShard`), else :meth:`read_shard`'s documents.
+
+        A JSONL corpus with ``path`` records is read here: those files may not be visible on the actor's node.
+        """
+        if self.format != "jsonl" or self.reading.get("has_path_records"):
+            return self.read_shard(shard, max_doc_bytes)
+        path = Path(self.path)
+        return RawShard(escape_surrogates(path.name), str(path), shard["row"], self._byte_range(shard), int(shard["n_docs"]),
+                        frozenset(shard.get("skip") or ()), dict(shard.get("dups") or {}))
+
+    def _byte_range(self, shard: dict[str, Any]) -> bytes:
+        """The bytes of a JSONL or CSV shard (whole lines or records), checked against the plan's ``bytes_sha256``.
+
+        Raises:
+            InputError: the bytes differ from those planned: the corpus was edited while the batch ran
+                (:func:`check_shard_bytes`).
+        """
+        with Path(self.path).open("rb") as fh:
+            fh.seek(shard["offset"])
+            data = fh.read(shard["end"] - shard["offset"])
+        check_shard_bytes(self.path, shard, data)
+        return data
+
+    def _iter_shard(self, shard: dict[str, Any], max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
+        path = Path(self.path)
+        if self.format == "jsonl":
+            yield from jsonl_documents(path, escape_surrogates(path.name), shard["row"], self._byte_range(shard), max_doc_bytes)
+        elif self.format == "csv":
+            self._byte_range(shard)  # checked against the plan before its records are parsed
+            r = self.reading
+            for row in iter_csv_rows(path, r["text_column"], r["id_column"], r["id_prefix"], offset=shard["offset"],
+                                     first_index=shard["row"], max_rows=shard["n_rows"], header=r["header"]):
+                yield row.index, csv_row_document(row, max_doc_bytes)
+        elif self.format == "parquet":
+            yield from parquet_docs(path, self.reading, shard["row"], shard["n_rows"], max_doc_bytes)
+        else:
+            for key, rel in enumerate(shard["files"], start=shard["row"]):
+                yield key, checked_id(read_file_document(rel, path / rel, max_doc_bytes))
+
+
+def check_shard_bytes(path: str | Path, shard: dict[str, Any], data: bytes) -> None:
+    """Refuse a shard whose bytes are not those the plan hashed (a plan without ``bytes_sha256`` is not checked).
+
+    Args:
+        path: the corpus file, for the message.
+        shard: the planned shard (``offset``, ``end``, ``bytes_sha256``).
+        data: the bytes just read.
+
+    Raises:
+        InputError: the corpus changed while the batch ran: the batch stops (resumable) before the shard is
+            classified, so no result and no export claims a corpus it was not computed from.
+    """
+    want = shard.get("bytes_sha256")
+    if want is None or hashlib.sha256(data).hexdigest() == want:
+        return
+    raise InputError(
+        f"corpus {path} changed while the batch ran: shard {shard['index']} (bytes {shard['offset']}..{shard['end']}, "
+        f"rows from {shard.get('first_id')!r}) no longer holds the bytes the plan read; nothing of it was classified. "
+        "Restore the corpus and rerun the same command (complete shards are kept), or start a new batch id for the "
+        "edited corpus")
+
+
+def _hash_shard_ranges(where: Path, shards: list[dict[str, Any]]) -> None:
+    """Record ``bytes_sha256`` of each JSONL/CSV shard's byte range (one sequential read of the file)."""
+    with where.open("rb") as fh:
+        for shard in shards:
+            fh.seek(shard["offset"])
+            digest, left = hashlib.sha256(), shard["end"] - shard["offset"]
+            while left > 0 and (block := fh.read(min(left, 8 << 20))):
+                digest.update(block)
+                left -= len(block)
+            shard["bytes_sha256"] = digest.hexdigest()
+
+
+def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, path: str | Path | None = None,
+                max_doc_bytes: int = 200_000) -> CorpusPlan:
+    """Plan a corpus in one streaming pass: fingerprint, duplicate ids and content-sized shards.
+
+    Args:
+        cfg: the ``corpus`` section of the batch config.
+        shard_docs: at most this many rows per shard (``batch.shard_docs``).
+        shard_target_bytes: a shard closes once its rows hold this many bytes (``batch.shard_target_bytes``);
+            for a corpus file smaller than ``2 x MIN_SHARDS x shard_target_bytes`` the target shrinks to
+            ``file size / (2 x MIN_SHARDS)`` (a shard closes only once it passes the target, and a row's
+            size counts its text, not its whole line), so a small corpus still makes at least
+            ``MIN_SHARDS`` shards to spread over the actors.
+        path: replaces ``cfg.path`` (the ``--corpus`` option).
+        max_doc_bytes: size limit per document (``classify.max_doc_bytes``), for the duplicate check's
+            re-read of candidate shards.
+
+    Returns:
+        The :class:`CorpusPlan`.
+
+    Raises:
+        InputError: missing path, unknown format, a UTF-16/32 or malformed file, a CSV or Parquet
+            file without the text column, or a corpus with no documents at all.
+
+    Example:
+        >>> plan = plan_corpus(CorpusConfig(path="data/c.jsonl"), 1000, 4 << 20)  # doctest: +SKIP
+        >>> docs = plan.read_shard(plan.shards[0], 200_000)  # doctest: +SKIP
+    """
+    where, fmt = locate_corpus(cfg, path)
+    if fmt != "dir":  # a small corpus still makes enough shards to keep every actor busy
+        shard_target_bytes = max(1, min(shard_target_bytes, where.stat().st_size // (2 * MIN_SHARDS)))
+    digest = hashlib.sha256()
+    reading: dict[str, Any] = {}
+    if fmt == "jsonl":
+        rows = jsonl_rows(where, digest, reading)
+    elif fmt == "csv":
+        rows = csv_rows(where, cfg, digest, reading)
+    elif fmt == "parquet":
+        rows = parquet_rows(where, cfg, digest, reading)
+    else:
+        rows = dir_rows(where, digest)
+    buckets = IdHashBuckets()
+    shards: list[dict[str, Any]] = []
+    first_seq: list[int] = []  # row sequence number of each shard's first row
+    seq = 0
+    try:
+        current: dict[str, Any] | None = None
+        ids_digest = hashlib.sha256()
+        start_pos: int | None = None
+        start_key: int | None = None
+        for row in rows:
+            if current is None:
+                if start_pos is None:
+                    start_pos, start_key = reading.get("data_offset", 0), (1 if fmt == "jsonl" else row.key)
+                current = {"index": len(shards), "row": start_key if fmt == "jsonl" else row.key, "n_rows": 0, "bytes": 0, "first_id": row.doc_id}
+                if fmt in ("jsonl", "csv"):
+                    current["offset"] = start_pos
+                if fmt == "dir":
+                    current["files"] = []
+                ids_digest = hashlib.sha256(row.doc_id.encode("utf-8", "surrogatepass"))
+                first_seq.append(seq)
+            else:
+                ids_digest.update(b"\n" + row.doc_id.encode("utf-8", "surrogatepass"))
+            current["n_rows"] += 1
+            current["bytes"] += row.size
+            current["last_id"] = row.doc_id
+            if fmt == "dir":
+                current["files"].append(row.rel)
+            buckets.add(row.doc_id, seq)
+            seq += 1
+            start_pos, start_key = row.end, row.next_key
+            if current["n_rows"] >= shard_docs or current["bytes"] >= shard_target_bytes:
+                _close(current, ids_digest, start_pos, fmt)
+                shards.append(current)
+                current = None
+        if current is not None:
+            _close(current, ids_digest, start_pos or 0, fmt)
+            shards.append(current)
+        candidates = buckets.candidate_rows()
+    finally:
+        buckets.close()
+    if not shards:
+        raise InputError(f"corpus {where} holds no documents")
+    if fmt in ("jsonl", "csv"):  # what each shard's read is checked against (a corpus edited mid-run is refused)
+        _hash_shard_ranges(where, shards)
+    plan = CorpusPlan(str(where), fmt, f"sha256:{digest.hexdigest()}", seq, 0, shards, reading)
+    if candidates:
+        fold_duplicates(plan, candidates, first_seq, max_doc_bytes)
+    return plan
+
+
+def _close(shard: dict[str, Any], ids_digest: Any, end: int, fmt: str) -> None:
+    shard["n_docs"] = shard["n_rows"]
+    shard["ids_sha256"] = ids_digest.hexdigest()
+    if fmt in ("jsonl", "csv"):
+        shard["end"] = end
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A small corpus read whole into memory (tests, benchmarks, the pilot-sized paths).
+
+    Attributes:
+        path: the corpus file or folder (absolute).
+        format: ``jsonl``, ``csv``, ``parquet`` or ``dir``.
+        docs: one document per distinct id, in first-seen order (duplicates already rejected).
+        input_rows: documents (rows, lines, files) read, duplicates included.
+        fingerprint: ``sha256:<hex>`` over the corpus content.
+    """
+
+    path: str
+    format: str
+    docs: tuple[Document, ...]
+    input_rows: int
+    fingerprint: str
+
+    @property
+    def duplicate_rows(self) -> int:
+        """Input rows folded into an earlier row with the same id (``input_rows - distinct ids``)."""
+        return self.input_rows - len(self.docs)
+
+    def describe(self) -> dict:
+        """A JSON-able summary for the manifest and summary (no document text)."""
+        return {"path": self.path, "format": self.format, "input_rows": self.input_rows,
+                "distinct_ids": len(self.docs), "duplicate_rows": self.duplicate_rows, "fingerprint": self.fingerprint}
+
+
+def read_corpus(cfg: CorpusConfig, max_doc_bytes: int, path: str | Path | None = None) -> Corpus:
+    """Read a whole corpus into memory: every row becomes a document, every distinct id exactly one.
+
+    The batch driver does not use this (it plans and reads shard by shard); it reads through the
+    same :func:`plan_corpus` and :meth:`CorpusPlan.read_shard`, so the documents are the same.
+
+    Args:
+        cfg: the ``corpus`` section of the batch config.
+        max_doc_bytes: size limit per document in bytes (``classify.max_doc_bytes``).
+        path: replaces ``cfg.path`` (the ``--corpus`` option).
+
+    Returns:
+        The :class:`Corpus`.
+
+    Raises:
+        InputError: as :func:`plan_corpus`.
+    """
+    plan = plan_corpus(cfg, 1 << 30, 1 << 62, path, max_doc_bytes)
+    docs = tuple(d for s in plan.shards for d in plan.read_shard(s, max_doc_bytes))
+    return Corpus(plan.path, plan.format, docs, plan.input_rows, plan.fingerprint)

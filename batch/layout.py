@@ -1,0 +1,263 @@
+"""The batch run folder: manifest, shard plan, atomic shard files, merge and summary.
+
+Layout of ``runs/<batch-id>/``::
+
+    manifest.json           corpus fingerprint, config sha256, model + adapter fingerprints,
+                            shard plan, pilot-gate outcome, one entry per attempt
+    shards/GGG/NNNNNN.jsonl one result line per id of shard NNNNNN (group GGG = NNNNNN // 1000),
+                            written atomically when complete
+    progress.json           done/total, rejected, docs/s, ETA, last error (read by ``docpilot status``)
+    results.jsonl           merged results, one line per distinct id (written at the end)
+    results.parquet         the same rows in the same order (written at the end)
+    summary.json            counts and invariants, throughput, wall time (written at the end)
+
+A shard file exists only when its shard is complete (temporary file, fsync, rename), so a
+resumed batch runs exactly the shards without a file: every id lands in exactly one shard file.
+Shard files are grouped 1,000 to a folder, so no folder of a run holds more than about 1,000 files.
+Run folders of ``manifest_version`` 1 (``shards/NNNNN.jsonl``, a plan of positions in a corpus
+read into memory) are still read by ``docpilot status`` and the export re-check, but not resumed.
+
+This module holds the layout, the shard plan and shard files, and the manifest's resume rules
+(``manifest.json`` and ``progress.json`` themselves are :mod:`batch.run.runfiles` models); merging the
+shard files into the results and re-checking them is :mod:`batch.run.merge`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from batch.run.runfiles import MANIFEST_VERSION as MANIFEST_VERSION  # the layout version, defined with the model
+from batch.run.runfiles import Manifest
+from classify.errors import InputError, VerificationError
+from classify.files import ids_sha256
+from classify.records import Document, Result, read_results
+from classify.runrecords import write_jsonl_atomic
+
+MANIFEST = "manifest.json"
+PROGRESS = "progress.json"
+RESULTS = "results.jsonl"
+RESULTS_PARQUET = "results.parquet"
+SUMMARY = "summary.json"
+SHARDS = "shards"
+SHARDS_PER_FOLDER = 1000
+RESULT_COLUMNS = (("id", "string"), ("status", "string"), ("category", "string"), ("score", "float64"),
+                  ("reason", "string"), ("input_sha256", "string"), ("n_chars", "int64"), ("n_tokens", "int64"))
+"""The columns of ``results.parquet`` (the fields of :class:`classify.records.Result`) and their Arrow types."""
+
+RESUME_KEYS = ("corpus_fingerprint", "config_sha256", "model_fingerprint", "adapter_sha256")
+"""Manifest fields that must be unchanged for a batch id to resume."""
+
+
+def plan_shards(docs: list[Document] | tuple[Document, ...], shard_docs: int) -> list[dict[str, Any]]:
+    """Cut the corpus into consecutive shards of ``shard_docs`` documents.
+
+    Args:
+        docs: one document per distinct id, in corpus order.
+        shard_docs: documents per shard (the last one may be shorter).
+
+    Returns:
+        One ``{index, start, n_docs, first_id, last_id, ids_sha256}`` per shard.
+    """
+    plan = []
+    for index, start in enumerate(range(0, len(docs), shard_docs)):
+        ids = [d.id for d in docs[start:start + shard_docs]]
+        plan.append({"index": index, "start": start, "n_docs": len(ids), "first_id": ids[0],
+                     "last_id": ids[-1], "ids_sha256": ids_sha256(ids)})
+    return plan
+
+
+def shard_path(run_dir: Path, index: int, version: int = 1) -> Path:
+    """The file of shard ``index``: ``shards/GGG/NNNNNN.jsonl`` (version 2) or ``shards/NNNNN.jsonl`` (version 1)."""
+    if version >= 2:
+        return run_dir / SHARDS / f"{index // SHARDS_PER_FOLDER:03d}" / f"{index:06d}.jsonl"
+    return run_dir / SHARDS / f"{index:05d}.jsonl"
+
+
+def manifest_version(manifest: Manifest | Mapping[str, Any]) -> int:
+    """The run folder layout of a manifest (1 when the field is absent: the first layout)."""
+    return Manifest.of(manifest).version
+
+
+def shard_files(run_dir: Path, version: int) -> Iterator[tuple[int, Path]]:
+    """``(index, path)`` of every shard file in a run folder (temporary files skipped), in index order."""
+    folder = run_dir / SHARDS
+    if not folder.is_dir():
+        return
+    found = []
+    if version >= 2:
+        for group in sorted(folder.iterdir()):
+            if group.is_dir() and group.name.isdigit():
+                found += [(int(p.stem), p) for p in group.glob("*.jsonl") if p.stem.isdigit()]
+    else:
+        found = [(int(p.stem), p) for p in folder.glob("*.jsonl") if p.stem.isdigit()]
+    yield from sorted(found)
+
+
+def complete_shard_indexes(run_dir: Path, manifest: Manifest) -> list[int]:
+    """Indexes of the planned shards whose file exists (a cheap listing; contents are checked by :func:`scan_done`)."""
+    planned = {s["index"] for s in manifest.shards}
+    return [i for i, _ in shard_files(run_dir, manifest.version) if i in planned]
+
+
+def result_lines(path: Path) -> Iterator[tuple[bytes, Result]]:
+    """``(raw line, its result)`` of each line of a shard or results file (bad records kept: :meth:`Result.from_json`)."""
+    with path.open("rb") as fh:
+        for n, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    yield line, Result.from_json(line)
+                except json.JSONDecodeError as err:
+                    raise VerificationError(f"{path}:{n}: not valid JSON: {err}") from None
+
+
+def check_shard_ids(path: Path, shard: dict[str, Any], ids: list[str]) -> None:
+    """Refuse a shard file whose ids are not its planned ones.
+
+    Raises:
+        VerificationError: naming the file, the counts and the planned id range.
+    """
+    if ids_sha256(ids) != shard["ids_sha256"]:
+        raise VerificationError(
+            f"{path}: its {len(ids)} ids differ from the planned shard ({shard['n_docs']} ids "
+            f"{shard['first_id']}..{shard['last_id']}); remove the file to redo the shard"
+        )
+
+
+def scan_done(run_dir: Path, manifest: Manifest) -> dict[int, dict[str, int]]:
+    """Check every complete shard file against the plan, one file at a time (the resume scan).
+
+    Args:
+        run_dir: the run folder.
+        manifest: its manifest.
+
+    Returns:
+        ``{shard index: {"docs", "accepted", "rejected"}}`` for the shards whose file exists.
+
+    Raises:
+        VerificationError: a shard file that is not in the plan, or whose ids differ from the plan.
+    """
+    planned = {s["index"]: s for s in manifest.shards}
+    done: dict[int, dict[str, int]] = {}
+    for index, path in shard_files(run_dir, manifest.version):
+        if index not in planned:
+            raise VerificationError(f"{path}: not a shard of this batch's plan ({len(planned)} shards); remove it")
+        ids, accepted, rejected = [], 0, 0
+        for _, row in result_lines(path):
+            ids.append(row.id)
+            accepted += row.status == "accepted"
+            rejected += row.status == "rejected"
+        check_shard_ids(path, planned[index], ids)
+        done[index] = {"docs": len(ids), "accepted": accepted, "rejected": rejected}
+    return done
+
+
+def read_manifest(run_dir: Path) -> Manifest | None:
+    """The run folder's manifest, or ``None`` when the folder has none yet."""
+    return Manifest.read(run_dir / MANIFEST)
+
+
+def write_manifest(run_dir: Path, manifest: Manifest | Mapping[str, Any]) -> None:
+    """Write ``manifest.json`` atomically (a :class:`~batch.run.runfiles.Manifest` or its JSON object)."""
+    Manifest.of(manifest).write(run_dir / MANIFEST)
+
+
+def _dotted_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new)):
+            out += _dotted_diff(old.get(key), new.get(key), f"{prefix}{key}.")
+        return out
+    return [] if old == new else [f"{prefix.rstrip('.')}: {json.dumps(old)} -> {json.dumps(new)}"]
+
+
+def resume_changes(old: Manifest | Mapping[str, Any], new: Manifest | Mapping[str, Any]) -> list[str]:
+    """What differs between a stored manifest and the one this run would write.
+
+    Args:
+        old: the manifest found in the run folder.
+        new: the manifest built from the current corpus, config, model and adapter.
+
+    Returns:
+        One human-readable line per change (empty: the batch may resume).
+    """
+    old, new = Manifest.of(old), Manifest.of(new)
+    changes = []
+    if old.corpus_fingerprint != new.corpus_fingerprint:
+        o, n = old.corpus, new.corpus
+        changes.append(
+            f"corpus changed: fingerprint {old.corpus_fingerprint} -> {new.corpus_fingerprint} "
+            f"({o.get('input_rows')} -> {n.get('input_rows')} rows; {o.get('path')} -> {n.get('path')})"
+        )
+    if old.config_sha256 != new.config_sha256:
+        fields = _dotted_diff(old.config, new.config)
+        changes.append(f"config changed: {'; '.join(fields) or 'sha256 differs'}")
+    if old.model_fingerprint != new.model_fingerprint:
+        changes.append(f"model changed: {old.model.get('path')} {old.model_fingerprint} -> "
+                       f"{new.model.get('path')} {new.model_fingerprint}")
+    if old.adapter_sha256 != new.adapter_sha256:
+        changes.append(f"adapter changed: {old.adapter or 'none'} ({old.adapter_sha256}) -> "
+                       f"{new.adapter or 'none'} ({new.adapter_sha256})")
+    return changes
+
+
+def check_resume(run_dir: Path, old: Manifest | Mapping[str, Any], new: Manifest | Mapping[str, Any]) -> None:
+    """Refuse to resume a batch whose corpus, config, model or adapter changed.
+
+    Raises:
+        InputError: naming every change and what to do instead.
+    """
+    changes = resume_changes(old, new)
+    if changes:
+        raise InputError(
+            f"batch {run_dir.name} cannot resume: " + "; ".join(changes)
+            + ". Rerun with the original corpus, config, model and adapter, or start a new batch id"
+        )
+
+
+def completed_shards(run_dir: Path, plan: list[dict[str, Any]], version: int = 1) -> dict[int, list[Result]]:
+    """Read every complete shard file and check it holds exactly its planned ids (small runs; see :func:`scan_done`).
+
+    Args:
+        run_dir: the run folder.
+        plan: the manifest's shard plan.
+        version: the run folder's layout.
+
+    Returns:
+        ``{shard index: its results}`` for the shards whose file exists.
+
+    Raises:
+        VerificationError: a shard file that is not in the plan, or whose ids differ from the plan.
+    """
+    planned = {s["index"]: s for s in plan}
+    done: dict[int, list[Result]] = {}
+    for index, path in shard_files(run_dir, version):
+        if index not in planned:
+            raise VerificationError(f"{path}: not a shard of this batch's plan ({len(plan)} shards); remove it")
+        rows = read_results(path)
+        if ids_sha256([r.id for r in rows]) != planned[index]["ids_sha256"]:
+            raise VerificationError(
+                f"{path}: its {len(rows)} ids differ from the planned shard ({planned[index]['n_docs']} ids "
+                f"{planned[index]['first_id']}..{planned[index]['last_id']}); remove the file to redo the shard"
+            )
+        done[index] = rows
+    return done
+
+
+def write_shard(run_dir: Path, index: int, rows: list[Result], version: int = 1) -> Path:
+    """Write one complete shard atomically (temporary file, fsync, rename).
+
+    Args:
+        run_dir: the run folder.
+        index: the shard's index in the plan.
+        rows: its results (one JSON line each: :meth:`classify.records.Result.row`, keys sorted).
+        version: the run folder's layout (:func:`manifest_version`).
+
+    Returns:
+        The shard file's path.
+    """
+    path = shard_path(run_dir, index, version)
+    write_jsonl_atomic(path, (r.row() for r in rows))
+    return path

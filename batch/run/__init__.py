@@ -1,0 +1,49 @@
+"""A batch run: the command, its attempt, the run folder's files, the merge and what follows it.
+
+driver.py       run_batch, BatchOptions, parse_args: ``docpilot batch``
+attempt.py      BatchRun: one attempt once the run folder is locked (plan, pool, merge, export)
+adapter.py      resolve_adapter: the adapter a batch runs with, checked against the pilot
+runfiles.py     Manifest, ProgressFile: manifest.json and progress.json as pydantic models
+progress.py     the progress bar and log redirection
+merge.py        merge_results, check_export, Tally: shards -> results.jsonl + results.parquet, and their re-check
+arrow.py        the Arrow tables the merge and the re-check read
+export_check.py the row-level wording of a failed export re-check
+lease.py        lease_check, stop_the_meter: the lease clock and the stop after a verified wrap-up
+status.py       batch_status: ``docpilot status`` from another shell
+submit.py       ``docpilot submit``: the batch as a Ray job
+detach.py       start_detached, detach_train: a batch or training that outlives the SSH session
+wrapup.py       wrap_up: ``docpilot wrap-up``, copy off the pod, re-check, then stop the lease
+mirror.py       the progress mirror to remote storage
+debris.py       stale temporaries left by a killed run
+disk.py         full-disk errors (an environment failure, exit 6)
+"""
+
+_PUBLIC = {
+    "run_batch": "driver",
+    "BatchOptions": "driver",
+    "parse_args": "driver",
+    "BatchRun": "attempt",
+    "resolve_adapter": "adapter",
+    "Manifest": "runfiles",
+    "ProgressFile": "runfiles",
+    "merge_results": "merge",
+    "check_export": "merge",
+    "Tally": "merge",
+    "lease_check": "lease",
+    "stop_the_meter": "lease",
+    "batch_status": "status",
+    "start_detached": "detach",
+    "detach_train": "detach",
+    "wrap_up": "wrapup",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    """Import a public name on first use (PEP 562), so that importing one module of this room
+    does not import the others (the pool's imports start Ray's, the run's start vLLM's)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)

@@ -1,0 +1,433 @@
+"""Private: one attempt of one batch once its run folder is locked (the body of :func:`batch.run.driver.run_batch`).
+
+:class:`BatchRun` holds what the attempt needs (options, config, model, adapter, gate record,
+run folder) so that its steps take only what changes between them: plan or reuse the corpus
+plan, refuse a changed resume, run the shards without a file over the Ray pool, merge, summarize,
+export and re-check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from adapters._export_copy import redact
+from batch.pool import local_ray as _ray_local
+from batch import layout as mf
+from batch.run.adapter import BatchAdapter
+from batch.config import BatchConfig
+from batch.run.debris import remove_stale_temporaries
+from batch.run.disk import full_disk_is_environment
+from batch.run.mirror import progress_mirror
+from batch.run.progress import Progress, logging_redirect, progress_bar
+from batch.corpus.shard import ShardOutput
+from batch.corpus.plan import CorpusPlan, plan_corpus, quick_fingerprint
+from batch.run.merge import check_export, merge_results
+from batch.run.runfiles import Manifest, build_manifest
+from classify import storage
+from classify.accounting import recheck_export
+from classify.device import cpp_compiler
+from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
+from classify.errors import InputError, VerificationError
+from classify.export import export_complete, export_run
+from classify.model import ModelRef
+from classify.paths import exports_dir, verbose_logs
+from classify.records import Result
+from classify.runrecords import utc_now, write_bytes_atomic, write_json_atomic
+
+if TYPE_CHECKING:
+    from batch.run.driver import BatchOptions
+
+log = logging.getLogger("docpilot.batch")
+
+
+def _init_ray() -> Any:
+    """Join ``RAY_ADDRESS`` (or the job's cluster) or start a small local Ray.
+
+    Returns:
+        The local session this call started (end it with :func:`batch.pool.local_ray.stop`), else None.
+    """
+    return _ray_local.start(include_dashboard=False, object_store_memory=512 * 1024**2, log_to_driver=verbose_logs())
+
+
+class _ShardRef:
+    """A planned shard that the pool reads only when it dispatches it (``len()`` = its documents, for deadlines)."""
+
+    def __init__(self, corpus: CorpusPlan, shard: dict[str, Any], max_doc_bytes: int):
+        self.corpus, self.shard, self.max_doc_bytes = corpus, shard, max_doc_bytes
+
+    def __len__(self) -> int:
+        return int(self.shard["n_docs"])
+
+    def load(self) -> Any:
+        """The shard read from the corpus now: raw JSONL bytes or documents (:meth:`CorpusPlan.shard_payload`)."""
+        return self.corpus.shard_payload(self.shard, self.max_doc_bytes)
+
+
+def plan_or_reuse(cfg: BatchConfig, where: Path, fmt: str, old: Manifest | None, batch_id: str) -> CorpusPlan:
+    """The corpus plan: the stored one when the corpus bytes are unchanged (a resume), else a new planning pass.
+
+    Raises:
+        InputError: ``old`` is a run folder of an earlier layout (``manifest_version`` 1), which is not resumed.
+    """
+    if old is not None and old.version < mf.MANIFEST_VERSION:
+        raise InputError(
+            f"batch {batch_id} was started by an earlier docpilot (run folder manifest_version {old.version}, "
+            f"shards/NNNNN.jsonl over a corpus read whole); this version plans and reads corpora in streams "
+            f"(manifest_version {mf.MANIFEST_VERSION}) and cannot resume it. Finish it with the docpilot that started it, "
+            "or start a new batch id (its complete shards stay readable: `docpilot status` and the export re-check)")
+    if old is not None and old.corpus.get("format") == fmt:
+        fingerprint = quick_fingerprint(where, fmt, old.corpus)
+        if fingerprint is not None and fingerprint == old.corpus_fingerprint:
+            log.info("batch %s: corpus unchanged (%s); reusing its shard plan", batch_id, fingerprint[:19])
+            return CorpusPlan.from_manifest({"corpus": old.corpus, "shards": old.shards}, str(where))
+    t0 = time.monotonic()
+    plan = plan_corpus(cfg.corpus, cfg.batch.shard_docs, cfg.batch.shard_target_bytes, where, cfg.classify.max_doc_bytes)
+    log.info("planned %s: %d rows, %d distinct ids, %d shards in %.1f s", where, plan.input_rows, plan.distinct_ids,
+             len(plan.shards), time.monotonic() - t0)
+    return plan
+
+
+class RunHooks:
+    """What a caller of :class:`BatchRun` may add to a run without a second pipeline (the pilot does).
+
+    Every method is a no-op here; :class:`batch.pilot.run.PilotHooks` overrides them.
+    """
+
+    def stage(self, name: str) -> None:
+        """The run enters stage ``name`` (:data:`STAGES`): a failure from here on is this stage's."""
+
+    def actor_ready(self, info: dict[str, Any]) -> None:
+        """An engine actor started (``info`` is :meth:`batch.pool.actor.EngineActor.info`)."""
+
+    def shard_written(self, index: int, n_docs: int) -> None:
+        """Shard ``index`` (``n_docs`` documents) was written, its engine actors still running."""
+
+    def summarize(self, summary: dict[str, Any]) -> None:
+        """Add to the merged run's summary (in place) before ``summary.json`` is written and the run exported."""
+
+
+STAGES = ("doctor", "read-inputs", "plan", "start-pool", "load-model", "load-adapter", "classify", "write", "merge",
+          "export", "verify")
+"""The stages of one run, in the words a failed pilot reports (``stage_reached``); the pilot adds ``doctor``."""
+
+
+def export_batch(run_dir: Path, dest: storage.Dest, hooks: RunHooks | None = None) -> storage.Dest:
+    """Copy the finished run with SHA256SUMS and re-check the copy (an earlier attempt's copy is re-checked, not overwritten).
+
+    ``dest`` is a folder or an object-storage URL; a URL copy is read back from the store for the
+    re-check, and an incomplete one (an interrupted upload: no SHA256SUMS) is completed. The re-check is
+    :func:`batch.run.merge.check_export`, the one re-check of batch and pilot.
+
+    Args:
+        run_dir: the finished run folder.
+        dest: where the copy goes.
+        hooks: told the ``export`` and ``verify`` stages.
+
+    Raises:
+        VerificationError: the copy fails its re-check.
+    """
+    hooks = hooks or RunHooks()
+    hooks.stage("export")
+    if export_complete(dest):
+        log.info("export %s exists (an earlier attempt); re-checking it", dest)
+    else:
+        export_run(run_dir, dest)
+    hooks.stage("verify")
+    recheck_export(dest, check_export, f"export {dest}")
+    return dest
+
+
+@dataclass
+class BatchRun:
+    """One attempt of one batch, its run folder locked by this process.
+
+    Attributes:
+        options: the command's options.
+        cfg: the batch config.
+        corpus_path, corpus_format: where the corpus is (:func:`batch.corpus.plan.locate_corpus`).
+        model: the resolved base model; adapter: the resolved adapter or ``None``.
+        gate_record: the pilot-gate record for the manifest and summary.
+        batch_id, run_dir: the run folder.
+        t_start: ``time.monotonic()`` when the command started (wall time in the summary).
+        engine_actor: PRIVATE (bench and tests): an actor class run in place of the vLLM engine actor.
+        lease_ends_at: the lease end (set by :meth:`run` from the options).
+        corpus_plan: the corpus already planned by the caller (the pilot plans it to check its count first),
+            else planned (or reused) by :meth:`run`.
+        labels: id -> expected label for the quality report (the pilot's labels file), else the corpus's
+            ``corpus.label_column``.
+        hooks: the caller's additions (:class:`RunHooks`), told each stage.
+    """
+
+    options: BatchOptions
+    cfg: BatchConfig
+    corpus_path: Path
+    corpus_format: str
+    model: ModelRef
+    adapter: BatchAdapter | None
+    gate_record: dict[str, Any]
+    batch_id: str
+    run_dir: Path
+    t_start: float
+    engine_actor: Any = None
+    lease_ends_at: Any = None
+    corpus_plan: CorpusPlan | None = None
+    labels: dict[str, str] | None = None
+    hooks: RunHooks | None = None
+
+    def _stage(self, name: str) -> None:
+        if self.hooks is not None:
+            self.hooks.stage(name)
+
+    def _export_dest(self) -> storage.Dest:
+        root = storage.as_dest(self.options.export_dir or self.cfg.batch.export_dir or exports_dir())
+        return storage.join(root, self.batch_id)
+
+    def run(self) -> dict[str, Any]:
+        """Plan (or reuse the plan), run the shards without a file, merge, summarize, export and re-check.
+
+        Returns:
+            The summary written to ``summary.json``, with ``run_dir`` and ``export_dir`` added.
+
+        Raises:
+            InputError: a resume whose corpus, config, model, adapter or merged model changed.
+            VerificationError: merged results that break the invariants, or an export that fails its re-check.
+            EnvironmentCheckError: no space left in the run folder or the export destination (exit 6, naming the
+                folder and its free space; :mod:`batch.run.disk`).
+        """
+        state: dict[str, Any] = {}
+        dest = self._export_dest()
+        written = [self.run_dir] + ([dest.parent] if isinstance(dest, Path) else [])
+        with full_disk_is_environment(written, f"batch {self.batch_id}", state):  # exit 6 naming the folder, not a traceback
+            return self._run(state)
+
+    def _run(self, state: dict[str, Any]) -> dict[str, Any]:
+        from batch.plan.plan import lease_end
+
+        self.lease_ends_at = lease_end(self.options.lots_config, self.options.lease_ends)
+        remove_stale_temporaries(self.run_dir, self._export_dest())  # a killed attempt's debris (this process holds the lock)
+        self._stage("plan")
+        old = mf.read_manifest(self.run_dir)
+        corpus = self.corpus_plan or plan_or_reuse(self.cfg, self.corpus_path, self.corpus_format, old, self.batch_id)
+        new = build_manifest(self.batch_id, self.cfg, corpus, self.model, self.adapter, self.gate_record)
+        manifest = new if old is None else self._resumable(old, new)
+        log.info("batch %s: %d distinct ids (%d input rows) in %d shards, run folder %s",
+                 self.batch_id, corpus.distinct_ids, corpus.input_rows, len(manifest.shards), self.run_dir)
+        done = mf.scan_done(self.run_dir, manifest)
+        pending = [s["index"] for s in manifest.shards if s["index"] not in done]
+        dest = self._export_dest()
+        if not pending and (self.run_dir / mf.SUMMARY).is_file() and export_complete(dest):
+            log.info("batch %s is already complete: %d shards; re-checking it, writing nothing", self.batch_id, len(done))
+            self._merge(manifest, write=False)
+            summary = json.loads((self.run_dir / mf.SUMMARY).read_text(encoding="utf-8"))
+            summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export_batch(self.run_dir, dest, self.hooks))
+            if manifest.attempts and not any(a.get("export_verified_at") for a in manifest.attempts):  # an older run folder
+                manifest.attempts[-1].update(exported_to=redact(dest), export_verified_at=utc_now())
+                mf.write_manifest(self.run_dir, manifest)
+            return summary
+        attempt = {"started_at": utc_now(), "pid": os.getpid(), "host": socket.gethostname(),
+                   "pilot_gate": self.gate_record, "cpu_actors": self.cfg.batch.cpu_actors,
+                   "lease_ends_at": self.lease_ends_at.isoformat() if self.lease_ends_at else None}
+        manifest.add_attempt(attempt)
+        mf.write_manifest(self.run_dir, manifest)
+        progress = Progress(self.run_dir, self.batch_id, total=corpus.distinct_ids,
+                            mirror=progress_mirror(self.options.export_dir or self.cfg.batch.export_dir, self.batch_id))
+        progress.start(done)
+        log.info("batch %s: %d shards complete, %d to run", self.batch_id, len(done), len(pending))
+        try:
+            summary = self._run_and_merge(corpus, manifest, pending, progress, attempt)
+            export = export_batch(self.run_dir, dest, self.hooks)
+            attempt.update(exported_to=redact(export), export_verified_at=utc_now())
+            mf.write_manifest(self.run_dir, manifest)  # `docpilot status`: "exported and verified", not only classified
+        except Exception as err:
+            try:
+                progress.fail(f"{type(err).__name__}: {err}")
+                attempt.update(failed_at=utc_now(), error=f"{type(err).__name__}: {err}"[:2000])
+                mf.write_manifest(self.run_dir, manifest)
+            except OSError as unrecorded:  # the run folder is full too: say so, raise the first error
+                state["unrecorded"] = f"writing {self.run_dir}: {unrecorded.strerror or unrecorded}"
+                log.error("batch %s: the attempt's failure could not be recorded in %s: %s", self.batch_id, self.run_dir,
+                          unrecorded)
+            raise
+        summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export)
+        return summary
+
+    def _resumable(self, old: Manifest, new: Manifest) -> Manifest:
+        mf.check_resume(self.run_dir, old, new)  # a changed `model.adapter_mode` is a config change: refused there
+        if (old.merged_model or {}).get("fingerprint") != (new.merged_model or {}).get("fingerprint"):
+            raise InputError(f"batch {self.batch_id} cannot resume: the merged model changed: {old.merged_model} -> "
+                             f"{new.merged_model}. Rerun with the original merge, or start a new batch id")
+        return old
+
+    def _merge(self, manifest: Manifest, write: bool = True) -> dict[str, Any]:
+        counts, problems = merge_results(self.run_dir, manifest, write=write)  # results.jsonl + .parquet, streamed
+        if problems:
+            raise VerificationError(f"batch {self.batch_id}: merged results break the invariants: {'; '.join(problems)}")
+        return counts
+
+    def _run_and_merge(self, corpus: CorpusPlan, manifest: Manifest, pending: list[int], progress: Progress,
+                       attempt: dict[str, Any]) -> dict[str, Any]:
+        pool: dict[str, Any] = {"actors": 0}
+        t_pool = time.monotonic()
+        if pending:
+            with _ray_local.interrupts():  # SIGTERM / Ctrl-C inside Ray's blocking calls -> Interrupted (exit 130)
+                pool = self.run_shards(corpus, manifest, pending, progress)
+        t_end = t_merge = time.monotonic()
+        self._stage("merge")
+        counts = self._merge(manifest)
+        processed, tokens = progress.processed, progress.processed_tokens
+        pool_s = max(t_end - t_pool, 1e-9)
+        adapter = self.adapter
+        summary = counts
+        summary.update({
+            "batch_id": self.batch_id,
+            "corpus": corpus.describe(),
+            "model_fingerprint": self.model.fingerprint,
+            "adapter": adapter.ref if adapter else None,
+            **(adapter.describe() if adapter else {"adapter_mode": None, "merged_model": None}),
+            "pilot_gate": self.gate_record,
+            "this_attempt": {
+                "processed_docs": processed, "processed_tokens": tokens,
+                "docs_per_s": round(processed / pool_s, 3), "tokens_per_s": round(tokens / pool_s, 1),
+                "pool_wall_s": round(pool_s, 2), "wall_s": round(t_end - self.t_start, 2),
+                "merge_s": round(time.monotonic() - t_merge, 2), **pool,
+            },
+            "attempts": len(manifest.attempts),
+            "finished_at": utc_now(),
+            "invariants": {"accepted_plus_rejected_eq_distinct_ids":
+                           counts["accepted"] + counts["rejected"] == corpus.distinct_ids, "problems": []},
+        })
+        summary.update(self._quality(corpus))
+        if self.hooks is not None:
+            self.hooks.summarize(summary)
+        write_json_atomic(self.run_dir / mf.SUMMARY, summary)
+        attempt.update(finished_at=utc_now(), processed_docs=processed, wall_s=round(time.monotonic() - self.t_start, 2))
+        mf.write_manifest(self.run_dir, manifest)
+        progress.finish()
+        return summary
+
+    def _quality(self, corpus: CorpusPlan) -> dict[str, Any]:
+        """The quality report (:func:`batch.report.quality.batch_report`): PNGs and ``quality.md`` in the run folder.
+
+        Returns:
+            ``{"quality": report}``, plus ``accuracy`` on a labelled corpus and ``review`` (flags per
+            category) when ``classify.review_below_score`` is set.
+        """
+        from batch.report.quality import batch_report, tally_rows, write_report
+        from classify.runrecords import read_jsonl
+
+        cfg = self.cfg
+        if self.labels is not None:  # the pilot's labels file: a few rows, tallied in memory
+            tally = tally_rows(read_jsonl(self.run_dir / mf.RESULTS), self.labels, cfg.classify.categories,
+                               cfg.classify.review_below_score)
+            report = write_report(self.run_dir, tally, self.batch_id, "Labels from the pilot set's labels.")
+        else:
+            report = batch_report(self.run_dir, corpus, cfg.corpus.label_column, cfg.classify.categories,
+                                  cfg.classify.review_below_score, self.batch_id)
+        out: dict[str, Any] = {"quality": report}
+        if "labelled" in report:
+            out["accuracy"] = report["labelled"]["accuracy"]
+        if "review" in report:
+            out["review"] = report["review"]
+        return out
+
+    def run_shards(self, corpus: CorpusPlan, manifest: Manifest, pending: list[int], progress: Progress) -> dict[str, Any]:
+        """Run the ``pending`` shards over engine actors; each completed shard is written and counted at once.
+
+        Returns:
+            ``{actors, actors_started, retries, errors, first_shard_s, enforce_eager, compiled}`` of the pool;
+            ``enforce_eager`` is what the engines were given (:meth:`classify.config.EngineConfig.for_workload`:
+            ``false`` when ``"auto"`` turned torch.compile on for this attempt's documents per engine),
+            ``compiled`` what the actors' engines reported (``["false"]``, ``["true"]``, ``["none"]`` for
+            a stand-in engine; two values if actors differed).
+        """
+        from batch.pool.actor import actor_class, reap
+        from batch.pool.placement import actor_options
+        from batch.pool.scheduler import Deadlines, run_pool
+        from batch.run.lease import LeaseWatch
+
+        cfg, run_dir, adapter = self.cfg, self.run_dir, self.adapter
+        hooks = self.hooks or RunHooks()
+        hooks.stage("start-pool")
+        local_ray = _init_ray()
+        try:
+            if progress.previous_actors:
+                reap(progress.previous_actors)  # engine processes an earlier, killed attempt left behind
+            n_actors, options = actor_options(cfg.batch.cpu_actors, cfg.batch.actor_num_cpus, cfg.batch.cpu_bind)
+            n_actors = min(n_actors, len(pending))
+            cls = self.engine_actor if self.engine_actor is not None else actor_class()
+            handle = adapter.handle() if adapter else None
+            plan = {s["index"]: s for s in manifest.shards}
+            shards = [(i, _ShardRef(corpus, plan[i], cfg.classify.max_doc_bytes)) for i in pending]
+            per_engine = -(-sum(int(plan[i]["n_docs"]) for i in pending) // max(n_actors, 1))
+            # "auto" compiles when each engine has enough documents; not under LoRA, where vLLM's CPU backend
+            # turns compilation off anyway (and accelerators' "auto" already compiles)
+            engine_cfg = cfg.engine.for_workload(per_engine) if handle is None else cfg.engine
+            if engine_cfg is not cfg.engine and cpp_compiler() is None:
+                # "auto" stays auto: eager on CPU engines, compiled on accelerators (whose compile does not need one here)
+                log.warning("engine: no C++ compiler ($CXX or g++) on %s for torch.compile: CPU engines stay eager "
+                            "(`engine.enforce_eager: auto`); install one (`apt-get install g++`) for faster steps on a batch "
+                            "this long", socket.gethostname())
+                engine_cfg = cfg.engine
+            if engine_cfg is not cfg.engine:
+                log.info("engine: torch.compile on (`engine.enforce_eager: auto`, %d documents per engine >= %d): each "
+                         "engine start takes a minute or two longer, every step after it is faster", per_engine,
+                         COMPILE_MIN_DOCS_PER_ENGINE)
+            bar = progress_bar(progress.total, progress.done, f"batch {self.batch_id}", disable=self.options.no_progress)
+            lease = LeaseWatch(self.lease_ends_at, run_dir, self.batch_id)
+            lease.tick(progress, bar, force=True)
+            actors: dict[int, dict[str, Any]] = {}
+
+            def on_event(name: str, detail: dict[str, Any]) -> None:
+                if name == "actor-ready":
+                    if not actors:
+                        hooks.stage("classify")
+                    actors[detail["slot"]] = detail
+                    hooks.actor_ready(detail)
+                    progress.update(actors=list(actors.values()))
+                elif name == "retry":
+                    progress.update(last_error=detail["error"], retries=progress.retries + 1)
+
+            def on_done(index: int, out: ShardOutput | list[Any]) -> None:
+                hooks.stage("write")
+                if isinstance(out, ShardOutput):  # the shard file as the actor wrote it: check its ids, write it
+                    if out.ids_sha256 != plan[index]["ids_sha256"]:
+                        raise VerificationError(f"shard {index}: the engine actor returned {out.n_docs} results whose ids "
+                                                f"differ from the planned shard ({plan[index]['n_docs']} ids); nothing written")
+                    write_bytes_atomic(mf.shard_path(run_dir, index, manifest.version), out.body)
+                    progress.shard_counted(out.n_docs, out.accepted, out.rejected, out.n_tokens)
+                    n = out.n_docs
+                else:
+                    results = [Result.of(r) for r in out]  # rows as dicts (test actors; the engine actor sends bytes)
+                    mf.write_shard(run_dir, index, results, manifest.version)
+                    progress.shard_done(results)
+                    n = len(results)
+                hooks.shard_written(index, n)
+                hooks.stage("classify")
+                lease.tick(progress, bar)
+                bar.update(n)
+
+            actor_model, actor_fingerprint = (adapter.engine_model(cfg.model, manifest.model_fingerprint) if adapter
+                                              else (cfg.model, manifest.model_fingerprint))
+            deadlines = Deadlines(cfg.batch.shard_timeout_base_s, cfg.batch.shard_timeout_per_doc_s,
+                                  cfg.batch.actor_start_timeout_s, cfg.batch.actor_place_timeout_s)
+            hooks.stage("load-adapter" if handle is not None else "load-model")  # the engines start (LoRA: with slots)
+            with logging_redirect():
+                stats = run_pool(lambda slot: cls.options(**options[slot]).remote(
+                                     actor_model, engine_cfg, cfg.classify, handle, actor_fingerprint,
+                                     adapter.temperature if adapter else None),  # merged mode: no handle carries T
+                                 n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event, deadlines)
+            lease.tick(progress, bar, force=True)
+            bar.close()
+            return {"actors": n_actors, "actors_started": stats.actors_started, "retries": stats.retries,
+                    "errors": stats.errors, "first_shard_s": stats.first_ready_s,
+                    "enforce_eager": engine_cfg.enforce_eager,
+                    "compiled": sorted({str(a.get("compiled")).lower() for a in actors.values()})}
+        finally:
+            _ray_local.stop(local_ray)  # a local Ray leaves no process behind; a joined cluster is left alone

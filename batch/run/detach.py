@@ -1,0 +1,276 @@
+"""Detached runs: ``docpilot batch --detach`` / ``docpilot train --detach`` outlive the terminal that started them.
+
+:func:`start_detached` starts a small supervisor (``python -m batch.run.detach supervise ...``) in a new
+session (``start_new_session``: its own process group, no controlling terminal, standard input from
+``/dev/null``), so a dropped SSH connection, a closed terminal or a killed login shell (SIGHUP or
+SIGKILL to the starting session) does not reach it. The supervisor runs the real command as its child,
+with standard output and error appended to the log in the run folder, and when the child ends writes
+the exit status to ``<run folder>/exit.json`` (:data:`EXIT_RECORD`; a child killed by signal N is
+recorded as 128 + N, as a shell reports it). ``docpilot status ID --follow`` waits on that record.
+
+With ``--stop-when-done`` the supervisor then runs the verified wrap-up (:func:`batch.run.wrapup.wrap_up`)
+to the export location and the lease's stop command only if every copy was re-checked where it
+landed (:func:`batch.run.lease.stop_the_meter`); a failed run never stops the lease. Every decision is
+recorded in the run folder's ``lease-stop.json``.
+
+Files in the run folder: ``detach.json`` (:data:`DETACH_RECORD`: the supervisor's and the child's pid,
+host, command, log), ``<kind>.log`` and ``exit.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from classify.runrecords import utc_now, write_json_atomic
+
+log = logging.getLogger("docpilot.detach")
+
+EXIT_RECORD = "exit.json"
+DETACH_RECORD = "detach.json"
+
+STOP_FLAGS = ("--detach", "--stop-when-done")
+VALUE_FLAGS = ("--wrap-up-to",)
+
+
+def child_argv(argv: list[str]) -> list[str]:
+    """``argv`` without the detach options (``--detach``, ``--stop-when-done``, ``--wrap-up-to X``).
+
+    Args:
+        argv: the command's arguments as given (after ``docpilot batch`` / ``docpilot train``).
+
+    Returns:
+        The arguments the detached child runs with.
+    """
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == "--":
+            out += argv[i:]
+            break
+        if arg in STOP_FLAGS or any(arg.startswith(f"{f}=") for f in VALUE_FLAGS):
+            continue
+        if arg in VALUE_FLAGS:
+            skip = True
+            continue
+        out.append(arg)
+    return out
+
+
+def log_path(run_dir: Path, kind: str) -> Path:
+    """The detached run's log: ``<run_dir>/<kind>.log``."""
+    return run_dir / f"{kind}.log"
+
+
+def read_exit(run_dir: Path) -> dict[str, Any] | None:
+    """The exit record of a run that ended (``exit.json``), or ``None`` while it runs (or for a damaged file)."""
+    try:
+        return json.loads((run_dir / EXIT_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def read_detach(run_dir: Path) -> dict[str, Any] | None:
+    """The detach record (``detach.json``) of a detached run, or ``None``."""
+    try:
+        return json.loads((run_dir / DETACH_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def record_exit(run_dir: Path, exit_code: int, **fields: Any) -> None:
+    """Write ``exit.json``: ``{exit_code, ended_at, host, ...fields}`` (atomically)."""
+    write_json_atomic(run_dir / EXIT_RECORD, {"exit_code": int(exit_code), "ended_at": utc_now(),
+                                              "host": socket.gethostname(), **fields})
+
+
+def pid_alive(pid: int | None, host: str | None) -> bool | None:
+    """Whether process ``pid`` on ``host`` is alive (``None``: another host, or no pid, cannot tell)."""
+    if not pid or host != socket.gethostname():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped by its parent) is not running
+        import psutil
+
+        return psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
+    except Exception:  # noqa: BLE001 - psutil missing or the process just ended: os.kill said it existed
+        return True
+
+
+def start_detached(kind: str, run_id: str, run_dir: Path, argv: list[str], *, stop_when_done: bool = False,
+                   wrap_up_to: str | None = None, lots_config: str | None = "config/lots.json") -> int:
+    """Start ``docpilot <kind> <argv>`` detached from this terminal; print its id, log and status command.
+
+    Args:
+        kind: ``batch`` or ``train``.
+        run_id: the run folder's name (the batch id, or the training job's folder).
+        run_dir: the run folder (exists); it receives ``detach.json``, ``<kind>.log`` and ``exit.json``.
+        argv: the child's arguments (:func:`child_argv`, with ``--batch-id`` for a batch).
+        stop_when_done: after a successful run, wrap up to ``wrap_up_to`` and run the lease's stop command
+            if every copy verified.
+        wrap_up_to: the wrap-up destination (folder or URL); required with ``stop_when_done``.
+        lots_config: the lots config holding ``lease.stop_command``.
+
+    Returns:
+        0 (the detached run's own status is recorded in ``exit.json``).
+    """
+    (run_dir / EXIT_RECORD).unlink(missing_ok=True)  # a resumed run's earlier record: follow waits for this one
+    logfile = log_path(run_dir, kind)
+    command = [sys.executable, "-m", "docpilot", kind, *argv]
+    sup = [sys.executable, "-m", "batch.run.detach", "supervise", "--run-dir", str(run_dir.resolve()), "--kind", kind]
+    if stop_when_done:
+        sup += ["--stop-when-done", "--wrap-up-to", str(wrap_up_to)]
+    if lots_config:
+        sup += ["--lots-config", str(Path(lots_config).resolve()) if Path(lots_config).exists() else lots_config]
+    sup += ["--", *command]
+    from adapters._export_copy import redact
+
+    shown = [redact(a) for a in command]  # a URL's user:password@ never lands in the log or the record
+    with open(logfile, "ab") as out:
+        out.write(f"--- {utc_now()} detached: {shlex.join(shown)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(sup, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True, cwd=os.getcwd())
+    write_json_atomic(run_dir / DETACH_RECORD, {
+        "kind": kind, "run_id": run_id, "supervisor_pid": proc.pid, "child_pid": None, "host": socket.gethostname(),
+        "command": shown, "log": str(logfile), "started_at": utc_now(), "stop_when_done": stop_when_done,
+        "wrap_up_to": redact(wrap_up_to) if wrap_up_to else wrap_up_to})
+    what = "batch" if kind == "batch" else "training job"
+    print(f"{what} {run_id} detached (pid {proc.pid}, its own session: closing this terminal does not stop it)")
+    print(f"log:    {logfile}")
+    print(f"follow: docpilot status {run_id} --follow" + ("   (make status BATCH=" + run_id + ")" if kind == "batch" else ""))
+    print(f"stop:   kill {proc.pid}   (a clean, resumable stop, as SIGTERM)")
+    return 0
+
+
+def detach_train(argv: list[str], stop_when_done: bool, wrap_up_to: str | None, detach: bool) -> int:
+    """``docpilot train --detach``: a job folder ``runs/<utc>-trainjob-<hex>/`` for the log and exit record, then
+    the training run in its own session (the run's own folder is made by the training, as in the foreground).
+
+    Args:
+        argv: ``docpilot train``'s arguments as given.
+        stop_when_done: wrap up to ``wrap_up_to`` and stop the lease after a successful run.
+        wrap_up_to: the wrap-up destination (required with ``stop_when_done``).
+        detach: ``--detach`` was given (``--stop-when-done`` alone is refused).
+
+    Returns:
+        0 once the detached run started.
+
+    Raises:
+        InputError: ``--stop-when-done`` without ``--detach`` or without ``--wrap-up-to``.
+    """
+    from classify.errors import InputError
+    from classify.paths import runs_dir
+    from classify.runrecords import new_run_dir
+
+    if not detach:
+        raise InputError("--stop-when-done needs --detach (a foreground run ends with its terminal); after a "
+                         "foreground run use `docpilot wrap-up --to DEST`")
+    if stop_when_done and not wrap_up_to:
+        raise InputError("--stop-when-done needs --wrap-up-to DEST (a folder or s3://...): the lease is never stopped "
+                         "before everything is copied off the pod and re-checked")
+    job_id, job_dir = new_run_dir("trainjob", runs_dir())
+    return start_detached("train", job_id, job_dir, child_argv(argv), stop_when_done=stop_when_done,
+                          wrap_up_to=wrap_up_to)
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """Run the child command, record its exit status, then (``--stop-when-done``) wrap up and decide the stop."""
+    run_dir = Path(args.run_dir)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # no terminal: a stray SIGHUP must not end the supervisor
+    child = subprocess.Popen(args.command, stdin=subprocess.DEVNULL)
+
+    def forward(signum: int, frame: Any) -> None:  # `kill <supervisor pid>` stops the run cleanly (exit 130)
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    record = read_detach(run_dir) or {}
+    record["child_pid"] = child.pid
+    write_json_atomic(run_dir / DETACH_RECORD, record)
+    code = child.wait()
+    if code < 0:
+        code = 128 - code  # killed by signal N: 128 + N, as a shell reports it
+    record_exit(run_dir, code, command=args.command, stop_when_done=bool(args.stop_when_done))
+    print(f"--- {utc_now()} {args.kind} exited {code}", flush=True)
+    if args.stop_when_done:
+        stop_when_done(run_dir, args.kind, code, args.wrap_up_to, args.lots_config)
+    return code
+
+
+def stop_when_done(run_dir: Path, kind: str, code: int, dest: str | None, lots_config: str | None) -> dict[str, Any]:
+    """After a detached run: wrap up to ``dest`` and stop the lease only if the run succeeded and every copy verified.
+
+    Args:
+        run_dir: the detached run's folder (records ``lease-stop.json``).
+        kind: ``batch`` or ``train``.
+        code: the run's exit status.
+        dest: the wrap-up destination.
+        lots_config: the lots config holding ``lease.stop_command``.
+
+    Returns:
+        The stop decision (:func:`batch.run.lease.stop_the_meter`).
+    """
+    from batch.run.lease import stop_settings, stop_the_meter
+
+    lease = stop_settings(lots_config)
+    if code != 0:
+        return stop_the_meter(run_dir, lease, False, f"the {kind} exited {code} (failed or stopped): the lease is "
+                                                    "left running so it can be resumed or copied off by hand")
+    if not dest:
+        return stop_the_meter(run_dir, lease, False, "no wrap-up destination: nothing was exported")
+    from batch.run.wrapup import wrap_up
+
+    try:
+        outcome = wrap_up(dest)
+    except Exception as err:  # noqa: BLE001 - whatever went wrong, the stop is skipped and the reason kept
+        return stop_the_meter(run_dir, lease, False, f"the wrap-up to {dest} failed: {type(err).__name__}: {err}")
+    return stop_the_meter(run_dir, lease, outcome["verified"], outcome["verdict"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m batch.run.detach supervise --run-dir D --kind K [--stop-when-done --wrap-up-to X] -- COMMAND...``.
+
+    Internal: started by :func:`start_detached` in its own session; not a ``docpilot`` subcommand.
+
+    Returns:
+        The child's exit status (128 + N when a signal N ended it).
+    """
+    p = argparse.ArgumentParser(prog="python -m batch.run.detach")
+    sub = p.add_subparsers(dest="action", required=True)
+    s = sub.add_parser("supervise")
+    s.add_argument("--run-dir", required=True)
+    s.add_argument("--kind", required=True, choices=("batch", "train"))
+    s.add_argument("--stop-when-done", action="store_true")
+    s.add_argument("--wrap-up-to")
+    s.add_argument("--lots-config")
+    s.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return _supervise(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

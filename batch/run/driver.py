@@ -1,0 +1,329 @@
+"""``docpilot batch`` / ``make batch``: classify a corpus over Ray engine actors, resumable by manifest.
+
+Order of work: read config and corpus, resolve the model (and adapter), check the pilot gate,
+open or create ``runs/<batch-id>/`` (refusing a resume whose corpus, config, model or adapter
+changed), run only the shards without a complete shard file, merge, summarize, export with
+SHA256SUMS and re-check the copy (:class:`batch.run.attempt.BatchRun`). See ``docs/batch.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+from pydantic import BaseModel, ConfigDict
+
+from batch.run.adapter import resolve_adapter
+from batch.run.attempt import BatchRun
+from batch.config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
+from batch.corpus.plan import locate_corpus
+from classify.errors import DocpilotError, InputError, Interrupted
+from classify.model import resolve_model, verify_model
+from classify.paths import runs_dir
+from classify.pilotgate import gate_key, pipeline_differences, pipeline_settings, require_pilot
+from classify.runrecords import signals_raise_interrupted, utc_now
+
+log = logging.getLogger("docpilot.batch")
+
+
+
+class BatchOptions(BaseModel):
+    """The options of one ``docpilot batch`` (the command line's, one field per flag; see ``--help``).
+
+    Attributes:
+        config: the config JSON.
+        corpus: corpus file or folder replacing ``corpus.path``, or ``None``.
+        batch_id: the run folder name (an existing one is resumed), or ``None`` for a new one.
+        adapter: ``name@version`` / ``name@latest``, or ``None`` for the base model.
+        export_dir: parent of the export copy (folder or URL) replacing ``batch.export_dir``, or ``None``.
+        cpu_actors: engine actors on a CPU-only cluster replacing ``batch.cpu_actors``, or ``None``.
+        skip_pilot_gate: run without a passed pilot (logged and recorded).
+        no_progress: no progress bar (``progress.json`` is still written).
+        lease_ends: when the lot's lease ends (ISO 8601), or ``None`` to read ``lots_config``.
+        lots_config: the lots config holding ``lease_ends_at``.
+        detach: run in its own session, detached from the terminal (:mod:`batch.run.detach`).
+        stop_when_done: detached only: once the batch succeeded, wrap up (:mod:`batch.run.wrapup`) and run
+            the lease's stop command if every copy verified.
+        wrap_up_to: the wrap-up destination for ``stop_when_done`` (default: the export location).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    config: str = "config/docpilot.json"
+    corpus: str | None = None
+    batch_id: str | None = None
+    adapter: str | None = None
+    export_dir: str | None = None
+    cpu_actors: int | None = None
+    skip_pilot_gate: bool = False
+    no_progress: bool = False
+    lease_ends: str | None = None
+    lots_config: str | None = "config/lots.json"
+    detach: bool = False
+    stop_when_done: bool = False
+    wrap_up_to: str | None = None
+
+
+def parse_args(argv: list[str]) -> BatchOptions:
+    """Parse ``docpilot batch`` options (see ``--help``) into :class:`BatchOptions`.
+
+    Raises:
+        SystemExit: bad options (argparse prints the usage), or ``--help``.
+    """
+    p = argparse.ArgumentParser(prog="docpilot batch", description="Classify a corpus over Ray engine actors, resumable by batch id.")
+    p.add_argument("--config", default="config/docpilot.json", help="batch config JSON (default: %(default)s)")
+    p.add_argument("--corpus", help="corpus file or folder (replaces `corpus.path`)")
+    p.add_argument("--batch-id", help="run folder name under runs/; an existing one is resumed")
+    p.add_argument("--adapter", help="LoRA adapter from the registry, name@version or name@latest")
+    p.add_argument("--export-dir", help="parent of the export copy, a folder or an object-storage URL such as "
+                                        "s3://bucket/exports (replaces `batch.export_dir`)")
+    p.add_argument("--cpu-actors", type=int, help="engine actors on a CPU-only cluster (replaces `batch.cpu_actors`)")
+    p.add_argument("--skip-pilot-gate", action="store_true",
+                   help="run although this model/adapter/config has not passed a pilot (logged and recorded)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (progress.json is still written)")
+    p.add_argument("--lease-ends", help="when the lot's lease ends (ISO 8601 with timezone); the progress line says "
+                                        "whether the rest of the batch and its export fit (default: `lease_ends_at` "
+                                        "of --lots-config)")
+    p.add_argument("--lots-config", default="config/lots.json", help="lots config holding `lease_ends_at` (default: %(default)s)")
+    p.add_argument("--detach", action="store_true",
+                   help="run in its own session, detached from this terminal (a dropped SSH connection does not stop "
+                        "it); prints the batch id, the log and `docpilot status BATCH --follow`")
+    p.add_argument("--stop-when-done", action="store_true",
+                   help="with --detach: when the batch succeeded, wrap up to the export location (or --wrap-up-to) and "
+                        "run the lots config's `lease.stop_command` if every copy was re-checked")
+    p.add_argument("--wrap-up-to", help="destination of the --stop-when-done wrap-up (default: the export location)")
+    return BatchOptions(**vars(p.parse_args(argv)))
+
+
+def warn_pipeline(pilot: dict[str, Any], cfg: Any, adapter_mode: str | None) -> list[str]:
+    """Say plainly, before the batch starts, where its pipeline settings differ from the ones its pilot ran with.
+
+    The answers are the same (the gate key covers what decides them); what the pilot did not prove is
+    this pipeline: another actor count, binding or engine section can fail where the pilot's did not.
+
+    Args:
+        pilot: the gate's latest pilot record (its ``pipeline`` block, :func:`classify.pilotgate.pipeline_settings`).
+        cfg: the batch config.
+        adapter_mode: the batch's adapter mode, ``None`` without adapter.
+
+    Returns:
+        The differences (also logged as one warning and printed to stderr); empty when they agree.
+    """
+    diffs = pipeline_differences(pilot.get("pipeline"), pipeline_settings(cfg.engine, cfg.batch, adapter_mode))
+    if diffs:
+        line = (f"this batch runs another pipeline than pilot {pilot.get('run_id')} proved ({'; '.join(diffs)}); "
+                "the answers are the same, but run `make pilot` with these settings to prove this pipeline too")
+        log.warning("%s", line)
+        print(f"warning: {line}", file=sys.stderr)
+    return diffs
+
+
+def _open_run(batch_id: str | None) -> tuple[str, Path]:
+    root = runs_dir()
+    if batch_id is None:
+        from classify.runrecords import new_run_dir
+
+        return new_run_dir("batch", root)
+    check_batch_id(batch_id)
+    run_dir = root / batch_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return batch_id, run_dir
+
+
+def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, Any]:
+    """Run or resume one batch (the body of :func:`main`).
+
+    Args:
+        options: the command's options (:func:`parse_args`, or built directly).
+        _engine_actor: PRIVATE, for ``bench/`` and tests only: a ``ray.remote`` actor class run in
+            place of the vLLM engine actor (``bench.instant_engine.InstantEngineActor`` measures the
+            batch machinery alone). No config field or command-line option reaches it.
+
+    Returns:
+        The summary written to ``summary.json`` (with ``run_dir`` and ``export_dir`` added).
+
+    Raises:
+        ConfigError, InputError, AdapterError, PilotGateError, EngineError, VerificationError:
+            as described in ``docs/batch.md``.
+    """
+    t_start = time.monotonic()
+    check_batch_id(options.batch_id)
+    overrides: dict[str, Any] = {}
+    if options.cpu_actors is not None:
+        overrides["batch.cpu_actors"] = options.cpu_actors
+    cfg = load_batch_config(options.config, overrides)
+    corpus_path, corpus_format = locate_corpus(cfg.corpus, options.corpus)  # fail early; planned once the run is locked
+    model = verify_model(resolve_model(cfg.model))  # re-hashed: what runs is what was verified
+    adapter = resolve_adapter(options.adapter, model, cfg.engine, cfg.model)
+    what = (f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + "
+            f"{f'adapter {adapter.ref} ({adapter.mode} mode)' if adapter else 'no adapter'}")
+    key = gate_key(model.fingerprint, cfg.model, cfg.classify, adapter.sha256 if adapter else None,
+                   adapter.mode if adapter else None)
+    gate = require_pilot(key, what, override=options.skip_pilot_gate)
+    gate_record = {"key": key, "passed": gate["passed"], "override": gate["override"],
+                   "pilot_run_id": (gate["pilot"] or {}).get("run_id"), "checked_at": utc_now()}
+    if gate["pilot"] is not None:
+        gate_record["pipeline_differences"] = warn_pipeline(gate["pilot"], cfg, adapter.mode if adapter else None)
+    batch_id, run_dir = _open_run(options.batch_id)
+    lock = _driver_lock(batch_id, run_dir, f"docpilot status {batch_id}")
+    finished = False
+    try:
+        with signals_raise_interrupted():  # SIGTERM / Ctrl-C: Ray is shut down, the attempt recorded, exit 130
+            summary = BatchRun(options, cfg, corpus_path, corpus_format, model, adapter, gate_record, batch_id, run_dir,
+                               t_start, _engine_actor).run()
+        finished = True
+        return summary
+    finally:
+        if not finished:
+            _drop_empty_run(run_dir)
+        lock.release()
+
+
+def _drop_empty_run(run_dir: Path) -> None:
+    """Remove a run folder that a failed attempt left holding nothing but its lock file (the corpus could not
+    be planned, so no manifest was written): ``docpilot status`` and a rerun then see no such batch."""
+    lock_file = run_dir / ".driver.lock"
+    try:
+        if any(p.name != lock_file.name for p in run_dir.iterdir()):
+            return
+        lock_file.unlink(missing_ok=True)  # still held by this process: no other driver can be inside
+        run_dir.rmdir()
+    except OSError:
+        pass  # something appeared meanwhile, or the folder is not ours to remove: leave it
+
+
+def _new_batch_id() -> str:
+    """A new batch id, ``<UTC time>-batch-<8 hex>`` (the form of :func:`classify.runrecords.new_run_dir`), known
+    before the run folder exists, so that a stopped batch's message can name the id that resumes it."""
+    import datetime as dt
+    import uuid
+
+    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-batch-{uuid.uuid4().hex[:8]}"
+
+
+def _driver_lock(batch_id: str, run_dir: Path, watch: str) -> FileLock:
+    """Take the run folder's driver lock (``.driver.lock``) without waiting; the caller releases it.
+
+    Args:
+        batch_id: the batch, for the message.
+        run_dir: its run folder.
+        watch: the command the message offers to watch the running batch with.
+
+    Raises:
+        InputError: another driver holds the folder (the batch is already running).
+    """
+    lock = FileLock(str(run_dir / ".driver.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise InputError(f"batch {batch_id} is already running (another driver holds {run_dir}/.driver.lock); "
+                         f"watch it with `{watch}`") from None
+    return lock
+
+
+def _record_foreground_exit(batch_id: str, code: int) -> None:
+    """Write the run folder's ``exit.json`` for ``docpilot status --follow``, unless another driver holds the folder
+    (a batch refused as "already running" must not write into the running one's folder)."""
+    from batch.run.detach import record_exit
+
+    run_dir = runs_dir() / batch_id
+    if not run_dir.is_dir():
+        return  # nothing was started (dropped, or refused before the folder existed)
+    lock = FileLock(str(run_dir / ".driver.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return
+    try:
+        record_exit(run_dir, code, detached=False)
+    except OSError as err:
+        log.warning("could not record the exit status in %s: %s", run_dir, err)
+    finally:
+        lock.release()
+
+
+def _detach(args: BatchOptions, argv: list[str]) -> int:
+    """``docpilot batch --detach``: allocate the batch id and run folder here, then start the batch in its own session."""
+    from batch.run.detach import child_argv, start_detached
+
+    wrap_up_to = args.wrap_up_to
+    if args.stop_when_done and not wrap_up_to:
+        wrap_up_to = args.export_dir or load_batch_config(args.config).batch.export_dir
+        if not wrap_up_to:
+            raise InputError("--stop-when-done needs somewhere off the pod to copy to first: set `batch.export_dir`, "
+                             "--export-dir or --wrap-up-to (a folder or s3://...); the lease is never stopped before "
+                             "a verified copy")
+    check_batch_id(args.batch_id)
+    if args.batch_id is None:
+        batch_id, run_dir = _open_run(None)
+    else:
+        batch_id, run_dir = _open_run(args.batch_id)
+        _driver_lock(batch_id, run_dir, f"docpilot status {batch_id} --follow").release()
+    rest = child_argv(argv)
+    if args.batch_id is None:
+        rest += ["--batch-id", batch_id]
+    if "--no-progress" not in rest:
+        rest.append("--no-progress")  # the log is a file: `docpilot status --follow` draws the bar
+    return start_detached("batch", batch_id, run_dir, rest, stop_when_done=args.stop_when_done, wrap_up_to=wrap_up_to,
+                          lots_config=args.lots_config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``docpilot batch``: run or resume a batch; prints where the results are.
+
+    Args:
+        argv: command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        0 when the batch completed, was exported and re-checked; with ``--detach``, 0 once the detached batch
+        started (its own status goes to ``exit.json`` in the run folder).
+
+    Raises:
+        DocpilotError: any known failure (mapped to an exit code by :mod:`docpilot.cli`).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.detach:
+        return _detach(args, argv)
+    if args.stop_when_done:
+        raise InputError("--stop-when-done needs --detach (a foreground batch ends with its terminal); "
+                         "after a foreground batch run `docpilot wrap-up --to DEST`")
+    if args.skip_pilot_gate:
+        log.warning("!!! --skip-pilot-gate given: the pilot gate is OVERRIDDEN for this batch; recorded in manifest.json")
+    args = args.model_copy(update={"batch_id": args.batch_id or _new_batch_id()})
+    try:
+        summary = run_batch(args)
+    except Interrupted as err:
+        _record_foreground_exit(args.batch_id, err.exit_code)
+        if str(err).startswith("stopped by SIGHUP"):
+            raise Interrupted(
+                f"{err} (the terminal or SSH connection that started the batch closed); complete shards are kept. "
+                f"Resume it detached, so that a dropped connection no longer stops it: `docpilot batch --batch-id "
+                f"{args.batch_id} --detach ...` (make batch BATCH={args.batch_id} DETACH=1), then "
+                f"`docpilot status {args.batch_id} --follow`") from err
+        raise
+    except DocpilotError as err:
+        _record_foreground_exit(args.batch_id, err.exit_code)
+        raise
+    except Exception:
+        _record_foreground_exit(args.batch_id, 1)  # an unexpected error: `docpilot` exits 1 with its traceback
+        raise
+    _record_foreground_exit(args.batch_id, 0)
+    t = summary["this_attempt"]
+    print(f"batch {summary['batch_id']}: {summary['total']} ids = {summary['accepted']} accepted + "
+          f"{summary['rejected']} rejected ({summary['input_rows']} input rows, {summary['duplicate_rows']} duplicate rows); "
+          f"this attempt {t['processed_docs']} docs at {t['docs_per_s']} docs/s in {t['wall_s']} s")
+    print(f"results: {summary['run_dir']}/results.jsonl  summary: {summary['run_dir']}/summary.json")
+    if summary.get("accuracy") is not None:
+        lab = summary["quality"]["labelled"]
+        print(f"accuracy against the corpus labels: {100 * summary['accuracy']:.1f}% ({lab['correct']}/{lab['documents']})")
+    if summary.get("quality"):
+        print(f"quality report: {summary['run_dir']}/quality.md ({', '.join(summary['quality']['files'][:-1])})")
+    print(f"export (SHA256SUMS verified): {summary['export_dir']}")
+    return 0

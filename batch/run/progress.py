@@ -1,0 +1,154 @@
+"""Private: ``progress.json``, rewritten atomically by the driver as shards complete (read by ``docpilot status``).
+
+The file is rewritten at most every :data:`SAVE_EVERY_S` seconds while shards complete (a large
+batch completes many shards a second), and always on a state change, an actor event, a retry
+and at the end (the file itself is :class:`batch.run.runfiles.ProgressFile`). With an export location
+set, each save is offered to the off-pod mirror (:mod:`batch.run.mirror`, at most once a minute). The driver's progress
+bar (:func:`progress_bar`) is drawn beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from batch.layout import PROGRESS
+from batch.run.runfiles import ProgressFile
+from classify.records import Result
+from classify.runrecords import utc_now
+
+SAVE_EVERY_S = 2.0
+"""Least seconds between two rewrites of ``progress.json`` caused by completed shards."""
+
+
+class Progress:
+    """Counts for one attempt of one batch, saved to ``<run_dir>/progress.json`` (throttled: :data:`SAVE_EVERY_S`).
+
+    Args:
+        run_dir: the batch's run folder.
+        batch_id: its id.
+        total: distinct ids in the corpus.
+        mirror: where ``progress.json`` is mirrored off the pod (:class:`batch.run.mirror.ProgressMirror`),
+            or ``None``.
+    """
+
+    def __init__(self, run_dir: Path, batch_id: str, total: int, mirror: Any = None):
+        self.path = run_dir / PROGRESS
+        self.batch_id = batch_id
+        self.total = total
+        self.done = self.accepted = self.rejected = 0
+        self.processed = self.processed_tokens = self.retries = 0
+        self.last_error: str | None = None
+        self.actors: list[dict[str, Any]] = []
+        self.state = "starting"
+        self.started_at = utc_now()
+        self._t0 = time.monotonic()
+        self._saved_at = 0.0
+        self.saves = 0
+        self.previous_actors: list[dict[str, Any]] = []
+        self.lease: dict[str, Any] | None = None  # the latest lease verdict (batch.run.lease.LeaseWatch)
+        self.mirror = mirror
+        old = ProgressFile.read_or_none(self.path)
+        if old is not None and old.host == socket.gethostname() and old.state in ("running", "starting"):
+            self.previous_actors = old.actors or []
+
+    def start(self, done_shards: dict[int, dict[str, int]]) -> None:
+        """Count the shards an earlier attempt completed and save ``running``.
+
+        Args:
+            done_shards: ``{index: {"docs", "accepted", "rejected"}}`` (:func:`batch.layout.scan_done`).
+        """
+        for counts in done_shards.values():
+            self.done += counts["docs"]
+            self.accepted += counts["accepted"]
+            self.rejected += counts["rejected"]
+        self.state = "running"
+        self._t0 = time.monotonic()
+        self.save()
+
+    def shard_done(self, rows: list[Result]) -> None:
+        """Count a shard completed in this attempt; save when the last save is :data:`SAVE_EVERY_S` old."""
+        self.shard_counted(len(rows), sum(r.status == "accepted" for r in rows), sum(r.status == "rejected" for r in rows),
+                           sum(int(r.n_tokens or 0) for r in rows))
+
+    def shard_counted(self, n_docs: int, accepted: int, rejected: int, n_tokens: int) -> None:
+        """:meth:`shard_done` from counts (a shard whose results the actor counted); tokens are prompt tokens."""
+        self.done += n_docs
+        self.accepted += accepted
+        self.rejected += rejected
+        self.processed += n_docs
+        self.processed_tokens += n_tokens
+        if time.monotonic() - self._saved_at >= SAVE_EVERY_S:
+            self.save()
+
+    def update(self, **fields: Any) -> None:
+        """Set attributes (``last_error``, ``actors``, ``retries``) and save."""
+        for key, value in fields.items():
+            setattr(self, key, value)
+        self.save()
+
+    def finish(self) -> None:
+        """Save state ``done``."""
+        self.state = "done"
+        self.save()
+
+    def fail(self, error: str) -> None:
+        """Save state ``failed`` with the error."""
+        self.state, self.last_error = "failed", error[:2000]
+        self.save()
+
+    def rate(self) -> float:
+        """Documents per second of this attempt so far (0.0 before the first shard)."""
+        elapsed = max(time.monotonic() - self._t0, 1e-9)
+        return self.processed / elapsed if self.processed else 0.0
+
+    def save(self) -> None:
+        """Write ``progress.json`` atomically: done/total, rejected, docs/s, ETA and lease verdict of this attempt."""
+        self._saved_at = time.monotonic()
+        self.saves += 1
+        elapsed = max(time.monotonic() - self._t0, 1e-9)
+        rate = self.rate()
+        left = self.total - self.done
+        ProgressFile(
+            batch_id=self.batch_id, state=self.state, total=self.total, done=self.done,
+            accepted=self.accepted, rejected=self.rejected, processed_this_attempt=self.processed,
+            docs_per_s=round(rate, 3), eta_s=round(left / rate, 1) if rate and left else (0.0 if not left else None),
+            elapsed_s=round(elapsed, 1), retries=self.retries, last_error=self.last_error,
+            actors=self.actors, pid=os.getpid(), host=socket.gethostname(),
+            started_at=self.started_at, updated_at=utc_now(), lease=self.lease,
+        ).write(self.path)
+        if self.mirror is not None:
+            self.mirror.offer(self.path, final=self.state in ("done", "failed"))
+
+
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
+"""tqdm's default layout with ``rate_noinv_fmt``: always docs/s (the default turns a rate below 1 into s/doc)."""
+
+
+def progress_bar(total: int, initial: int, desc: str, disable: bool = False, file: Any = None) -> tqdm:
+    """The batch progress bar: documents done of ``total``, rate always in docs/s.
+
+    Args:
+        total: distinct documents in the corpus.
+        initial: documents already done (a resumed batch).
+        desc: the label, e.g. ``"batch <id>"``.
+        disable: no bar at all (``--no-progress``).
+        file: where to draw it (default stderr).
+
+    Returns:
+        A started ``tqdm`` bar.
+    """
+    return tqdm(total=total, initial=initial, unit="docs", desc=desc, disable=disable, dynamic_ncols=True,
+                bar_format=BAR_FORMAT, file=file)
+
+
+def logging_redirect() -> Any:
+    """Keep log lines from tearing the progress bar (tqdm's logging redirect)."""
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    return logging_redirect_tqdm()

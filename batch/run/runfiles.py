@@ -1,0 +1,207 @@
+"""The two JSON files of a batch run folder that several modules read: ``manifest.json`` and ``progress.json``.
+
+Both are pydantic models over the same JSON as before: a file is read with
+:meth:`Manifest.read` / :meth:`ProgressFile.read` and written with ``write``; the JSON holds
+exactly the keys that were read or set (``exclude_unset``), fields a later docpilot adds are
+kept (``extra="allow"``), and keys are sorted (:func:`classify.runrecords.write_json_atomic`).
+Nested parts whose layout belongs to another module (the corpus description and shard plan of
+:mod:`batch.corpus.plan`, the config sections, each attempt record) stay JSON objects.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from classify.errors import InputError
+from classify.runrecords import code_revision, package_versions, utc_now, write_json_atomic
+
+if TYPE_CHECKING:
+    from batch.run.adapter import BatchAdapter
+    from batch.config import BatchConfig
+    from batch.corpus.plan import CorpusPlan
+    from classify.model import ModelRef
+
+MANIFEST_VERSION = 2
+"""The run folder layout this docpilot writes (``shards/GGG/NNNNNN.jsonl``, a corpus plan read in streams)."""
+
+
+class _RunFile(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    @classmethod
+    def of(cls, data: Any) -> Any:
+        """``data`` as this model: an instance as is, a JSON object validated."""
+        return data if isinstance(data, cls) else cls.model_validate(data)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object written to disk: the keys read or set, and unknown keys kept."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def write(self, path: Path) -> None:
+        """Write the file atomically (indented, keys sorted)."""
+        write_json_atomic(path, self.to_json())
+
+
+class Manifest(_RunFile):
+    """``manifest.json``: what a batch is (resume keys, shard plan, provenance) and one record per attempt.
+
+    Attributes:
+        manifest_version: the run folder layout (absent in the first layout: :attr:`version` is 1).
+        batch_id: the run folder's name.
+        created_at: UTC ISO 8601.
+        corpus: :meth:`batch.corpus.plan.CorpusPlan.describe` (``path``, ``format``, ``input_rows``,
+            ``distinct_ids``, ``duplicate_rows``, ``fingerprint``, ...).
+        corpus_fingerprint, config_sha256, model_fingerprint, adapter_sha256: the resume keys
+            (:data:`batch.layout.RESUME_KEYS`).
+        config: the config sections that decide results (:func:`batch.config.results_config`).
+        full_config: the whole batch config.
+        model: ``{name, path, source}`` of the base model.
+        adapter: ``name@version`` or ``None``; ``adapter_mode``, ``merged_model``: how engines ran it.
+        pilot_gate: the gate record (``key``, ``passed``, ``override``, ``pilot_run_id``, ``checked_at``).
+        shard_docs, shard_target_bytes: the plan's limits.
+        shards: the shard plan, one JSON object per shard (``index``, ``n_docs``, ``ids_sha256``, ...).
+        code, packages: provenance.
+        attempts: one object per attempt (``started_at``, ``pid``, ``host``, then ``finished_at`` or
+            ``failed_at`` and ``error``), appended by the driver.
+    """
+
+    manifest_version: int | None = None
+    batch_id: str | None = None
+    created_at: str | None = None
+    corpus: dict[str, Any] = {}
+    corpus_fingerprint: str | None = None
+    config: dict[str, Any] = {}
+    config_sha256: str | None = None
+    full_config: dict[str, Any] | None = None
+    model: dict[str, Any] = {}
+    model_fingerprint: str | None = None
+    adapter: str | None = None
+    adapter_sha256: str | None = None
+    adapter_mode: str | None = None
+    merged_model: dict[str, Any] | None = None
+    pilot_gate: dict[str, Any] = {}
+    shard_docs: int | None = None
+    shard_target_bytes: int | None = None
+    shards: list[dict[str, Any]] = []
+    code: dict[str, Any] | None = None
+    packages: dict[str, Any] | None = None
+    attempts: list[dict[str, Any]] = []
+
+    @property
+    def version(self) -> int:
+        """The run folder layout (1 when ``manifest_version`` is absent: the first layout)."""
+        return int(self.manifest_version or 1)
+
+    @property
+    def categories(self) -> list[str]:
+        """The allowed categories of the batch's ``classify`` section."""
+        return list(self.config["classify"]["categories"])
+
+    def add_attempt(self, attempt: dict[str, Any]) -> None:
+        """Append an attempt record (kept by reference: update it in place, then :meth:`write` again)."""
+        self.attempts = [*self.attempts, attempt]
+
+    @classmethod
+    def read(cls, path: Path) -> Manifest | None:
+        """The manifest at ``path``, or ``None`` when there is no file.
+
+        Raises:
+            InputError: a damaged file (not JSON, not an object, or fields of the wrong type), named.
+        """
+        if not path.is_file():
+            return None
+        try:
+            return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError and pydantic's ValidationError are ValueErrors
+            errors = getattr(err, "errors", None)
+            first = (f"`{'.'.join(map(str, errors()[0]['loc'])) or '(root)'}`: {errors()[0]['msg']}" if errors
+                     else str(err).splitlines()[0])
+            raise InputError(f"{path} is damaged ({first}); it is the run's plan and cannot be rebuilt from it: "
+                             "start the batch under a new --batch-id (the shard files of this folder are not reused)") from err
+
+
+class ProgressFile(_RunFile):
+    """``progress.json``: one attempt's counts, rate and state, rewritten by the driver (:class:`batch.run.progress.Progress`).
+
+    Attributes:
+        batch_id: the batch.
+        state: ``starting``, ``running``, ``done`` or ``failed`` (``not started`` when there is no file).
+        total: distinct ids in the corpus; done, accepted, rejected: ids in complete shards.
+        processed_this_attempt: ids classified by this attempt.
+        docs_per_s: this attempt's rate; eta_s: seconds left at that rate (``None``: unknown).
+        elapsed_s: seconds since the attempt started running.
+        retries: shard retries; last_error: the latest error text.
+        actors: one object per engine actor (``slot``, ``pid``, ``node``, ``procs``, ...).
+        pid, host: the driver process.
+        started_at, updated_at: UTC ISO 8601.
+        lease: the latest lease verdict (:class:`batch.run.lease.LeaseWatch`), or ``None``.
+    """
+
+    batch_id: str | None = None
+    state: str | None = "not started"
+    total: int | None = None
+    done: int | None = None
+    accepted: int | None = None
+    rejected: int | None = None
+    processed_this_attempt: int | None = None
+    docs_per_s: int | float | None = None  # int | float: a number is written back as it was read
+    eta_s: int | float | None = None  # int | float: a number is written back as it was read
+    elapsed_s: int | float | None = None  # int | float: a number is written back as it was read
+    retries: int | None = 0
+    last_error: str | None = None
+    actors: list[dict[str, Any]] | None = []
+    pid: int | None = None
+    host: str | None = None
+    started_at: str | None = None
+    updated_at: str | None = None
+    lease: dict[str, Any] | None = None
+
+    @classmethod
+    def read(cls, path: Path) -> ProgressFile:
+        """The file at ``path``; an empty record (state ``not started``) when there is none.
+
+        Raises:
+            json.JSONDecodeError, pydantic.ValidationError: a damaged file.
+        """
+        return cls.model_validate(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else cls()
+
+    @classmethod
+    def read_or_none(cls, path: Path) -> ProgressFile | None:
+        """Like :meth:`read`, but ``None`` for a missing, unreadable or damaged file."""
+        try:
+            return cls.read(path) if path.is_file() else None
+        except (OSError, ValueError):  # json.JSONDecodeError and pydantic.ValidationError are ValueErrors
+            return None
+
+
+def build_manifest(batch_id: str, cfg: BatchConfig, corpus: CorpusPlan, model: ModelRef, adapter: BatchAdapter | None,
+                   gate: dict[str, Any]) -> Manifest:
+    """The manifest this invocation would write for a new batch (see :mod:`batch.layout` for the layout).
+
+    Args:
+        batch_id: the run folder's name.
+        cfg: the batch config.
+        corpus: the planned corpus (:func:`batch.corpus.plan.plan_corpus`): its description and shard plan.
+        model: the resolved base model.
+        adapter: the resolved adapter, or ``None``.
+        gate: the pilot-gate record.
+
+    Returns:
+        The :class:`~batch.run.runfiles.Manifest`: the resume keys, the shard plan and provenance.
+    """
+    from batch.config import results_config, results_config_sha256
+
+    return Manifest(
+        manifest_version=MANIFEST_VERSION, batch_id=batch_id, created_at=utc_now(),
+        corpus=corpus.describe(), corpus_fingerprint=corpus.fingerprint,
+        config=results_config(cfg), config_sha256=results_config_sha256(cfg), full_config=cfg.model_dump(mode="json"),
+        model={"name": model.name, "path": model.path, "source": model.source}, model_fingerprint=model.fingerprint,
+        adapter=adapter.ref if adapter else None, adapter_sha256=adapter.sha256 if adapter else None,
+        **(adapter.describe() if adapter else {"adapter_mode": None, "merged_model": None}),
+        pilot_gate=gate, shard_docs=cfg.batch.shard_docs, shard_target_bytes=cfg.batch.shard_target_bytes,
+        shards=corpus.shards, code=code_revision(), packages=package_versions(), attempts=[],
+    )

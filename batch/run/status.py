@@ -1,0 +1,383 @@
+"""``docpilot status BATCH`` / ``make status BATCH=<id>``: a batch's progress, read from its run folder.
+
+Works from any shell while the batch runs (it only reads ``progress.json``, ``manifest.json``
+and the shard files) and after it ended (``summary.json``). ``--follow`` draws the live bar until the
+batch ends and exits with its status (``exit.json``, :mod:`batch.run.detach`); ``--from LOCATION`` reads
+the progress mirrored to the export location (:mod:`batch.run.mirror`) from any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from batch import layout as mf
+from batch.run.lease import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check
+from batch.run.runfiles import ProgressFile
+from classify.errors import InputError
+from classify.paths import runs_dir
+
+log = logging.getLogger(__name__)
+
+
+def _driver_alive(progress: ProgressFile) -> bool | None:
+    """Whether the driver process is still running (``None`` when it ran on another host): :func:`batch.run.detach.pid_alive`."""
+    from batch.run.detach import pid_alive
+
+    return pid_alive(progress.pid, progress.host)
+
+
+def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
+    """Collect a batch's progress from its run folder.
+
+    Args:
+        batch_id: the run folder name under ``runs/``.
+        root: parent of run folders (default :func:`classify.paths.runs_dir`).
+
+    Returns:
+        ``{batch_id, state, done, total, accepted, rejected, docs_per_s, eta_s, last_error, shards_done, shards,
+        classified, export}``. ``done`` counts ids in complete shard files, so it is right even after a crash.
+        ``classified``: the results are merged (``summary.json``); ``export``: ``{to, verified_at}`` of the
+        export an attempt copied and re-checked, or ``None``. ``state`` is ``done`` only with both.
+
+    Raises:
+        InputError: no such batch, or a folder that is not a batch run.
+    """
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", batch_id):  # the batch-id rule of `docpilot batch`
+        raise InputError(f"batch id must be a run folder name (letters, digits, '.', '_', '-'), got {batch_id!r}")
+    run_dir = (root or runs_dir()) / batch_id
+    manifest = mf.read_manifest(run_dir) if run_dir.is_dir() else None
+    if manifest is None:
+        known = sorted(p.name for p in (root or runs_dir()).glob("*") if (p / mf.MANIFEST).is_file())
+        raise InputError(f"no batch {batch_id!r} under {run_dir.parent} (batches there: {known[-5:] or 'none'})")
+    progress = ProgressFile.read(run_dir / mf.PROGRESS)
+    sizes = {s["index"]: s["n_docs"] for s in manifest.shards}
+    complete = mf.complete_shard_indexes(run_dir, manifest)
+    state = progress.state
+    if state == "running" and _driver_alive(progress) is False:
+        state = "interrupted (driver gone; rerun with the same --batch-id to resume)"
+    export = next(({"to": a.get("exported_to"), "verified_at": a["export_verified_at"]}
+                   for a in reversed(manifest.attempts) if a.get("export_verified_at")), None)
+    classified = (run_dir / mf.SUMMARY).is_file()
+    if classified and state != "running":  # "done" only once a verified export exists
+        state = "done" if export is not None else ("classified, not exported: the results are merged but no verified "
+                                                   "export exists yet; rerun the same command to export and re-check it")
+    return {
+        "batch_id": batch_id, "run_dir": str(run_dir), "state": state,
+        "done": sum(sizes[i] for i in complete), "total": manifest.corpus.get("distinct_ids"),
+        "accepted": progress.accepted, "rejected": progress.rejected,
+        "docs_per_s": progress.docs_per_s, "eta_s": progress.eta_s,
+        "last_error": progress.last_error or (manifest.attempts[-1].get("error") if manifest.attempts else None),
+        "shards_done": len(complete), "shards": len(sizes), "retries": progress.retries,
+        "updated_at": progress.updated_at, "skip_pilot_gate": manifest.pilot_gate.get("override"),
+        "classified": classified, "export": export,
+    }
+
+
+def export_partial(st: dict[str, Any], dest_root: str) -> Any:
+    """Copy a batch's run folder as it is now to ``<dest_root>/<batch-id>-partial-<utc>/`` and re-check it
+    (``...-<utc>-2/`` and so on for another copy within the same second).
+
+    Complete shard files are final (written atomically), so the copy holds every finished shard;
+    the temporary file of a shard being written is hidden and skipped.
+
+    Args:
+        st: :func:`batch_status` output.
+        dest_root: a folder or an object-storage URL.
+
+    Returns:
+        The copy's destination.
+
+    Raises:
+        VerificationError: the copy fails its re-check (names the file).
+    """
+    from classify import storage
+    from classify.accounting import recheck_export
+    from classify.export import export_run
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    from classify.export import export_complete
+
+    dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}")
+    n = 1
+    while export_complete(dest):  # a second copy within the same second (a wrap-up rerun): never overwritten
+        n += 1
+        dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}-{n}")
+    with storage.local_copy_dir("partial") as tmp:  # a snapshot first: progress.json is rewritten while it runs
+        snapshot = Path(tmp) / st["batch_id"]
+        shutil.copytree(st["run_dir"], snapshot, ignore=shutil.ignore_patterns(".*"))
+        export_run(snapshot, dest)
+    recheck_export(dest, None, f"partial export {dest}")
+    return dest
+
+
+def remote_status(location: str) -> dict[str, Any]:
+    """A batch's last mirrored progress, read from its export location (any machine, the pod gone or not).
+
+    Looks, in order, at ``location`` itself when it names a ``.json`` file, at the running batch's mirror
+    ``<location>.progress.json`` (:mod:`batch.run.mirror`), then at the ``progress.json`` inside a complete
+    export copy ``<location>/`` (which also says the copy exists).
+
+    Args:
+        location: ``<export root>/<batch-id>`` (folder or URL such as ``s3://bucket/exports/<batch-id>``),
+            or the mirror file itself.
+
+    Returns:
+        ``{batch_id, state, done, total, accepted, rejected, docs_per_s, eta_s, lease, updated_at, age_s, source,
+        exported}``; ``age_s`` is how old the record is (seconds), ``exported`` whether a complete export copy
+        (its ``SHA256SUMS``) is there.
+
+    Raises:
+        InputError: nothing readable there (names every place looked at).
+    """
+    from batch.run.mirror import MIRROR_SUFFIX
+    from classify import storage
+    from classify.export import SHA256SUMS
+
+    dest = storage.as_dest(location)
+    text = str(location).rstrip("/")
+    candidates = ([dest] if text.endswith(".json") else
+                  [storage.as_dest(text + MIRROR_SUFFIX), storage.join(dest, mf.PROGRESS)])
+    found: tuple[Any, bytes] | None = None
+    errors: list[str] = []
+    for target in candidates:
+        try:
+            if isinstance(target, Path):
+                found = (target, target.read_bytes())
+            else:
+                fs, path = storage.filesystem(target)
+                fs.invalidate_cache()
+                found = (target, fs.cat_file(path))
+            break
+        except FileNotFoundError:
+            errors.append(f"{target}: not there")
+        except (OSError, ImportError, ValueError) as err:
+            errors.append(f"{target}: {type(err).__name__}: {err}")
+    if found is None:
+        raise InputError(f"no mirrored progress at {location} ({'; '.join(errors)}); give `<export root>/<batch-id>`, "
+                         "the export location the batch ran with (`batch.export_dir` / --export-dir) plus its id")
+    source, data = found
+    try:
+        progress = ProgressFile.model_validate(json.loads(data.decode("utf-8")))
+    except ValueError as err:
+        raise InputError(f"{source} is not a progress record: {err}") from None
+    age_s = None
+    if progress.updated_at:
+        try:
+            age_s = round((dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(progress.updated_at)).total_seconds(), 1)
+        except ValueError:
+            pass
+    base = dest if not text.endswith(".json") else None
+    exported = bool(base is not None and storage.exists(base, SHA256SUMS))
+    state = progress.state
+    if state == "done" and not exported:  # the mirror says "done" once classified; the export comes after it
+        state = ("classified, not exported: no complete export copy beside this record (yet); the batch may still be "
+                 "exporting, or its export failed (see its run folder or log)")
+    return {"batch_id": progress.batch_id, "state": state, "done": progress.done, "total": progress.total,
+            "accepted": progress.accepted, "rejected": progress.rejected, "docs_per_s": progress.docs_per_s,
+            "eta_s": progress.eta_s, "retries": progress.retries, "last_error": progress.last_error,
+            "lease": progress.lease, "host": progress.host, "updated_at": progress.updated_at, "age_s": age_s,
+            "source": str(source).split("?", 1)[0], "exported": exported}
+
+
+def _print_remote(st: dict[str, Any]) -> None:
+    pct = 100 * (st["done"] or 0) / st["total"] if st["total"] else 100.0
+    age = f" ({eta_text(st['age_s'])} ago)" if st["age_s"] is not None else ""
+    print(f"batch {st['batch_id']}: {st['state']} (as last mirrored from {st['host']}{age})")
+    print(f"  done      {st['done']}/{st['total']} ids ({pct:.1f}%)   rejected {st['rejected']}   accepted {st['accepted']}")
+    print(f"  rate      {st['docs_per_s'] or 0:.2f} docs/s   ETA {eta_text(st['eta_s']) if st['state'] == 'running' else '-'}")
+    print(f"  retries   {st['retries']}   last error: {st['last_error'] or 'none'}")
+    if st["lease"]:
+        print(f"  lease     {st['lease'].get('message') or st['lease'].get('short')}")
+    print(f"  source    {st['source']}   updated {st['updated_at']}")
+    print(f"  exported  {'yes: a complete copy (SHA256SUMS) is there' if st['exported'] else 'no complete copy there yet'}")
+    if st["state"] == "running" and st["age_s"] is not None and st["age_s"] > 180:
+        print("  NOTE      the record is older than the mirror interval: the driver or its pod may be gone; resume with "
+              f"`docpilot batch --batch-id {st['batch_id']}` (complete shards are kept in the run folder and its copies)")
+
+
+def _print_detached(run_dir: Path) -> None:
+    """The detached run's log and, once it ended, its exit status (:mod:`batch.run.detach`)."""
+    from batch.run.detach import read_detach, read_exit
+
+    detach, ended = read_detach(run_dir), read_exit(run_dir)
+    if detach:
+        print(f"  detached  pid {detach.get('supervisor_pid')} on {detach.get('host')}, log {detach.get('log')}")
+    if ended:
+        print(f"  exit      {ended.get('exit_code')} at {ended.get('ended_at')}")
+
+
+FOLLOW_POLL_S = 2.0
+"""Seconds between two reads of the run folder by ``docpilot status --follow``."""
+
+
+def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_S, file: Any = None) -> int:
+    """Draw a batch's progress bar from its run folder until it ends; return its exit status.
+
+    The end is the run folder's ``exit.json`` (written by a detached batch's supervisor, or by a
+    foreground ``docpilot batch`` as it returns, :mod:`batch.run.detach`). A batch whose processes are gone
+    without that record (SIGKILL, a reboot) ends the follow with 1 and says how to resume.
+
+    Args:
+        batch_id: the run folder name under ``runs/``.
+        root: parent of run folders (default :func:`classify.paths.runs_dir`).
+        poll_s: seconds between reads.
+        file: where the bar is drawn (default stderr).
+
+    Returns:
+        The batch's exit status (0 when it completed, exported and re-checked).
+
+    Raises:
+        InputError: no such run folder.
+    """
+    import time
+
+    from batch.run.progress import progress_bar
+    from batch.run.detach import log_path, pid_alive, read_detach, read_exit
+
+    check = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", batch_id)
+    run_dir = (root or runs_dir()) / batch_id
+    if not check or not run_dir.is_dir():
+        raise InputError(f"no run folder {batch_id!r} under {run_dir.parent}")
+    bar = None
+    gone_since: float | None = None
+    try:
+        while True:
+            ended = read_exit(run_dir)
+            try:
+                st = batch_status(batch_id, root)
+            except InputError:
+                st = None  # not planned yet (or a training job's folder): no counts to draw
+            if st is not None and st["total"] is not None:
+                if bar is None:
+                    bar = progress_bar(int(st["total"]), 0, f"batch {batch_id}", file=file)
+                bar.n = int(st["done"])
+                progress = ProgressFile.read_or_none(run_dir / mf.PROGRESS)
+                lease = (progress.lease or {}).get("short") if progress else None
+                bar.set_postfix_str(f"{st['state'].split(' ')[0]}" + (f", {lease}" if lease else ""), refresh=False)
+                bar.refresh()
+            if ended is not None:
+                now = ProgressFile.read_or_none(run_dir / mf.PROGRESS)
+                # an earlier attempt's record while a resumed batch runs (UTC ISO stamps compare as text)
+                stale = (now is not None and now.state in ("running", "starting") and now.started_at
+                         and str(now.started_at) > str(ended.get("ended_at") or ""))
+                if not stale:
+                    break
+            detach = read_detach(run_dir)
+            alive = [pid_alive(detach.get("supervisor_pid"), detach.get("host"))] if detach else []
+            progress = ProgressFile.read_or_none(run_dir / mf.PROGRESS)
+            if progress is not None and progress.state in ("running", "starting"):
+                alive.append(pid_alive(progress.pid, progress.host))
+            if alive and not any(a is not False for a in alive):
+                gone_since = gone_since or time.monotonic()
+                if time.monotonic() - gone_since > 3 * poll_s:  # the exit record may land just after the process ends
+                    if bar is not None:
+                        bar.close()
+                    print(f"batch {batch_id}: its processes are gone without an exit status (killed: SIGKILL, out of "
+                          f"memory, a reboot?); complete shards are kept: resume with `docpilot batch --batch-id {batch_id} "
+                          f"--detach`" + (f"; log: {log_path(run_dir, 'batch')}" if detach else ""), file=sys.stderr)
+                    return 1
+            else:
+                gone_since = None
+            time.sleep(poll_s)
+    finally:
+        if bar is not None:
+            bar.close()
+    code = int(ended.get("exit_code", 1))
+    detach = read_detach(run_dir)
+    where = f"; log: {detach['log']}" if detach else ""
+    what = "training job" if detach and detach.get("kind") == "train" else "batch"
+    if code != 0 and detach and Path(detach["log"]).is_file():  # the error is at the end of the log
+        tail = Path(detach["log"]).read_text(encoding="utf-8", errors="replace").splitlines()[-4:]
+        print("\n".join(f"  | {line}" for line in tail), file=sys.stderr)
+    print(f"{what} {batch_id} ended: exit {code} ({'done' if code == 0 else 'failed or stopped'}){where}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``docpilot status BATCH [--json] [--lease-ends T] [--follow]`` or ``docpilot status --from LOCATION``:
+    done/total, rejected, docs/s, ETA, the last error, and with a lease end (``--lease-ends`` or the lots
+    config's ``lease_ends_at``) whether it fits.
+
+    Args:
+        argv: command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        0 (2 when no batch id is given); with ``--follow`` the batch's own exit status.
+
+    Raises:
+        InputError: unknown batch id, or nothing readable at ``--from``.
+    """
+    p = argparse.ArgumentParser(prog="docpilot status", description="Progress of a batch run, from its run folder.")
+    p.add_argument("batch_id", nargs="?", help="the batch id (run folder name under runs/)")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.add_argument("--lease-ends", help="when the lease ends, ISO 8601 with timezone (replaces the lots "
+                                        "config's `lease_ends_at`)")
+    p.add_argument("--lots-config", default="config/lots.json", help="lots config holding `lease_ends_at` "
+                                                                       "(default %(default)s)")
+    p.add_argument("--export-partial", metavar="DEST",
+                   help="copy the run folder as it is now (complete shards) to DEST/<batch-id>-partial-<utc>/ "
+                        "(folder or object-storage URL) with SHA256SUMS, read back and re-checked")
+    p.add_argument("--upload-mib-per-s", type=float, default=DEFAULT_UPLOAD_MIB_PER_S,
+                   help="assumed upload rate for the export estimate, MiB/s (default %(default)s)")
+    p.add_argument("--follow", action="store_true",
+                   help="draw the live progress bar until the batch ends, then exit with the batch's exit status")
+    p.add_argument("--from", dest="from_", metavar="LOCATION",
+                   help="read the progress mirrored off the pod: <export root>/<batch-id> (folder or s3://...), from "
+                        "any machine")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.from_:
+        st = remote_status(args.from_)
+        if args.json:
+            print(json.dumps(st, indent=2))
+        else:
+            _print_remote(st)
+        return 0
+    if args.follow and args.batch_id:
+        return follow(args.batch_id)
+    if not args.batch_id:
+        print("usage: docpilot status BATCH_ID   (make status BATCH=<id>)", file=sys.stderr)
+        return 2
+    st = batch_status(args.batch_id)
+    from batch.plan.plan import lease_end
+
+    lease = lease_end(args.lots_config, args.lease_ends)
+    if lease is not None:
+        if not args.upload_mib_per_s > 0:
+            raise InputError(f"--upload-mib-per-s must be > 0, got {args.upload_mib_per_s}")
+        st["lease"] = lease_check(st, lease, upload_mib_per_s=args.upload_mib_per_s)
+    if args.export_partial:
+        st["partial_export"] = str(export_partial(st, args.export_partial))
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    pct = 100 * st["done"] / st["total"] if st["total"] else 100.0
+    print(f"batch {st['batch_id']}: {st['state']}")
+    print(f"  done      {st['done']}/{st['total']} ids ({pct:.1f}%), shards {st['shards_done']}/{st['shards']}")
+    print(f"  rejected  {st['rejected'] if st['rejected'] is not None else '?'}   accepted {st['accepted'] if st['accepted'] is not None else '?'}")
+    print(f"  rate      {st['docs_per_s'] or 0:.2f} docs/s   ETA {eta_text(st['eta_s']) if st['state'] == 'running' else '-'}")
+    print(f"  retries   {st['retries']}   last error: {st['last_error'] or 'none'}")
+    if st["skip_pilot_gate"]:
+        print("  WARNING   started with --skip-pilot-gate (no passed pilot)")
+    print(f"  folder    {st['run_dir']}   updated {st['updated_at']}")
+    if st.get("export"):
+        print(f"  export    {st['export']['to']} (exported and verified {st['export']['verified_at']})")
+    elif st.get("classified"):
+        print("  export    none verified yet (classified only)")
+    _print_detached(Path(st["run_dir"]))
+    if "lease" in st:
+        print(f"  lease     {st['lease']['message']}")
+    if "partial_export" in st:
+        print(f"  exported  {st['partial_export']} (partial: complete shards so far; SHA256SUMS re-checked)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
