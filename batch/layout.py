@@ -29,7 +29,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from batch.run.runfiles import MANIFEST_VERSION as MANIFEST_VERSION  # the layout version, defined with the model
+from batch.run.runfiles import (
+    MANIFEST_VERSION as MANIFEST_VERSION,  # the layout version, defined with the model
+)
 from batch.run.runfiles import Manifest
 from classify.errors import InputError, VerificationError
 from classify.files import ids_sha256

@@ -69,8 +69,8 @@ def _child(corpus: str, work: str, batch_id: str, host: str = "0") -> None:
     logging.basicConfig(level=logging.WARNING)
     os.environ["DOCPILOT_RUNS"] = f"{work}/runs"
     os.environ["DOCPILOT_EXPORTS"] = f"{work}/exports"
-    from batch.run import driver
     from batch import layout as mf
+    from batch.run import driver
     from bench.instant_engine import remote_class
 
     config = Path(work) / "batch.json"

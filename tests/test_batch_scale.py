@@ -185,8 +185,8 @@ def test_resume_with_half_the_shards_is_exactly_once_and_folders_stay_small(inst
 
 
 def test_a_version_1_run_folder_is_refused_with_a_clear_message(tmp_path):
-    from batch.run.attempt import plan_or_reuse
     from batch.config import BatchConfig
+    from batch.run.attempt import plan_or_reuse
     from batch.run.runfiles import Manifest
     from classify.errors import InputError
 

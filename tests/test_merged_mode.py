@@ -149,8 +149,8 @@ def test_a_pilot_in_one_mode_never_opens_a_batch_in_the_other(tmp_path, piloted,
 
 def test_batch_manifest_records_the_mode_and_resume_refuses_a_changed_one(tmp_path):
     from batch import layout as mf
-    from batch.run.adapter import BatchAdapter
     from batch.config import load_batch_config
+    from batch.run.adapter import BatchAdapter
     from batch.run.runfiles import build_manifest
 
     corpus = SimpleNamespace(describe=lambda: {"path": "c.jsonl", "input_rows": 1}, fingerprint="sha256:c", docs=[], shards=[])

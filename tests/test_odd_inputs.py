@@ -22,9 +22,9 @@ import pytest
 from test_serve_api import AUTH, make_client, registry  # noqa: F401  (fixtures: the real app over a fake engine)
 
 from batch.config import CorpusConfig
-from batch.pilot.inputs import read_pilot_set
 from batch.corpus.plan import read_corpus
 from batch.layout import completed_shards, plan_shards, write_shard
+from batch.pilot.inputs import read_pilot_set
 from classify.config import ClassifyConfig
 from classify.documents import document_from_text, iter_directory
 from classify.errors import InputError
@@ -363,8 +363,8 @@ def test_a_jsonl_line_that_is_not_utf8_keeps_its_label_and_a_first_line_mark(tmp
     """The label of such a line still counts (pilot: a planned reject; batch: labelled rows), like a CSV row's;
     a UTF-8 byte-order mark on line 1 does not cost that line its id."""
     from batch.corpus.labels import iter_labels
-    from batch.pilot.inputs import read_pilot_set
     from batch.corpus.plan import plan_corpus
+    from batch.pilot.inputs import read_pilot_set
     from classify.documents import iter_jsonl
 
     bad = tmp_path / "lab.jsonl"

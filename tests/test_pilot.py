@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from stand_in_actors import answer_actor
 
-from batch.run.merge import check_export
 from batch.pilot.run import main, run_pilot
+from batch.run.merge import check_export
 from classify.config import PilotConfig, parse_config
 from classify.export import verify_export
 from classify.pilotgate import combo_key, pilot_status
@@ -482,8 +482,8 @@ def test_a_parquet_pilot_set_runs_through_the_batch_reader(ray_two_cpus, isolate
 def test_pilot_and_batch_call_the_same_reader_shard_writer_merge_and_recheck(ray_two_cpus, isolated, pilot_config,
                                                                             monkeypatch, capsys):
     """A spy on each shared function: one pilot, then one batch (with another actor count, which it says)."""
-    import batch.run.attempt
     import batch.corpus.plan
+    import batch.run.attempt
     from batch.run.driver import parse_args, run_batch
 
     calls: list[str] = []

@@ -221,8 +221,8 @@ class _RecordingLLM:
 def test_pilot_batch_serve_and_training_build_identical_ids(tokenizer, pilot_config, bbc_texts):
     """The same document gives the same prompt ids on every path: what was trained is what is served."""
     from adapters._data import Row, tokenize
-    from batch.pool.actor import EngineActor
     from batch.corpus.shard import RawShard
+    from batch.pool.actor import EngineActor
     from classify.documents import document_from_text
     from classify.engine import Classifier
     from classify.scoring import Scorer

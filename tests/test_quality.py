@@ -132,8 +132,8 @@ def test_pilot_batch_and_serve_apply_the_card_temperature_identically(tmp_path, 
 
 def test_the_batch_actor_applies_the_temperature_in_lora_and_merged_mode(tmp_path, monkeypatch):
     import classify.engine as engine_mod
-    from batch.pool.actor import EngineActor
     from batch.corpus.shard import RawShard
+    from batch.pool.actor import EngineActor
 
     monkeypatch.setattr(engine_mod, "build_engine", lambda *a, **k: Classifier(FakeLLM(), _scorer(), None, True))
     handle = _registry_adapter(tmp_path, 2.5).handle()

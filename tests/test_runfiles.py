@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from batch import layout as mf
-from batch.run.progress import Progress
 from batch.run.driver import BatchOptions, parse_args
+from batch.run.progress import Progress
 from batch.run.runfiles import Manifest, ProgressFile
 from classify.errors import InputError
 from classify.records import Result

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from batch.run.arrow import RowMatcher, results_schema, shard_table, tally_table
 from batch.config import CorpusConfig
-from batch.corpus.shard import RawShard, ShardOutput, as_documents
 from batch.corpus.plan import plan_corpus
+from batch.corpus.shard import RawShard, ShardOutput, as_documents
+from batch.run.arrow import RowMatcher, results_schema, shard_table, tally_table
 from batch.run.merge import Tally
 from classify.files import ids_sha256
 from classify.records import Result

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from batch import layout as mf
-from batch.run.lease import lease_check
 from batch.plan.plan import lease_end, parse_lease_end
+from batch.run.lease import lease_check
 from batch.run.status import batch_status
 from batch.run.status import main as status_main
 from classify.errors import ConfigError

@@ -165,8 +165,8 @@ def test_nothing_exported_or_a_running_batch_never_stops_the_lease(tmp_path, mon
 
 
 def test_stop_command_runs_without_a_shell_and_a_failing_one_is_an_error(tmp_path):
-    from batch.run.lease import stop_the_meter
     from batch.plan.lots import LeaseSection
+    from batch.run.lease import stop_the_meter
 
     lease = LeaseSection(stop_command=["echo", "$HOME; touch", str(tmp_path / "injected")])
     decision = stop_the_meter(tmp_path, lease, True, "verified")

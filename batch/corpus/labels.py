@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from batch.corpus.shard import jsonl_lines
 from batch.corpus.plan import CorpusPlan
+from batch.corpus.shard import jsonl_lines
 from classify.documents import jsonl_line_fields, jsonl_line_id
 from classify.tabular import (
     csv_header,

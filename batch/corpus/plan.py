@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from batch.config import CorpusConfig
-from batch.corpus.scan import csv_rows, detect_format, dir_rows, jsonl_rows, parquet_docs, parquet_rows
 from batch.corpus.ids import IdHashBuckets, fold_duplicates
+from batch.corpus.scan import csv_rows, detect_format, dir_rows, jsonl_rows, parquet_docs, parquet_rows
 from batch.corpus.shard import RawShard, fold_shard, jsonl_documents
 from classify.documents import read_file_document
 from classify.errors import InputError

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batch.run.adapter import BatchAdapter, prompt_mismatch, resolve_adapter
-from batch.run.attempt import BatchRun, RunHooks
 from batch.config import BatchConfig, load_batch_config
+from batch.pilot.decision import build_summary, decide, decision_markdown
 from batch.pilot.inputs import read_pilot_set
 from batch.pilot.measure import measure_pool, nvml_bytes, pool_peaks, process_titles
-from batch.pilot.decision import build_summary, decide, decision_markdown
+from batch.run.adapter import BatchAdapter, prompt_mismatch, resolve_adapter
+from batch.run.attempt import BatchRun, RunHooks
 from classify import storage
 from classify.config import PilotConfig, classification_sha256, config_sha256, load_config
 from classify.doctor import blockers, findings_json, run_checks

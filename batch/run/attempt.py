@@ -18,17 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapters._export_copy import redact
-from batch.pool import local_ray as _ray_local
 from batch import layout as mf
-from batch.run.adapter import BatchAdapter
 from batch.config import BatchConfig
+from batch.corpus.plan import CorpusPlan, plan_corpus, quick_fingerprint
+from batch.corpus.shard import ShardOutput
+from batch.pool import local_ray as _ray_local
+from batch.run.adapter import BatchAdapter
 from batch.run.debris import remove_stale_temporaries
 from batch.run.disk import full_disk_is_environment
+from batch.run.merge import check_export, merge_results
 from batch.run.mirror import progress_mirror
 from batch.run.progress import Progress, logging_redirect, progress_bar
-from batch.corpus.shard import ShardOutput
-from batch.corpus.plan import CorpusPlan, plan_corpus, quick_fingerprint
-from batch.run.merge import check_export, merge_results
 from batch.run.runfiles import Manifest, build_manifest
 from classify import storage
 from classify.accounting import recheck_export

@@ -18,10 +18,10 @@ from typing import Any
 from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict
 
-from batch.run.adapter import resolve_adapter
-from batch.run.attempt import BatchRun
 from batch.config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
 from batch.corpus.plan import locate_corpus
+from batch.run.adapter import resolve_adapter
+from batch.run.attempt import BatchRun
 from classify.errors import DocpilotError, InputError, Interrupted
 from classify.model import resolve_model, verify_model
 from classify.paths import runs_dir

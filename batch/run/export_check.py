@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from batch.layout import RESULT_COLUMNS, RESULTS, RESULTS_PARQUET, check_shard_ids, result_lines, shard_path
 from batch.run.arrow import (
     REVIEW_COLUMN,
     RowMatcher,
@@ -21,7 +22,6 @@ from batch.run.arrow import (
     streaming_parquet,
     tally_table,
 )
-from batch.layout import RESULT_COLUMNS, RESULTS, RESULTS_PARQUET, check_shard_ids, result_lines, shard_path
 from batch.run.merge import Tally
 from batch.run.runfiles import Manifest
 from classify.accounting import recount_mismatches

@@ -15,12 +15,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from batch.run.arrow import (
-    has_review,
-    parsed_shards,
-    results_schema,
-    tally_table,
-)
 from batch.layout import (
     MANIFEST,
     RESULTS,
@@ -29,6 +23,12 @@ from batch.layout import (
     check_shard_ids,
     result_lines,
     shard_path,
+)
+from batch.run.arrow import (
+    has_review,
+    parsed_shards,
+    results_schema,
+    tally_table,
 )
 from batch.run.runfiles import Manifest
 from classify.accounting import Ledger, account

@@ -20,9 +20,9 @@ from classify.errors import InputError
 from classify.runrecords import code_revision, package_versions, utc_now, write_json_atomic
 
 if TYPE_CHECKING:
-    from batch.run.adapter import BatchAdapter
     from batch.config import BatchConfig
     from batch.corpus.plan import CorpusPlan
+    from batch.run.adapter import BatchAdapter
     from classify.model import ModelRef
 
 MANIFEST_VERSION = 2

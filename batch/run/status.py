@@ -239,8 +239,8 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
     """
     import time
 
-    from batch.run.progress import progress_bar
     from batch.run.detach import log_path, pid_alive, read_detach, read_exit
+    from batch.run.progress import progress_bar
 
     check = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", batch_id)
     run_dir = (root or runs_dir()) / batch_id
