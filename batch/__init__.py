@@ -1,16 +1,23 @@
 """Batch: the corpus, the Ray pool, a run and its files, the pilot, reports and the lot plan.
 
-Rooms (each ``__init__`` names its public face; a room imports only from rooms above it in this list):
+Rooms, by floor: a module imports its own room and lower floors only (``tests/test_batch_rooms.py``
+checks it, and that there is no import circle); each sub-package's ``__init__`` names its public face.
 
-config.py   BatchConfig, RunConfig, CorpusConfig: the user-facing ``corpus`` and ``batch`` config sections
-layout.py   the run folder: file names (manifest.json, progress.json, shards/, results.*) and their readers
-corpus/     the corpus plan, format readers, shard bytes, duplicate ids, labels
-pool/       the Ray pool: engine actors and the shard scheduler
-report/     the quality report of a labelled run
-run/        ``docpilot batch``: driver, attempt, manifest, merge, export, status, lease, submit, detach, wrap-up
-pilot/      ``docpilot pilot``: a 12-document batch and its decision
-plan/       ``docpilot plan``: the lot order summary and per-card memory fit
+floor 0
+config.py    BatchConfig, RunConfig, CorpusConfig: the user-facing ``corpus`` and ``batch`` config sections
+runfiles.py  Manifest, ProgressFile: ``manifest.json`` and ``progress.json`` as pydantic models
+layout.py    the run folder: file names (manifest.json, progress.json, shards/, results.*) and their readers
+floor 1
+corpus/      the corpus plan, format readers, shard bytes, duplicate ids, labels
+plan/        ``docpilot plan``: the lot order summary, per-card memory fit and the lots file (lease end)
+floor 2
+pool/        the Ray pool: engine actors and the shard scheduler
+report/      the quality report of a labelled run
+floor 3
+run/         ``docpilot batch``: driver, attempt, manifest, merge, export, status, lease, submit, detach, wrap-up
+floor 4
+pilot/       ``docpilot pilot``: a 12-document batch and its decision
 
-``make pilot`` (:mod:`batch.pilot`) proves the path on 12 documents; ``make batch`` runs the
+``make pilot`` (:mod:`batch.pilot.run`) proves the path on 12 documents; ``make batch`` runs the
 full corpus over Ray engine actors, resumable by manifest; ``make plan`` sizes the lots.
 """

@@ -141,8 +141,8 @@ def test_parquet_and_jsonl_batches_give_the_same_results_and_parquet_equals_json
     assert "results.parquet" in sums and "results.jsonl" in sums
     assert verify_export(tmp_path / "exports" / "p", check_export) == []
     export = tmp_path / "exports" / "p"
-    from batch.run.export_check import _check_export_fast
-    from batch.run.runfiles import Manifest
+    from batch.run.merge import _check_export_fast
+    from batch.runfiles import Manifest
 
     manifest = Manifest.read(export / mf.MANIFEST)
     summary = json.loads((export / mf.SUMMARY).read_text())
@@ -187,7 +187,7 @@ def test_resume_with_half_the_shards_is_exactly_once_and_folders_stay_small(inst
 def test_a_version_1_run_folder_is_refused_with_a_clear_message(tmp_path):
     from batch.config import BatchConfig
     from batch.run.attempt import plan_or_reuse
-    from batch.run.runfiles import Manifest
+    from batch.runfiles import Manifest
     from classify.errors import InputError
 
     corpus = _jsonl(tmp_path / "c.jsonl", _docs(3))

@@ -151,7 +151,7 @@ def test_batch_manifest_records_the_mode_and_resume_refuses_a_changed_one(tmp_pa
     from batch import layout as mf
     from batch.config import load_batch_config
     from batch.run.adapter import BatchAdapter
-    from batch.run.runfiles import build_manifest
+    from batch.run.manifest import build_manifest
 
     corpus = SimpleNamespace(describe=lambda: {"path": "c.jsonl", "input_rows": 1}, fingerprint="sha256:c", docs=[], shards=[])
     resolved = SimpleNamespace(ref="tiny@1", sha256="ab" * 32, handle=lambda: "lora-handle")

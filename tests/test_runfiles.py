@@ -1,4 +1,4 @@
-"""manifest.json and progress.json as pydantic models (batch.run.runfiles): the same JSON on disk; the batch options object."""
+"""manifest.json and progress.json as pydantic models (batch.runfiles): the same JSON on disk; the batch options object."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from batch import layout as mf
 from batch.run.driver import BatchOptions, parse_args
 from batch.run.progress import Progress
-from batch.run.runfiles import Manifest, ProgressFile
+from batch.runfiles import Manifest, ProgressFile
 from classify.errors import InputError
 from classify.records import Result
 from classify.runrecords import write_json_atomic
@@ -70,7 +70,7 @@ def test_batch_options_are_the_command_line():
 
 
 def test_damaged_manifest_is_an_input_error_naming_the_file(tmp_path):
-    from batch.run.runfiles import Manifest
+    from batch.runfiles import Manifest
     from classify.errors import InputError
 
     path = tmp_path / "manifest.json"

@@ -1,21 +1,16 @@
-"""Private duplicate-id machinery for :mod:`batch.corpus.plan`: 64-bit id hashes bucketed on disk (flat memory),
-then the candidate rows' real ids compared and each duplicated id folded into one rejected row.
+"""Duplicate-id machinery for :mod:`batch.corpus.plan`: 64-bit id hashes bucketed on disk (flat memory).
+
+The plan then compares the candidate rows' real ids and folds each duplicated id into one rejected row
+(:func:`batch.corpus.plan.fold_duplicates`).
 """
 
 from __future__ import annotations
 
-import bisect
 import shutil
 import tempfile
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from classify.files import ids_sha256
-from classify.records import Document
-
-if TYPE_CHECKING:
-    from batch.corpus.plan import CorpusPlan
+from typing import Any
 
 N_BUCKETS = 64
 
@@ -125,40 +120,3 @@ class IdHashBuckets:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def fold_duplicates(plan: CorpusPlan, candidates: list[int], first_seq: list[int], max_doc_bytes: int) -> None:
-    """Compare the real ids of the candidate rows; mark each duplicated id's first row rejected and skip the others."""
-    by_shard: dict[int, set[int]] = {}
-    for seq in candidates:
-        index = bisect.bisect_right(first_seq, seq) - 1
-        by_shard.setdefault(index, set()).add(seq - first_seq[index])
-    seen: dict[str, list[tuple[int, int, Document]]] = {}  # id -> [(shard, key, doc)]
-    for index in sorted(by_shard):
-        shard = plan.shards[index]
-        for pos, (key, doc) in enumerate(plan._iter_shard(shard, max_doc_bytes)):  # noqa: SLF001
-            if pos in by_shard[index]:
-                seen.setdefault(doc.id, []).append((index, key, doc))
-    touched: set[int] = set()
-    for occurrences in seen.values():
-        if len(occurrences) < 2:
-            continue  # a 64-bit hash collision between different ids
-        sources = [d.source or d.id for _, _, d in occurrences]
-        shas = [d.input_sha256[:12] for _, _, d in occurrences]
-        reason = (f"duplicate id: given {len(occurrences)} times ({', '.join(sources)}; "
-                  f"sha256 {', '.join(shas)}); give each document a unique id")
-        first_shard, first_key, _ = occurrences[0]
-        plan.shards[first_shard].setdefault("dups", {})[str(first_key)] = reason
-        for index, key, _ in occurrences[1:]:
-            plan.shards[index].setdefault("skip", []).append(key)
-            touched.add(index)
-        plan.duplicate_rows += len(occurrences) - 1
-    for index in touched:  # recount the shards that lost rows, and their ids hash
-        shard = plan.shards[index]
-        ids = [d.id for d in plan.read_shard(shard, max_doc_bytes)]
-        shard["n_docs"] = len(ids)
-        shard["ids_sha256"] = ids_sha256(ids)
-        if ids:
-            shard["first_id"], shard["last_id"] = ids[0], ids[-1]
-    if any(s["n_docs"] == 0 for s in plan.shards):  # every row of a shard was a later duplicate
-        plan.shards = [s for s in plan.shards if s["n_docs"]]
-        for i, shard in enumerate(plan.shards):
-            shard["index"] = i

@@ -26,6 +26,7 @@ file of a folder. A resume that finds the same fingerprint reuses the stored pla
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from batch.config import CorpusConfig
-from batch.corpus.ids import IdHashBuckets, fold_duplicates
+from batch.corpus.ids import IdHashBuckets
 from batch.corpus.scan import csv_rows, detect_format, dir_rows, jsonl_rows, parquet_docs, parquet_rows
 from batch.corpus.shard import RawShard, fold_shard, jsonl_documents
 from classify.documents import read_file_document
 from classify.errors import InputError
-from classify.files import file_sha256, special_kind
+from classify.files import file_sha256, ids_sha256, special_kind
 from classify.paths import bbc_dir_hint
 from classify.records import Document
 from classify.tabular import csv_row_document, iter_csv_rows
@@ -363,3 +364,42 @@ def read_corpus(cfg: CorpusConfig, max_doc_bytes: int, path: str | Path | None =
     plan = plan_corpus(cfg, 1 << 30, 1 << 62, path, max_doc_bytes)
     docs = tuple(d for s in plan.shards for d in plan.read_shard(s, max_doc_bytes))
     return Corpus(plan.path, plan.format, docs, plan.input_rows, plan.fingerprint)
+
+
+def fold_duplicates(plan: CorpusPlan, candidates: list[int], first_seq: list[int], max_doc_bytes: int) -> None:
+    """Compare the real ids of the candidate rows; mark each duplicated id's first row rejected and skip the others."""
+    by_shard: dict[int, set[int]] = {}
+    for seq in candidates:
+        index = bisect.bisect_right(first_seq, seq) - 1
+        by_shard.setdefault(index, set()).add(seq - first_seq[index])
+    seen: dict[str, list[tuple[int, int, Document]]] = {}  # id -> [(shard, key, doc)]
+    for index in sorted(by_shard):
+        shard = plan.shards[index]
+        for pos, (key, doc) in enumerate(plan._iter_shard(shard, max_doc_bytes)):  # noqa: SLF001
+            if pos in by_shard[index]:
+                seen.setdefault(doc.id, []).append((index, key, doc))
+    touched: set[int] = set()
+    for occurrences in seen.values():
+        if len(occurrences) < 2:
+            continue  # a 64-bit hash collision between different ids
+        sources = [d.source or d.id for _, _, d in occurrences]
+        shas = [d.input_sha256[:12] for _, _, d in occurrences]
+        reason = (f"duplicate id: given {len(occurrences)} times ({', '.join(sources)}; "
+                  f"sha256 {', '.join(shas)}); give each document a unique id")
+        first_shard, first_key, _ = occurrences[0]
+        plan.shards[first_shard].setdefault("dups", {})[str(first_key)] = reason
+        for index, key, _ in occurrences[1:]:
+            plan.shards[index].setdefault("skip", []).append(key)
+            touched.add(index)
+        plan.duplicate_rows += len(occurrences) - 1
+    for index in touched:  # recount the shards that lost rows, and their ids hash
+        shard = plan.shards[index]
+        ids = [d.id for d in plan.read_shard(shard, max_doc_bytes)]
+        shard["n_docs"] = len(ids)
+        shard["ids_sha256"] = ids_sha256(ids)
+        if ids:
+            shard["first_id"], shard["last_id"] = ids[0], ids[-1]
+    if any(s["n_docs"] == 0 for s in plan.shards):  # every row of a shard was a later duplicate
+        plan.shards = [s for s in plan.shards if s["n_docs"]]
+        for i, shard in enumerate(plan.shards):
+            shard["index"] = i

@@ -254,7 +254,7 @@ def run_pilot(
                 log.warning("adapter %s was trained on another prompt than this pilot builds (%s): expect lower "
                             "accuracy; pilot it with the classify settings it was trained with",
                             adapter.ref, "; ".join(params["adapter"]["prompt_mismatch"]))
-        from batch.run.driver import BatchOptions
+        from batch.run.options import BatchOptions
 
         gate = {"key": _gate_key(model, adapter, cfg), "passed": None, "override": False, "pilot_run_id": run_id,
                 "role": "pilot", "checked_at": utc_now()}

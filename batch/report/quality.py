@@ -267,8 +267,7 @@ def _result_batches(results: Path) -> Iterator[Any]:
     ``score`` (and ``review``) read from the ``results.parquet`` merged beside it when there is one (the same
     rows in the same order, :func:`batch.run.merge.merge_results`; Arrow decodes it far faster), else lists of
     row dicts read from the JSON lines."""
-    from batch.layout import RESULTS_PARQUET
-    from batch.run.arrow import streaming_parquet
+    from batch.layout import RESULTS_PARQUET, streaming_parquet
 
     parquet = results.with_name(RESULTS_PARQUET)
     if parquet.is_file():

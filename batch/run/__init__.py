@@ -1,17 +1,18 @@
 """A batch run: the command, its attempt, the run folder's files, the merge and what follows it.
 
-driver.py       run_batch, BatchOptions, parse_args: ``docpilot batch``
+driver.py       run_batch, parse_args: ``docpilot batch``
+options.py      BatchOptions: the options of one batch
 attempt.py      BatchRun: one attempt once the run folder is locked (plan, pool, merge, export)
 adapter.py      resolve_adapter: the adapter a batch runs with, checked against the pilot
-runfiles.py     Manifest, ProgressFile: manifest.json and progress.json as pydantic models
+manifest.py     build_manifest: a new batch's manifest.json (its model: batch.runfiles.Manifest)
 progress.py     the progress bar and log redirection
 merge.py        merge_results, check_export, Tally: shards -> results.jsonl + results.parquet, and their re-check
 arrow.py        the Arrow tables the merge and the re-check read
-export_check.py the row-level wording of a failed export re-check
 lease.py        lease_check, stop_the_meter: the lease clock and the stop after a verified wrap-up
 status.py       batch_status: ``docpilot status`` from another shell
 submit.py       ``docpilot submit``: the batch as a Ray job
 detach.py       start_detached, detach_train: a batch or training that outlives the SSH session
+detached.py     pid_alive, read_exit: what a detached run leaves in its run folder (read by status)
 wrapup.py       wrap_up: ``docpilot wrap-up``, copy off the pod, re-check, then stop the lease
 mirror.py       the progress mirror to remote storage
 debris.py       stale temporaries left by a killed run
@@ -20,12 +21,12 @@ disk.py         full-disk errors (an environment failure, exit 6)
 
 _PUBLIC = {
     "run_batch": "driver",
-    "BatchOptions": "driver",
+    "BatchOptions": "options",
     "parse_args": "driver",
     "BatchRun": "attempt",
     "resolve_adapter": "adapter",
-    "Manifest": "runfiles",
-    "ProgressFile": "runfiles",
+    "build_manifest": "manifest",
+    "pid_alive": "detached",
     "merge_results": "merge",
     "check_export": "merge",
     "Tally": "merge",

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from batch.layout import RESULT_COLUMNS
+from batch.layout import RESULT_COLUMNS, streaming_parquet  # noqa: F401 - streaming_parquet: read here by the merge
 
 REVIEW_COLUMN = ("review", "bool_")
 """The extra ``results.parquet`` column of a batch with ``classify.review_below_score`` (null on rejected rows)."""
@@ -63,21 +63,6 @@ def shard_table(body: bytes, review: bool) -> Any | None:
     if any(table.column(name).null_count for name in ("id", "status", "n_chars", "n_tokens")):
         return None
     return table.combine_chunks()
-
-
-def streaming_parquet(path: Path) -> Any:
-    """A ``pyarrow.parquet.ParquetFile`` for reading a whole results file batch by batch in bounded memory.
-
-    ``pre_buffer=False`` with a 1 MiB read buffer: with pyarrow's default pre-buffering, ``iter_batches``
-    over a 3M-row ``results.parquet`` held about 0.13 GiB of Arrow memory (0.2 GiB of RSS), and more
-    the larger the file; with these settings it stays near 0.03 GiB whatever the size.
-
-    Raises:
-        OSError, pyarrow.ArrowInvalid: the file cannot be opened or is not Parquet.
-    """
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
 
 
 READ_AHEAD = 4

@@ -26,10 +26,11 @@ from batch.pool import local_ray as _ray_local
 from batch.run.adapter import BatchAdapter
 from batch.run.debris import remove_stale_temporaries
 from batch.run.disk import full_disk_is_environment
+from batch.run.manifest import build_manifest
 from batch.run.merge import check_export, merge_results
 from batch.run.mirror import progress_mirror
 from batch.run.progress import Progress, logging_redirect, progress_bar
-from batch.run.runfiles import Manifest, build_manifest
+from batch.runfiles import Manifest
 from classify import storage
 from classify.accounting import recheck_export
 from classify.device import cpp_compiler
@@ -42,7 +43,7 @@ from classify.records import Result
 from classify.runrecords import utc_now, write_bytes_atomic, write_json_atomic
 
 if TYPE_CHECKING:
-    from batch.run.driver import BatchOptions
+    from batch.run.options import BatchOptions
 
 log = logging.getLogger("docpilot.batch")
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
-from pydantic import BaseModel, ConfigDict
 
 from batch.config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
 from batch.corpus.plan import locate_corpus
 from batch.run.adapter import resolve_adapter
 from batch.run.attempt import BatchRun
+from batch.run.options import BatchOptions as BatchOptions  # the options' home; imported here by name
 from classify.errors import DocpilotError, InputError, Interrupted
 from classify.model import resolve_model, verify_model
 from classify.paths import runs_dir
@@ -30,43 +30,6 @@ from classify.runrecords import signals_raise_interrupted, utc_now
 
 log = logging.getLogger("docpilot.batch")
 
-
-
-class BatchOptions(BaseModel):
-    """The options of one ``docpilot batch`` (the command line's, one field per flag; see ``--help``).
-
-    Attributes:
-        config: the config JSON.
-        corpus: corpus file or folder replacing ``corpus.path``, or ``None``.
-        batch_id: the run folder name (an existing one is resumed), or ``None`` for a new one.
-        adapter: ``name@version`` / ``name@latest``, or ``None`` for the base model.
-        export_dir: parent of the export copy (folder or URL) replacing ``batch.export_dir``, or ``None``.
-        cpu_actors: engine actors on a CPU-only cluster replacing ``batch.cpu_actors``, or ``None``.
-        skip_pilot_gate: run without a passed pilot (logged and recorded).
-        no_progress: no progress bar (``progress.json`` is still written).
-        lease_ends: when the lot's lease ends (ISO 8601), or ``None`` to read ``lots_config``.
-        lots_config: the lots config holding ``lease_ends_at``.
-        detach: run in its own session, detached from the terminal (:mod:`batch.run.detach`).
-        stop_when_done: detached only: once the batch succeeded, wrap up (:mod:`batch.run.wrapup`) and run
-            the lease's stop command if every copy verified.
-        wrap_up_to: the wrap-up destination for ``stop_when_done`` (default: the export location).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    config: str = "config/docpilot.json"
-    corpus: str | None = None
-    batch_id: str | None = None
-    adapter: str | None = None
-    export_dir: str | None = None
-    cpu_actors: int | None = None
-    skip_pilot_gate: bool = False
-    no_progress: bool = False
-    lease_ends: str | None = None
-    lots_config: str | None = "config/lots.json"
-    detach: bool = False
-    stop_when_done: bool = False
-    wrap_up_to: str | None = None
 
 
 def parse_args(argv: list[str]) -> BatchOptions:
@@ -229,7 +192,7 @@ def _driver_lock(batch_id: str, run_dir: Path, watch: str) -> FileLock:
 def _record_foreground_exit(batch_id: str, code: int) -> None:
     """Write the run folder's ``exit.json`` for ``docpilot status --follow``, unless another driver holds the folder
     (a batch refused as "already running" must not write into the running one's folder)."""
-    from batch.run.detach import record_exit
+    from batch.run.detached import record_exit
 
     run_dir = runs_dir() / batch_id
     if not run_dir.is_dir():

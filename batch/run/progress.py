@@ -2,7 +2,7 @@
 
 The file is rewritten at most every :data:`SAVE_EVERY_S` seconds while shards complete (a large
 batch completes many shards a second), and always on a state change, an actor event, a retry
-and at the end (the file itself is :class:`batch.run.runfiles.ProgressFile`). With an export location
+and at the end (the file itself is :class:`batch.runfiles.ProgressFile`). With an export location
 set, each save is offered to the off-pod mirror (:mod:`batch.run.mirror`, at most once a minute). The driver's progress
 bar (:func:`progress_bar`) is drawn beside it.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from batch.layout import PROGRESS
-from batch.run.runfiles import ProgressFile
+from batch.runfiles import ProgressFile
 from classify.records import Result
 from classify.runrecords import utc_now
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from batch import layout as mf
 from batch.run.lease import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check
-from batch.run.runfiles import ProgressFile
+from batch.runfiles import ProgressFile
 from classify.errors import InputError
 from classify.paths import runs_dir
 
@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 
 
 def _driver_alive(progress: ProgressFile) -> bool | None:
-    """Whether the driver process is still running (``None`` when it ran on another host): :func:`batch.run.detach.pid_alive`."""
-    from batch.run.detach import pid_alive
+    """Whether the driver process is still running (``None`` when it ran on another host): :func:`batch.run.detached.pid_alive`."""
+    from batch.run.detached import pid_alive
 
     return pid_alive(progress.pid, progress.host)
 
@@ -205,7 +205,7 @@ def _print_remote(st: dict[str, Any]) -> None:
 
 def _print_detached(run_dir: Path) -> None:
     """The detached run's log and, once it ended, its exit status (:mod:`batch.run.detach`)."""
-    from batch.run.detach import read_detach, read_exit
+    from batch.run.detached import read_detach, read_exit
 
     detach, ended = read_detach(run_dir), read_exit(run_dir)
     if detach:
@@ -239,7 +239,7 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
     """
     import time
 
-    from batch.run.detach import log_path, pid_alive, read_detach, read_exit
+    from batch.run.detached import log_path, pid_alive, read_detach, read_exit
     from batch.run.progress import progress_bar
 
     check = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", batch_id)

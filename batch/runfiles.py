@@ -12,18 +12,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from classify.errors import InputError
-from classify.runrecords import code_revision, package_versions, utc_now, write_json_atomic
-
-if TYPE_CHECKING:
-    from batch.config import BatchConfig
-    from batch.corpus.plan import CorpusPlan
-    from batch.run.adapter import BatchAdapter
-    from classify.model import ModelRef
+from classify.runrecords import write_json_atomic
 
 MANIFEST_VERSION = 2
 """The run folder layout this docpilot writes (``shards/GGG/NNNNNN.jsonl``, a corpus plan read in streams)."""
@@ -178,30 +172,3 @@ class ProgressFile(_RunFile):
             return None
 
 
-def build_manifest(batch_id: str, cfg: BatchConfig, corpus: CorpusPlan, model: ModelRef, adapter: BatchAdapter | None,
-                   gate: dict[str, Any]) -> Manifest:
-    """The manifest this invocation would write for a new batch (see :mod:`batch.layout` for the layout).
-
-    Args:
-        batch_id: the run folder's name.
-        cfg: the batch config.
-        corpus: the planned corpus (:func:`batch.corpus.plan.plan_corpus`): its description and shard plan.
-        model: the resolved base model.
-        adapter: the resolved adapter, or ``None``.
-        gate: the pilot-gate record.
-
-    Returns:
-        The :class:`~batch.run.runfiles.Manifest`: the resume keys, the shard plan and provenance.
-    """
-    from batch.config import results_config, results_config_sha256
-
-    return Manifest(
-        manifest_version=MANIFEST_VERSION, batch_id=batch_id, created_at=utc_now(),
-        corpus=corpus.describe(), corpus_fingerprint=corpus.fingerprint,
-        config=results_config(cfg), config_sha256=results_config_sha256(cfg), full_config=cfg.model_dump(mode="json"),
-        model={"name": model.name, "path": model.path, "source": model.source}, model_fingerprint=model.fingerprint,
-        adapter=adapter.ref if adapter else None, adapter_sha256=adapter.sha256 if adapter else None,
-        **(adapter.describe() if adapter else {"adapter_mode": None, "merged_model": None}),
-        pilot_gate=gate, shard_docs=cfg.batch.shard_docs, shard_target_bytes=cfg.batch.shard_target_bytes,
-        shards=corpus.shards, code=code_revision(), packages=package_versions(), attempts=[],
-    )
