@@ -26,7 +26,7 @@ import pytest
 
 from batch.config import CorpusConfig
 from batch.corpus.plan import plan_corpus, read_corpus
-from batch.corpus.plan import scan as _corpus_scan
+import batch.corpus.scan as _corpus_scan
 from classify.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
