@@ -67,7 +67,7 @@ def latest_checkpoint(root: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(root: Path, step: int, model: Any, optimizer: Any, scheduler: Any, state: dict[str, Any],
+def save_checkpoint(root: Path, step: int, model: Any, optimizer: Any, scheduler: Any, *, state: dict[str, Any],
                     config_sha256: str, keep: int) -> Path:
     """Write one checkpoint atomically and keep only the ``keep`` newest.
 

@@ -195,7 +195,7 @@ def collate_left(examples: list[dict[str, list[int]]], pad_id: int) -> dict[str,
     }
 
 
-def micro_batch_indices(step: int, micro: int, accum: int, batch: int, n: int, seed: int) -> list[int]:
+def micro_batch_indices(step: int, micro: int, *, accum: int, batch: int, n: int, seed: int) -> list[int]:
     """Example indices of one micro-batch, a pure function of (step, micro), so resume needs no data state.
 
     The stream is the concatenation of per-epoch permutations seeded with ``seed + epoch``.

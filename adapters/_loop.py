@@ -114,7 +114,7 @@ def answer_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
     return loss, int((labels != -100).sum())
 
 
-def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]], pad_id: int, run_dir: Path,
+def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]], *, pad_id: int, run_dir: Path,
              config_sha256: str) -> dict[str, Any]:
     """Train to the last step, checkpointing every ``checkpoint_every_steps``; resume from the latest checkpoint.
 
@@ -158,7 +158,7 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
              steps, len(examples), t.batch_size, t.grad_accum_steps, t.learning_rate, t.compute_dtype(), t.threads)
     while step < steps:
         cpu0, wall0 = time.process_time(), time.time()
-        micro = [micro_batch_indices(step, m, t.grad_accum_steps, t.batch_size, len(examples), t.seed)
+        micro = [micro_batch_indices(step, m, accum=t.grad_accum_steps, batch=t.batch_size, n=len(examples), seed=t.seed)
                  for m in range(t.grad_accum_steps)]
         n_answer = sum(sum(1 for x in examples[i]["labels"] if x != -100) for idx in micro for i in idx)
         loss_total, tokens = 0.0, 0
@@ -185,7 +185,8 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
         log.info("step %d/%d loss %.4f lr %.2e tokens %d (%.0f tok/s cpu, %.0f tok/s wall)",
                  step, steps, entry["loss"], lr, tokens, tokens / max(cpu_s, 1e-9), tokens / max(wall_s, 1e-9))
         if step % t.checkpoint_every_steps == 0 or step == steps:
-            path = save_checkpoint(ckpt_root, step, model, optimizer, scheduler, state, config_sha256, t.keep_checkpoints)
+            path = save_checkpoint(ckpt_root, step, model, optimizer, scheduler, state=state, config_sha256=config_sha256,
+                                   keep=t.keep_checkpoints)
             log.info("checkpoint %s", path.name)
     state["steps"] = steps
     return state

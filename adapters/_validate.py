@@ -91,7 +91,7 @@ def free_answers(model: Any, tokenizer: Any, cfg: TrainConfig, rows: list[Row]) 
             "accuracy": round(correct / len(sample), 4), "rows": len(sample), "examples": examples}
 
 
-def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_ref: Any, classifier: Any = None,
+def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_ref: Any, *, classifier: Any = None,
                    label: str = "candidate") -> dict[str, Any]:
     """Classify validation rows through the real inference path with the new adapter.
 

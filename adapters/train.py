@@ -231,55 +231,34 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         examples = tokenize(tokenizer, cfg.classify, train_rows, cfg.training.max_seq_tokens)
         tokenize(tokenizer, cfg.classify, val_rows, cfg.training.max_seq_tokens)
         stage = "disk-check"
-        n_layers = len(cfg.lora.layers) if cfg.lora.layers is not None else None
-        lora_params = lora_parameter_count(shape_from_folder(model_ref.path), cfg.lora.target_modules, cfg.lora.rank, n_layers)
-        base_bytes = sum(p.stat().st_size for p in Path(model_ref.path).glob("*.safetensors"))
-        disk = check_disk(run_dir, disk_plan(base_bytes, True, lora_params, cfg.training.keep_checkpoints, cfg.output.merge))
+        disk = _check_disk(cfg, run_dir, model_ref.path)
         log.info("data %s: %d rows -> %d train, %d validation; %d steps; disk needs %.1f MiB of %.0f MiB free",
                  cfg.data.resolved_path(), len(rows), len(train_rows), len(val_rows), total_steps(cfg, len(examples)),
                  disk["total"] / 2**20, disk["free"] / 2**20)
         stage = "load-model"
         model = build_lora_model(cfg, model_ref.path)
         stage = "train"
-        state = run_loop(cfg, model, examples, tokenizer.pad_token_id or tokenizer.eos_token_id, run_dir, sha)
+        state = run_loop(cfg, model, examples, pad_id=tokenizer.pad_token_id or tokenizer.eos_token_id, run_dir=run_dir,
+                         config_sha256=sha)
         stage = "save"
-        adapter_dir = run_dir / "adapter"
-        model.save_pretrained(str(adapter_dir))
-        plot_loss(state["history"], adapter_dir / "loss_curve.png", f"{cfg.output.adapter_name} ({run_id})")
-        (adapter_dir / "loss.jsonl").write_text("".join(json.dumps(h) + "\n" for h in state["history"]))
+        adapter_dir = _save_adapter(cfg, model, run_dir, run_id, state["history"])
         stage = "checks"
         n_checks = 4 if cfg.checks.validation_engine == "vllm" else 3
         checks_t0 = time.time()
-        checks = {
-            "loss_fell": loss_fell(state["history"], cfg.training.loss_window_steps),
-            "checkpoints": checkpoints_exist(run_dir),
-        }
-        log.info("end checks 1-2/%d: loss fell %s, checkpoints %s", n_checks, checks["loss_fell"]["passed"],
-                 checks["checkpoints"]["checkpoints"])
-        log.info("end check 3/%d: free answers of the trained model on %d validation row(s)", n_checks,
-                 min(len(val_rows), FORMAT_ROWS))
-        checks["free_answers"] = free_answers(model, tokenizer, cfg, val_rows)
-        del model
+        checks = _checks_on_the_trained_model(cfg, model, tokenizer, run_dir=run_dir, history=state["history"],
+                                              val_rows=val_rows, n_checks=n_checks)
+        del model  # the trained model's memory is free before the engine check loads its own
         gc.collect()
         if cfg.checks.validation_engine == "vllm":
             log.info("end check 4/%d: %d validation row(s) through vLLM with the new adapter", n_checks, len(val_rows))
-            checks["engine"] = through_engine(cfg, adapter_dir, val_rows, model_ref, classifier, label=f"{run_id}-candidate")
+            checks["engine"] = through_engine(cfg, adapter_dir, val_rows, model_ref, classifier=classifier,
+                                              label=f"{run_id}-candidate")
         failed = [name for name, c in checks.items() if not c["passed"]]
         log.info("end checks done in %.0f s: %s", time.time() - checks_t0,
                  f"failed {failed}" if failed else "all passed")
-        summary = {
-            "run_id": run_id, "finished": utc_now(), "smoke": smoke, "config_sha256": sha,
-            "data": {"path": str(cfg.data.resolved_path()), "sha256": data_sha, "rows": len(rows),
-                     "train_rows": len(train_rows), "validation_rows": len(val_rows)},
-            "steps": state["steps"], "dtype": cfg.training.compute_dtype(), "dtypes": dtypes, "resumed_from": state["resumed_from"],
-            "skipped_checkpoints": state.get("skipped_checkpoints", []), "tokens": state["tokens"],
-            "cpu_s": round(state["cpu_s"], 1), "wall_s": round(state["wall_s"], 1),
-            "tokens_per_s_cpu": round(state["tokens"] / max(state["cpu_s"], 1e-9), 1),
-            "tokens_per_s_wall": round(state["tokens"] / max(state["wall_s"], 1e-9), 1),
-            "final_loss": state["history"][-1]["loss"], "checks": checks, "failed_checks": failed,
-            "run_wall_s": round(time.time() - t_run, 1),  # this invocation, data reading to the end of the checks
-            "disk_plan": disk,
-        }
+        summary = _train_summary(cfg, run_id=run_id, smoke=smoke, sha=sha, data_sha=data_sha, rows=rows,
+                                 train_rows=train_rows, val_rows=val_rows, state=state, dtypes=dtypes, checks=checks,
+                                 failed=failed, run_wall_s=time.time() - t_run, disk=disk)
         if failed:
             raise VerificationError(f"training run {run_id} failed its end-of-run checks {failed}: "
                                     + "; ".join(f"{n}: {json.dumps({k: v for k, v in checks[n].items() if k != 'examples'})}" for n in failed))
@@ -292,11 +271,7 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
                 from adapters.merge import merge_adapter
 
                 summary["merged"] = merge_adapter(adapter, run_dir / "merged")
-        write_json_atomic(run_dir / "summary.json", summary)
-        stale_note = run_dir / "support_note.md"
-        if stale_note.exists():  # an earlier invocation of this run failed; this one finished it
-            stale_note.unlink()
-            log.info("removed %s: it described an earlier invocation of this run (see train.log)", stale_note)
+        _write_summary(run_dir, summary)
         log.info("run %s done: final loss %.4f, %s", run_id, summary["final_loss"],
                  f"published {adapter.ref}" if adapter else "not published")
         return TrainOutcome(run_id, run_dir, summary, adapter)
@@ -305,23 +280,100 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         raise Interrupted(f"{err}: training run {run_id} stopped at stage {stage}; continue it with "
                           f"`{resume_command.replace('{run}', str(run_dir))}`") from err
     except BaseException as err:
-        if not isinstance(err, DocpilotError) and is_disk_full(err):  # outside the checkpoints (adapter, log...)
-            err = EnvironmentCheckError(
-                f"disk full: run {run_id} could not write in {run_dir} at stage {stage}: {free_mib(run_dir):.1f} MiB free "
-                f"on that file system ({type(err).__name__}: {err}); free space (or set DOCPILOT_RUNS elsewhere) "
-                f"and continue with `{resume_command.replace('{run}', str(run_dir))}`")
-        log.error("run %s failed at stage %s: %s: %s", run_id, stage, type(err).__name__, err)
-        try:
-            note = write_support_note(run_dir, err, stage, cfg, run_dir / "train.log")
-            log.error("support note: %s", note)
-        except OSError as note_err:
-            log.error("could not write the support note in %s: %s", run_dir, note_err)
-        if err is not sys.exc_info()[1]:
-            raise err from sys.exc_info()[1]
+        recorded = _record_failure(err, cfg, run_dir=run_dir, stage=stage, resume_command=resume_command)
+        if recorded is not err:
+            raise recorded from err
         raise
     finally:
         log.removeHandler(handler)
         handler.close()
+
+
+def _record_failure(err: BaseException, cfg: TrainConfig, *, run_dir: Path, stage: str,
+                    resume_command: str) -> BaseException:
+    """Log a failed run and write its support note; return the error to raise.
+
+    Returns:
+        ``err``, or an :class:`EnvironmentCheckError` naming the folder, the free space and the resume
+        command when ``err`` is a full disk outside the checkpoints (the adapter, the log...).
+    """
+    run_id = run_dir.name
+    if not isinstance(err, DocpilotError) and is_disk_full(err):
+        err = EnvironmentCheckError(
+            f"disk full: run {run_id} could not write in {run_dir} at stage {stage}: {free_mib(run_dir):.1f} MiB free "
+            f"on that file system ({type(err).__name__}: {err}); free space (or set DOCPILOT_RUNS elsewhere) "
+            f"and continue with `{resume_command.replace('{run}', str(run_dir))}`")
+    log.error("run %s failed at stage %s: %s: %s", run_id, stage, type(err).__name__, err)
+    try:
+        note = write_support_note(run_dir, err, stage, cfg, run_dir / "train.log")
+        log.error("support note: %s", note)
+    except OSError as note_err:
+        log.error("could not write the support note in %s: %s", run_dir, note_err)
+    return err
+
+
+def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """Write ``summary.json``; remove the support note an earlier, failed invocation of this run left."""
+    write_json_atomic(run_dir / "summary.json", summary)
+    stale_note = run_dir / "support_note.md"
+    if stale_note.exists():  # an earlier invocation of this run failed; this one finished it
+        stale_note.unlink()
+        log.info("removed %s: it described an earlier invocation of this run (see train.log)", stale_note)
+
+
+def _check_disk(cfg: TrainConfig, run_dir: Path, model_path: str) -> dict[str, Any]:
+    """The disk check before training (:func:`adapters._support.check_disk` of :func:`disk_plan` for this run).
+
+    Raises:
+        EnvironmentCheckError: not enough free disk for the checkpoints, the adapter and the merged copy.
+    """
+    n_layers = len(cfg.lora.layers) if cfg.lora.layers is not None else None
+    lora_params = lora_parameter_count(shape_from_folder(model_path), cfg.lora.target_modules, cfg.lora.rank, n_layers)
+    base_bytes = sum(p.stat().st_size for p in Path(model_path).glob("*.safetensors"))
+    return check_disk(run_dir, disk_plan(base_bytes, True, lora_params, cfg.training.keep_checkpoints, cfg.output.merge))
+
+
+def _save_adapter(cfg: TrainConfig, model: Any, run_dir: Path, run_id: str, history: list[dict[str, Any]]) -> Path:
+    """Save the trained adapter to ``<run_dir>/adapter`` with its loss curve (PNG) and ``loss.jsonl``."""
+    adapter_dir = run_dir / "adapter"
+    model.save_pretrained(str(adapter_dir))
+    plot_loss(history, adapter_dir / "loss_curve.png", f"{cfg.output.adapter_name} ({run_id})")
+    (adapter_dir / "loss.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    return adapter_dir
+
+
+def _checks_on_the_trained_model(cfg: TrainConfig, model: Any, tokenizer: Any, *, run_dir: Path,
+                                 history: list[dict[str, Any]], val_rows: list[Any], n_checks: int) -> dict[str, Any]:
+    """End-of-run checks 1-3: the loss fell, the checkpoints exist, the trained model answers a category."""
+    checks = {
+        "loss_fell": loss_fell(history, cfg.training.loss_window_steps),
+        "checkpoints": checkpoints_exist(run_dir),
+    }
+    log.info("end checks 1-2/%d: loss fell %s, checkpoints %s", n_checks, checks["loss_fell"]["passed"],
+             checks["checkpoints"]["checkpoints"])
+    log.info("end check 3/%d: free answers of the trained model on %d validation row(s)", n_checks,
+             min(len(val_rows), FORMAT_ROWS))
+    checks["free_answers"] = free_answers(model, tokenizer, cfg, val_rows)
+    return checks
+
+
+def _train_summary(cfg: TrainConfig, *, run_id: str, smoke: bool, sha: str, data_sha: str, rows: list[Any],
+                   train_rows: list[Any], val_rows: list[Any], state: dict[str, Any], dtypes: list[str],
+                   checks: dict[str, Any], failed: list[str], run_wall_s: float, disk: dict[str, Any]) -> dict[str, Any]:
+    """``summary.json`` of a finished training run (before publishing adds ``adapter`` and ``merged``)."""
+    return {
+        "run_id": run_id, "finished": utc_now(), "smoke": smoke, "config_sha256": sha,
+        "data": {"path": str(cfg.data.resolved_path()), "sha256": data_sha, "rows": len(rows),
+                 "train_rows": len(train_rows), "validation_rows": len(val_rows)},
+        "steps": state["steps"], "dtype": cfg.training.compute_dtype(), "dtypes": dtypes, "resumed_from": state["resumed_from"],
+        "skipped_checkpoints": state.get("skipped_checkpoints", []), "tokens": state["tokens"],
+        "cpu_s": round(state["cpu_s"], 1), "wall_s": round(state["wall_s"], 1),
+        "tokens_per_s_cpu": round(state["tokens"] / max(state["cpu_s"], 1e-9), 1),
+        "tokens_per_s_wall": round(state["tokens"] / max(state["wall_s"], 1e-9), 1),
+        "final_loss": state["history"][-1]["loss"], "checks": checks, "failed_checks": failed,
+        "run_wall_s": round(run_wall_s, 1),  # this invocation, data reading to the end of the checks
+        "disk_plan": disk,
+    }
 
 
 def _publish(cfg: TrainConfig, registry: Registry, adapter_dir: Path, model_ref: Any, summary: dict[str, Any]) -> ResolvedAdapter:

@@ -160,7 +160,7 @@ def test_batch_manifest_records_the_mode_and_resume_refuses_a_changed_one(tmp_pa
     for mode in ("merged", "lora"):
         cfg = load_batch_config(ROOT / "config" / "docpilot.json", {"model.adapter_mode": mode})
         adapter = BatchAdapter(resolved, mode, merged if mode == "merged" else None)
-        manifests[mode] = build_manifest("b", cfg, corpus, BASE, adapter, {})
+        manifests[mode] = build_manifest("b", cfg, corpus, BASE, adapter=adapter, gate={})
         actor_cfg, actor_fp = adapter.engine_model(cfg.model, BASE.fingerprint)
         if mode == "merged":
             assert adapter.handle() is None and actor_cfg.base_model == merged.path and actor_fp == merged.fingerprint

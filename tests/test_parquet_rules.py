@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import batch.corpus.scan as _corpus_scan
 from batch.config import CorpusConfig
 from batch.corpus.plan import plan_corpus, read_corpus
-import batch.corpus.scan as _corpus_scan
 from classify.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -336,7 +336,8 @@ def _measured(peak_gib: float, est_gib: float | None, machine_gib: float = 16.0,
     from batch.pilot.measure import measured_block
 
     estimate = {"bytes": int(est_gib * 2**30), "parts": {}} if est_gib else None
-    return measured_block(device, int(peak_gib * 2**30), 12, 2400, 10.0, estimate, int(machine_gib * 2**30), {})
+    return measured_block(device, int(peak_gib * 2**30), docs=12, tokens=2400, seconds=10.0, estimate=estimate,
+                          machine_bytes=int(machine_gib * 2**30), detail={})
 
 
 @pytest.mark.parametrize(

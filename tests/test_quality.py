@@ -322,7 +322,8 @@ def test_batch_report_labelled_and_unlabelled(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     _results_for(plan, run, "sport")
-    rep = batch_report(run, plan, "category", ["sport", "tech"], 0.8, "b-1")
+    rep = batch_report(run, plan, label_column="category", categories=["sport", "tech"], review_below_score=0.8,
+                       run="b-1")
     lab = rep["labelled"]
     # 40 distinct ids: labels sport 14, tech 13, none 13; the duplicated d3 is one rejected row; the broken line unlabelled
     assert (lab["documents"], lab["correct"], lab["rejected"]) == (27, 13, 1)
@@ -331,7 +332,7 @@ def test_batch_report_labelled_and_unlabelled(tmp_path):
     off = tmp_path / "off"
     off.mkdir()
     _results_for(plan, off, "sport")
-    rep = batch_report(off, plan, None, ["sport", "tech"], None, "b-2")
+    rep = batch_report(off, plan, label_column=None, categories=["sport", "tech"], review_below_score=None, run="b-2")
     assert "labelled" not in rep and rep["label_column"] is None and not (off / "confusion_matrix.png").exists()
     assert (off / "category_distribution.png").exists() and (off / "score_histogram.png").exists()
 

@@ -113,10 +113,10 @@ def test_disk_shortfall_stops_with_the_numbers(tmp_path):
 
 
 def test_data_order_is_a_pure_function_of_seed_and_step():
-    seen = [i for step in range(5) for i in micro_batch_indices(step, 0, 1, 4, 20, seed=3)]
+    seen = [i for step in range(5) for i in micro_batch_indices(step, 0, accum=1, batch=4, n=20, seed=3)]
     assert sorted(seen) == list(range(20))  # one epoch = one permutation
-    assert micro_batch_indices(7, 1, 2, 4, 20, 3) == micro_batch_indices(7, 1, 2, 4, 20, 3)
-    assert micro_batch_indices(0, 0, 1, 4, 20, 3) != micro_batch_indices(0, 0, 1, 4, 20, 4)
+    assert micro_batch_indices(7, 1, accum=2, batch=4, n=20, seed=3) == micro_batch_indices(7, 1, accum=2, batch=4, n=20, seed=3)
+    assert micro_batch_indices(0, 0, accum=1, batch=4, n=20, seed=3) != micro_batch_indices(0, 0, accum=1, batch=4, n=20, seed=4)
 
 
 def test_left_padding_puts_every_answer_at_the_end():
@@ -391,5 +391,5 @@ def test_end_check_leaves_no_merged_copy_when_its_engine_never_starts(train_conf
     monkeypatch.setattr(validate, "_merge_for_check", merge)
     monkeypatch.setattr(classify.engine, "build_engine", start)
     with pytest.raises(type(error)):
-        validate.through_engine(train_config, adapter_dir, [], SimpleNamespace(name="base"), None, "check")
+        validate.through_engine(train_config, adapter_dir, [], SimpleNamespace(name="base"), classifier=None, label="check")
     assert not merged_dir.exists()

@@ -62,7 +62,7 @@ def _lora(model) -> dict:
 
 
 def _save(root: Path, step: int, parts, keep: int = 3) -> Path:
-    return save_checkpoint(root, step, *parts, {"history": [{"step": step}]}, SHA, keep)
+    return save_checkpoint(root, step, *parts, state={"history": [{"step": step}]}, config_sha256=SHA, keep=keep)
 
 
 @pytest.fixture
@@ -219,7 +219,7 @@ from pathlib import Path
 import adapters._loop as loop
 
 real = loop.save_checkpoint
-def fill_then_save(root, step, *args):
+def fill_then_save(root, step, *args, **kwargs):
     if step == 2:  # the first checkpoint is on disk: now the disk fills up
         with open(Path(os.environ["DOCPILOT_RUNS"]) / "filler", "wb") as fh:
             try:
@@ -228,7 +228,7 @@ def fill_then_save(root, step, *args):
                     fh.flush()
             except OSError:
                 pass
-    return real(root, step, *args)
+    return real(root, step, *args, **kwargs)
 loop.save_checkpoint = fill_then_save
 from docpilot.cli import main
 sys.exit(main(["train", "--config", sys.argv[1], "--smoke", "--no-publish"]))

@@ -133,7 +133,7 @@ def plan_estimate(model_path: str, dtype: str, max_model_len: int, engine: Any, 
             "formula": "card x gpu_memory_utilization (vLLM fills the share with KV blocks)"}
 
 
-def measured_block(device: str, peak_bytes: int, docs: int, tokens: int, seconds: float,
+def measured_block(device: str, peak_bytes: int, *, docs: int, tokens: int, seconds: float,
                    estimate: dict[str, Any] | None, machine_bytes: int, detail: dict[str, Any]) -> dict[str, Any]:
     """The ``measured`` block of ``summary.json``.
 
@@ -175,7 +175,7 @@ def measured_block(device: str, peak_bytes: int, docs: int, tokens: int, seconds
     }
 
 
-def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, model_path: str, model_cfg: Any, engine_cfg: Any,
+def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: str, model_cfg: Any, engine_cfg: Any,
                  enable_lora: bool, docs: int, tokens: int, seconds: float) -> dict[str, Any]:
     """What the pilot's engine actors used, beside make plan's estimate for the same engine.
 
@@ -220,7 +220,8 @@ def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, model_path: str, 
 
             detail.update(source="NVML device memory of the engine actors' processes", processes=peaks)
             peak, machine = gpu_bytes, int(torch.cuda.get_device_properties(0).total_memory)
-        return measured_block(device, peak, docs, tokens, seconds, estimate, machine, detail)
+        return measured_block(device, peak, docs=docs, tokens=tokens, seconds=seconds, estimate=estimate,
+                              machine_bytes=machine, detail=detail)
     except Exception as err:
         log.warning("pilot: could not measure the engines: %s: %s", type(err).__name__, err)
         return {"error": f"{type(err).__name__}: {err}"}

@@ -142,21 +142,22 @@ class PilotHooks(RunHooks):
             pipeline=p["pipeline"],
         )
         model = self.engine_model
-        summary["measured"] = measure_pool(self.peaks, self.gpu_bytes, model.path if model else "", self.cfg.model,
-                                           self.cfg.engine, self.lora, len(results),
-                                           sum(r.n_tokens or 0 for r in results), seconds)
+        summary["measured"] = measure_pool(self.peaks, self.gpu_bytes, model_path=model.path if model else "",
+                                           model_cfg=self.cfg.model, engine_cfg=self.cfg.engine, enable_lora=self.lora,
+                                           docs=len(results), tokens=sum(r.n_tokens or 0 for r in results),
+                                           seconds=seconds)
         # the stage a run that goes on to export and re-check ends at; a failing export rewrites these files
-        _write_outcome(self.run_dir, p["run_id"], p, summary, "verify", None)
+        _write_outcome(self.run_dir, p["run_id"], p, summary, stage="verify", error=None)
 
 
 def run_pilot(
     cfg: PilotConfig,
     input_path: Path = DEFAULT_INPUT,
     adapter_ref: str | None = None,
+    *,
     export_root: Path | str | None = None,
     config_path: str = "",
     lease_ends_at: str | None = None,
-    *,
     batch_cfg: BatchConfig | None = None,
     progress: bool = False,
     _engine_actor: Any = None,
@@ -189,25 +190,7 @@ def run_pilot(
     t_start = time.monotonic()
     error: BaseException | None = None
     summary: dict[str, Any] | None = None
-    params: dict[str, Any] = {
-        "run_id": run_id,
-        "created": utc_now(),
-        "config_path": config_path,
-        "config": cfg.model_dump(mode="json"),
-        "config_sha256": config_sha256(cfg),
-        "classification_sha256": classification_sha256(cfg.model, cfg.classify),
-        "input": str(input_path),
-        "model": None,
-        "adapter": None,
-        "adapter_mode": None,
-        "merged_model": None,
-        "pipeline": None,
-        "batch_config": None,
-        "code": code_revision(),
-        "packages": package_versions(),
-        "seed": cfg.seed,
-        "lease_ends_at": lease_ends_at,
-    }
+    params = _pilot_params(cfg, run_id, input_path, config_path, lease_ends_at)
     hooks = PilotHooks(cfg, run_dir, params)
     model: ModelRef | None = None
     adapter: BatchAdapter | None = None
@@ -240,20 +223,7 @@ def run_pilot(
         hooks.engine_model = model
         if adapter_ref:
             hooks.stage("load-adapter")  # resolve, verify, engine compatibility, merge: the batch's preparation
-            adapter = resolve_adapter(adapter_ref, model, cfg.engine, cfg.model)
-            handle = adapter.resolved.handle()
-            params["adapter_mode"] = adapter.mode
-            params["merged_model"] = adapter.describe()["merged_model"]
-            if adapter.merged is not None:
-                params["merged_model"]["source"] = adapter.merged.source
-                hooks.engine_model = adapter.merged
-            hooks.lora = adapter.mode == "lora"
-            params["adapter"] = {"ref": adapter.ref, "path": handle.path, "sha256": adapter.sha256,
-                                 "prompt_mismatch": prompt_mismatch(adapter.card, cfg.classify)}
-            if params["adapter"]["prompt_mismatch"]:
-                log.warning("adapter %s was trained on another prompt than this pilot builds (%s): expect lower "
-                            "accuracy; pilot it with the classify settings it was trained with",
-                            adapter.ref, "; ".join(params["adapter"]["prompt_mismatch"]))
+            adapter = _load_adapter(adapter_ref, model, cfg, params, hooks)
         from batch.run.options import BatchOptions
 
         gate = {"key": _gate_key(model, adapter, cfg), "passed": None, "override": False, "pilot_run_id": run_id,
@@ -277,31 +247,89 @@ def run_pilot(
         summary["verdict"] = "fail"
         summary["failed_checks"] = [*summary.get("failed_checks", []), f"stage:{stage}"]
         summary["run_id"] = run_id
-        decision = _write_outcome(run_dir, run_id, params, summary, stage, error)
+        decision = _write_outcome(run_dir, run_id, params, summary, stage=stage, error=error)
     assert summary is not None
     # The gate records a verdict only for the combination that was piloted: not for a stopped run, and not
     # when the adapter asked for never loaded (that says nothing about the base model without it).
     if model is not None and not isinstance(error, Interrupted) and (adapter_ref is None or adapter is not None):
-        record_pilot(_gate_key(model, adapter, cfg), run_id, summary["verdict"], {
-            "decision": decision["decision"],
-            "model_fingerprint": model.fingerprint,
-            "adapter": params["adapter"],
-            "adapter_mode": params["adapter_mode"],
-            "merged_model": params["merged_model"],
-            "classification_sha256": params["classification_sha256"],
-            "pipeline": params["pipeline"],
-            "stage_reached": stage,
-            "run_dir": str(run_dir),
-        })
-        if adapter is not None:
-            from adapters.registry import Registry
-
-            Registry().set_pilot_status(adapter.resolved.ref, "passed" if summary["verdict"] == "pass" else "failed",
-                                        run_id)
+        _record_gate(cfg, model, adapter, params=params, summary=summary, decision=decision, stage=stage,
+                     run_dir=run_dir)
     export_dir = storage.join(storage.as_dest(export_root or exports_dir()), run_id)
     return PilotOutcome(run_id, run_dir, export_dir if error is None and export_complete(export_dir) else None,
                         decision["decision"], summary["verdict"], stage, summary,
                         0 if error is None else getattr(error, "exit_code", 1))
+
+
+def _pilot_params(cfg: PilotConfig, run_id: str, input_path: Path, config_path: str,
+                  lease_ends_at: str | None) -> dict[str, Any]:
+    """``params.json`` of a new pilot run before its stages fill ``model``, ``adapter`` and ``pipeline``."""
+    return {
+        "run_id": run_id,
+        "created": utc_now(),
+        "config_path": config_path,
+        "config": cfg.model_dump(mode="json"),
+        "config_sha256": config_sha256(cfg),
+        "classification_sha256": classification_sha256(cfg.model, cfg.classify),
+        "input": str(input_path),
+        "model": None,
+        "adapter": None,
+        "adapter_mode": None,
+        "merged_model": None,
+        "pipeline": None,
+        "batch_config": None,
+        "code": code_revision(),
+        "packages": package_versions(),
+        "seed": cfg.seed,
+        "lease_ends_at": lease_ends_at,
+    }
+
+
+def _load_adapter(adapter_ref: str, model: ModelRef, cfg: PilotConfig, params: dict[str, Any],
+                  hooks: PilotHooks) -> BatchAdapter:
+    """Resolve and prepare the pilot's adapter as a batch does (:func:`batch.run.adapter.resolve_adapter`);
+    record it in ``params`` and point ``hooks`` at the engine model (the merged one in merged mode).
+
+    Raises:
+        as :func:`batch.run.adapter.resolve_adapter` (unknown adapter, failed verification, engine limits).
+    """
+    adapter = resolve_adapter(adapter_ref, model, cfg.engine, cfg.model)
+    handle = adapter.resolved.handle()
+    params["adapter_mode"] = adapter.mode
+    params["merged_model"] = adapter.describe()["merged_model"]
+    if adapter.merged is not None:
+        params["merged_model"]["source"] = adapter.merged.source
+        hooks.engine_model = adapter.merged
+    hooks.lora = adapter.mode == "lora"
+    params["adapter"] = {"ref": adapter.ref, "path": handle.path, "sha256": adapter.sha256,
+                         "prompt_mismatch": prompt_mismatch(adapter.card, cfg.classify)}
+    if params["adapter"]["prompt_mismatch"]:
+        log.warning("adapter %s was trained on another prompt than this pilot builds (%s): expect lower "
+                    "accuracy; pilot it with the classify settings it was trained with",
+                    adapter.ref, "; ".join(params["adapter"]["prompt_mismatch"]))
+    return adapter
+
+
+def _record_gate(cfg: PilotConfig, model: ModelRef, adapter: BatchAdapter | None, *, params: dict[str, Any],
+                 summary: dict[str, Any], decision: dict[str, Any], stage: str, run_dir: Path) -> None:
+    """Record the pilot's verdict for the piloted combination (:func:`classify.pilotgate.record_pilot`) and,
+    with an adapter, its pilot status in the registry."""
+    run_id = params["run_id"]
+    record_pilot(_gate_key(model, adapter, cfg), run_id, summary["verdict"], {
+        "decision": decision["decision"],
+        "model_fingerprint": model.fingerprint,
+        "adapter": params["adapter"],
+        "adapter_mode": params["adapter_mode"],
+        "merged_model": params["merged_model"],
+        "classification_sha256": params["classification_sha256"],
+        "pipeline": params["pipeline"],
+        "stage_reached": stage,
+        "run_dir": str(run_dir),
+    })
+    if adapter is not None:
+        from adapters.registry import Registry
+
+        Registry().set_pilot_status(adapter.resolved.ref, "passed" if summary["verdict"] == "pass" else "failed",
+                                    run_id)
 
 
 def _gate_key(model: ModelRef, adapter: BatchAdapter | None, cfg: PilotConfig) -> str:
@@ -346,7 +374,7 @@ def _one_shard_per_actor(bcfg: BatchConfig, n_docs: int) -> BatchConfig:
     return bcfg.model_copy(update={"batch": bcfg.batch.model_copy(update={"shard_docs": per_actor})})
 
 
-def _write_outcome(run_dir: Path, run_id: str, params: dict, summary: dict, stage: str,
+def _write_outcome(run_dir: Path, run_id: str, params: dict, summary: dict, *, stage: str,
                    error: BaseException | None) -> dict[str, Any]:
     decision = decide(summary if error is None else None, stage, error)
     summary["stage_reached"] = stage
@@ -383,7 +411,7 @@ def main(argv: list[str]) -> int:
 
     lease = lease_end(args.lots_config, args.lease_ends)
     with signals_raise_interrupted():  # SIGTERM / Ctrl-C: the run folder still gets its summary and decision
-        outcome = run_pilot(cfg, Path(args.input), args.adapter, args.export_dir,
+        outcome = run_pilot(cfg, Path(args.input), args.adapter, export_root=args.export_dir,
                             config_path=args.config, lease_ends_at=lease.isoformat() if lease else None,
                             progress=sys.stderr.isatty())
     print((outcome.run_dir / "decision.md").read_text())

@@ -350,7 +350,7 @@ def write_report(folder: Path, tally: QualityTally, run: str, note: str | None =
     return report
 
 
-def batch_report(run_dir: Path, plan: Any, label_column: str | None, categories: Iterable[str],
+def batch_report(run_dir: Path, plan: Any, *, label_column: str | None, categories: Iterable[str],
                  review_below_score: float | None, run: str) -> dict[str, Any]:
     """The quality report of a merged batch: ``results.jsonl`` streamed beside the corpus labels.
 

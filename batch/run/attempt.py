@@ -216,7 +216,7 @@ class BatchRun:
         self._stage("plan")
         old = mf.read_manifest(self.run_dir)
         corpus = self.corpus_plan or plan_or_reuse(self.cfg, self.corpus_path, self.corpus_format, old, self.batch_id)
-        new = build_manifest(self.batch_id, self.cfg, corpus, self.model, self.adapter, self.gate_record)
+        new = build_manifest(self.batch_id, self.cfg, corpus, self.model, adapter=self.adapter, gate=self.gate_record)
         manifest = new if old is None else self._resumable(old, new)
         log.info("batch %s: %d distinct ids (%d input rows) in %d shards, run folder %s",
                  self.batch_id, corpus.distinct_ids, corpus.input_rows, len(manifest.shards), self.run_dir)
@@ -329,8 +329,9 @@ class BatchRun:
                                cfg.classify.review_below_score)
             report = write_report(self.run_dir, tally, self.batch_id, "Labels from the pilot set's labels.")
         else:
-            report = batch_report(self.run_dir, corpus, cfg.corpus.label_column, cfg.classify.categories,
-                                  cfg.classify.review_below_score, self.batch_id)
+            report = batch_report(self.run_dir, corpus, label_column=cfg.corpus.label_column,
+                                  categories=cfg.classify.categories,
+                                  review_below_score=cfg.classify.review_below_score, run=self.batch_id)
         out: dict[str, Any] = {"quality": report}
         if "labelled" in report:
             out["accuracy"] = report["labelled"]["accuracy"]

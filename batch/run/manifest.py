@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from classify.model import ModelRef
 
 
-def build_manifest(batch_id: str, cfg: BatchConfig, corpus: CorpusPlan, model: ModelRef, adapter: BatchAdapter | None,
-                   gate: dict[str, Any]) -> Manifest:
+def build_manifest(batch_id: str, cfg: BatchConfig, corpus: CorpusPlan, model: ModelRef, *,
+                   adapter: BatchAdapter | None, gate: dict[str, Any]) -> Manifest:
     """The manifest this invocation would write for a new batch (see :mod:`batch.layout` for the layout).
 
     Args:
