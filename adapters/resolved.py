@@ -77,11 +77,6 @@ class ResolvedAdapter:
         """Fingerprint of the base model the adapter was trained on."""
         return self.info.base_model.fingerprint
 
-    @property
-    def pilot_passed(self) -> bool:
-        """Whether the card says the latest pilot of this version passed (information: the pilot gate decides)."""
-        return self.info.pilot.status == "passed"
-
     def handle(self) -> Any:
         """The :class:`classify.scoring.AdapterHandle` the engine applies (stable ``int_id`` per ref; the card's
         ``calibration.temperature`` as its score temperature, 1.0 without one)."""

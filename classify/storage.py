@@ -109,18 +109,6 @@ def upload_tree(src: Path, files: list[str], dest: str, last: str | None = None)
     fs.invalidate_cache()
 
 
-def remove_file(dest: Dest, rel: str) -> None:
-    """Delete ``rel`` inside ``dest`` if it is there (used to mark a copy incomplete before rewriting it)."""
-    target = join(dest, rel)
-    if isinstance(target, Path):
-        target.unlink(missing_ok=True)
-        return
-    fs, path = filesystem(target)
-    fs.invalidate_cache()
-    if fs.exists(path):
-        fs.rm_file(path)
-
-
 def list_files(url: str) -> list[str]:
     """Every object under a URL, as POSIX paths relative to it, sorted (hidden names included)."""
     fs, root = filesystem(url)

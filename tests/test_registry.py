@@ -40,7 +40,7 @@ def test_publish_then_resolve_verifies_and_fills_the_card(reg: Registry, tmp_pat
     assert sorted(card["files"]) == ["adapter_config.json", "adapter_model.safetensors", "loss_curve.png"]
     assert card["sha256"] == content_sha256(card["files"]) == pub.sha256
     assert card["base_model"] == BASE and card["metrics"] == {"accuracy": 0.9}
-    assert card["pilot"]["status"] == "not-run" and not pub.pilot_passed
+    assert card["pilot"]["status"] == "not-run" and pub.card["pilot"]["status"] != "passed"
     assert {"created", "code_revision", "packages"} <= set(card)
     for ref in ("bbc-news@1", "bbc-news@latest", "bbc-news"):
         assert reg.resolve(ref, base_fingerprint=BASE["fingerprint"]).sha256 == pub.sha256
@@ -157,10 +157,10 @@ def test_publish_checks_the_source_and_card(reg: Registry, tmp_path: Path, mutat
 def test_pilot_status_updates_only_the_card(reg: Registry, tmp_path: Path):
     pub = reg.publish(_adapter_dir(tmp_path), "bbc-news", 1, {"base_model": BASE})
     updated = reg.set_pilot_status("bbc-news@latest", "passed", "20261130T000000Z-pilot-abcd1234")
-    assert updated.pilot_passed and updated.card["pilot"]["run_id"] == "20261130T000000Z-pilot-abcd1234"
-    assert updated.sha256 == pub.sha256 and reg.resolve("bbc-news@1").pilot_passed  # files untouched, still verifies
+    assert updated.card["pilot"]["status"] == "passed" and updated.card["pilot"]["run_id"] == "20261130T000000Z-pilot-abcd1234"
+    assert updated.sha256 == pub.sha256 and reg.resolve("bbc-news@1").card["pilot"]["status"] == "passed"  # files untouched, still verifies
     failed = reg.set_pilot_status("bbc-news@1", "failed", "run-2")
-    assert not failed.pilot_passed and [h["status"] for h in failed.card["pilot"]["history"]] == ["passed", "failed"]
+    assert failed.card["pilot"]["status"] != "passed" and [h["status"] for h in failed.card["pilot"]["history"]] == ["passed", "failed"]
     with pytest.raises(AdapterError, match=r"^pilot `status` must be one of \['passed', 'failed'\], got 'ok'$"):
         reg.set_pilot_status("bbc-news@1", "ok", "run-3")
 

@@ -43,7 +43,7 @@ def _servable(client: TestClient) -> bool:
 @pytest.mark.parametrize("other", [OTHER_CATEGORIES, OTHER_PROMPT], ids=["categories", "prompt"])
 def test_pilot_under_one_config_does_not_open_the_server_under_another(registry, serve, other):  # noqa: F811
     adapter = registry.show("ok@1")
-    assert adapter.pilot_passed  # the card says passed (the fixture's set_pilot_status) ...
+    assert adapter.card["pilot"]["status"] == "passed"  # the card says passed (the fixture's set_pilot_status) ...
     pilot(adapter, PILOTED)  # ... and the gate has a pass under PILOTED only
     refused = serve(other).post("/v1/classify", json=BODY, headers=AUTH)
     assert refused.status_code == 409 and refused.json()["error"]["kind"] == "not_piloted"
