@@ -224,12 +224,10 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         train_rows, val_rows = split_rows(rows, cfg.data, cfg.training.seed)
         stage = "load-model"
         model_ref = resolve_model(cfg.model)
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model_ref.path)
+        tokenizer = _tokenizer(model_ref.path)
         stage = "tokenize"
         examples = tokenize(tokenizer, cfg.classify, train_rows, cfg.training.max_seq_tokens)
-        tokenize(tokenizer, cfg.classify, val_rows, cfg.training.max_seq_tokens)
+        tokenize(tokenizer, cfg.classify, val_rows, cfg.training.max_seq_tokens)  # refuses a row over the limit
         stage = "disk-check"
         disk = _check_disk(cfg, run_dir, model_ref.path)
         log.info("data %s: %d rows -> %d train, %d validation; %d steps; disk needs %.1f MiB of %.0f MiB free",
@@ -275,10 +273,6 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         log.info("run %s done: final loss %.4f, %s", run_id, summary["final_loss"],
                  f"published {adapter.ref}" if adapter else "not published")
         return TrainOutcome(run_id, run_dir, summary, adapter)
-    except Interrupted as err:  # SIGTERM / Ctrl-C: nothing failed, the newest checkpoint is where a resume starts
-        log.error("run %s %s at stage %s", run_id, err, stage)
-        raise Interrupted(f"{err}: training run {run_id} stopped at stage {stage}; continue it with "
-                          f"`{resume_command.replace('{run}', str(run_dir))}`") from err
     except BaseException as err:
         recorded = _record_failure(err, cfg, run_dir=run_dir, stage=stage, resume_command=resume_command)
         if recorded is not err:
@@ -294,10 +288,16 @@ def _record_failure(err: BaseException, cfg: TrainConfig, *, run_dir: Path, stag
     """Log a failed run and write its support note; return the error to raise.
 
     Returns:
-        ``err``, or an :class:`EnvironmentCheckError` naming the folder, the free space and the resume
-        command when ``err`` is a full disk outside the checkpoints (the adapter, the log...).
+        ``err``; an :class:`Interrupted` naming the resume command when ``err`` is one (SIGTERM / Ctrl-C:
+        nothing failed, the newest checkpoint is where a resume starts; no support note); an
+        :class:`EnvironmentCheckError` naming the folder, the free space and the resume command when
+        ``err`` is a full disk outside the checkpoints (the adapter, the log...).
     """
     run_id = run_dir.name
+    if isinstance(err, Interrupted):
+        log.error("run %s %s at stage %s", run_id, err, stage)
+        return Interrupted(f"{err}: training run {run_id} stopped at stage {stage}; continue it with "
+                           f"`{resume_command.replace('{run}', str(run_dir))}`")
     if not isinstance(err, DocpilotError) and is_disk_full(err):
         err = EnvironmentCheckError(
             f"disk full: run {run_id} could not write in {run_dir} at stage {stage}: {free_mib(run_dir):.1f} MiB free "
@@ -319,6 +319,13 @@ def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     if stale_note.exists():  # an earlier invocation of this run failed; this one finished it
         stale_note.unlink()
         log.info("removed %s: it described an earlier invocation of this run (see train.log)", stale_note)
+
+
+def _tokenizer(model_path: str) -> Any:
+    """The base model's Hugging Face tokenizer (transformers imported on first use)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
 
 
 def _check_disk(cfg: TrainConfig, run_dir: Path, model_path: str) -> dict[str, Any]:
