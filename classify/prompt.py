@@ -284,8 +284,9 @@ class PromptBuilder:
                 if st is None:
                     pos, step = 0, first
                 else:
-                    pos = st[1]
-                    step = int((need - len(st[0])) * NEXT_CHUNK_MARGIN * max(1.0, pos / max(1, len(st[0])))) + NEXT_CHUNK_SLACK
+                    pos, got = st[1], len(st[0])
+                    rate = max(1.0, pos / max(1, got))  # this document's characters per id so far
+                    step = int((need - got) * NEXT_CHUNK_MARGIN * rate) + NEXT_CHUNK_SLACK
                 end = _space_cut(text, pos, step)
                 if end < 0 and pos:
                     step *= 4
