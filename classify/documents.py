@@ -40,9 +40,11 @@ LABEL_FILES = ("labels.json", "labels.csv")
 _JSON_TYPES = {bool: "boolean", float: "number", type(None): "null", list: "array", dict: "object"}
 
 
-def document_from_bytes(doc_id: str, raw: bytes, max_doc_bytes: int, source: str = "") -> Document:
-    """Build a :class:`Document` from raw bytes (hashing them, checking them)."""
-    text, reason = check_bytes(raw, max_doc_bytes)
+def document_from_bytes(doc_id: str, raw: bytes, max_doc_bytes: int, source: str = "",
+                        text: str | None = None) -> Document:
+    """Build a :class:`Document` from raw bytes (hashing them, checking them); ``text``: ``raw`` decoded, when
+    the caller encoded ``raw`` from it (:func:`classify.textcheck.check_bytes`)."""
+    text, reason = check_bytes(raw, max_doc_bytes, text)
     return Document(
         id=doc_id,
         text=text,
@@ -68,11 +70,13 @@ def document_from_text(doc_id: str, text: object, max_doc_bytes: int, source: st
     if not isinstance(text, str):
         kind = _JSON_TYPES.get(type(text), type(text).__name__)
         return checked_id(Document(doc_id, None, "", 0, f"`text` must be a string, got {kind}", source))
-    raw = text.encode("utf-8", errors="surrogatepass")
-    reason = surrogate_reason("text", text)
-    if reason is not None:
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: rejected, hashed as its surrogatepass bytes
+        raw = text.encode("utf-8", errors="surrogatepass")
+        reason = surrogate_reason("text", text) or "text is not valid Unicode"
         return checked_id(Document(doc_id, None, hashlib.sha256(raw).hexdigest(), 0, reason, source))
-    return checked_id(document_from_bytes(doc_id, raw, max_doc_bytes, source))
+    return checked_id(document_from_bytes(doc_id, raw, max_doc_bytes, source, text))
 
 
 def read_file_document(doc_id: str, path: Path, max_doc_bytes: int) -> Document:

@@ -42,10 +42,22 @@ log = logging.getLogger(__name__)
 PLACEHOLDER = "\u2063DOCPILOT-DOCUMENT-7f3a9c\u2063"
 """Stands for the document when the template is rendered once (split around it; must occur exactly once)."""
 
-FIRST_CHUNK_CHARS_PER_TOKEN = 4
-"""Characters per token of ``max_doc_tokens`` in a document's first chunk (English news: about 4.4 per token)."""
-NEXT_CHUNK_CHARS_PER_TOKEN = 1
-"""Characters per token of ``max_doc_tokens`` in each further chunk, while the budget is not reached."""
+FIRST_CHUNK_CHARS_PER_TOKEN = 4.0
+"""Characters per token of a document's first chunk before a builder has learned its documents' own figure
+(English news: about 4.5 per token, from 3.9 to 5.4)."""
+FIRST_CHUNK_QUANTILE = 0.5
+"""The quantile of the documents' characters per token a builder sizes first chunks with (a document above it
+needs a second, small chunk; one below it tokenizes characters beyond the cut)."""
+LEARN_WINDOW = 500
+"""Documents whose first chunks replace a builder's characters-per-token estimate entirely (fewer: blended)."""
+NEXT_CHUNK_MARGIN = 1.1
+"""A further chunk is sized for the ids still lacking times this, at the document's own characters per token..."""
+NEXT_CHUNK_SLACK = 32
+"""...plus this many characters."""
+BPE_CACHE_WORDS = 100_000
+"""Words the private tokenizer copy's BPE cache holds: a word already seen skips the BPE merges. The
+``tokenizers`` default, 10,000, fills with the first words seen and then caches nothing new (the 1,891 BBC
+articles alone hold about 60,000 distinct words); a full cache of 100,000 costs about 40 MiB of memory."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +155,8 @@ class PromptBuilder:
         suffix_ids: template ids after the document (ends where the answer starts).
         control_ids: ids of the tokenizer's added/special tokens (never produced from document text).
         canonical: whether prefix + document + suffix equals the ids of the rendered prompt string.
+        chars_per_token: the characters-per-token estimate that sizes documents' first chunks (learned from
+            the documents tokenized so far; it changes how much text is tokenized, never the ids).
 
     Raises:
         ValueError: the chat template does not place the document once, or a special-token string
@@ -163,6 +177,7 @@ class PromptBuilder:
         self.control = _control_ids(tokenizer)
         self.control_ids = frozenset(self.control.values())
         self._lock = threading.Lock()
+        self.chars_per_token = float(FIRST_CHUNK_CHARS_PER_TOKEN)
         self._fast = self._fast_copy(tokenizer)
         self._self_check()
 
@@ -182,6 +197,9 @@ class PromptBuilder:
         if plain:  # added tokens not flagged special (``<think>``...) are control strings too: keep them as text
             fast.add_special_tokens([AddedToken(c, special=True, normalized=False) for c in plain])
         fast.encode_special_tokens = True  # added special tokens are matched as plain text
+        resize = getattr(fast.model, "_resize_cache", None)  # BPE: words already seen skip the merges
+        if resize is not None:
+            resize(BPE_CACHE_WORDS)
         return fast
 
     def _self_check(self) -> None:
@@ -226,11 +244,18 @@ class PromptBuilder:
         """Each document's ids cut to ``max_doc_tokens``, and whether it was cut.
 
         The ids are the whole document's first ``max_doc_tokens`` ids, computed from as little text as
-        possible: a first chunk of :data:`FIRST_CHUNK_CHARS_PER_TOKEN` characters per token of the budget
-        ending before a space, then further chunks (:data:`NEXT_CHUNK_CHARS_PER_TOKEN`), each ending before a
-        space, while the ids are not over the budget; every round is one batched tokenizer call. A document
-        with no space near a chunk's end (long unbroken text) is tokenized from its start again, 4x longer
-        each round, until it has 32 ids beyond the budget or is whole.
+        possible, in rounds of one batched tokenizer call each:
+
+        * first round: every document's first chunk, ending before a space, sized for ``max_doc_tokens + 1``
+          ids at the builder's current characters-per-token estimate (:attr:`chars_per_token`: learned from
+          the documents it has tokenized, :data:`FIRST_CHUNK_CHARS_PER_TOKEN` before any);
+        * later rounds, only for a document still short of ``max_doc_tokens + 1`` ids: a chunk sized for
+          the ids it still lacks at its own characters per token so far (:data:`NEXT_CHUNK_MARGIN`), ending
+          before a space;
+        * a document with no space near a chunk's end (long unbroken text) is tokenized from its start
+          again, 4x longer each round, until it has 32 ids beyond the budget or is whole.
+
+        The estimate changes only how much text is tokenized, never the ids.
 
         Args:
             texts: document texts.
@@ -239,48 +264,89 @@ class PromptBuilder:
             ``(ids, truncated)`` per text, in order.
         """
         n = self.max_doc_tokens
+        need = n + 1  # ids that show the document is over the budget
         out: list[tuple[list[int], bool] | None] = [None] * len(texts)
-        acc: dict[int, list[int]] = {i: [] for i in range(len(texts))}
-        pos = dict.fromkeys(range(len(texts)), 0)
-        raw: dict[int, int] = {}  # document -> characters to tokenize from the start (no space to cut at)
-        step = n * FIRST_CHUNK_CHARS_PER_TOKEN + 16
-        todo = list(range(len(texts)))
+        first = int(need * self.chars_per_token) + 16
+        state: dict[int, list[Any]] = {}  # document -> [ids so far, characters done, raw length (0: chunks)]
+        ratios: list[float] = []  # characters per id of the first chunks that were not whole
+        todo: Sequence[int] = range(len(texts))
         while todo:
-            jobs: list[tuple[int, int, int]] = []  # (document, start, end)
+            jobs: list[tuple[int, int]] = []  # (document, end of its chunk)
+            pieces: list[str] = []
             for i in todo:
                 text = texts[i]
-                if i in raw:
-                    jobs.append((i, 0, min(len(text), raw[i])))
+                st = state.get(i)
+                if st is not None and st[2]:
+                    end = min(len(text), st[2])
+                    jobs.append((i, end))
+                    pieces.append(text[:end])
                     continue
-                end = _space_cut(text, pos[i], step)
-                if end < 0:
-                    raw[i] = max(4 * (pos[i] + step), 2 * step)
-                    acc[i] = []
-                    jobs.append((i, 0, min(len(text), raw[i])))
+                if st is None:
+                    pos, step = 0, first
                 else:
-                    jobs.append((i, pos[i], end))
-            encoded = self.encode([texts[i][a:b] for i, a, b in jobs])
+                    pos, got = st[1], len(st[0])
+                    rate = max(1.0, pos / max(1, got))  # this document's characters per id so far
+                    step = int((need - got) * NEXT_CHUNK_MARGIN * rate) + NEXT_CHUNK_SLACK
+                end = _space_cut(text, pos, step)
+                if end < 0 and pos:
+                    step *= 4
+                    end = _space_cut(text, pos, step)
+                if end < 0:
+                    raw = max(4 * (pos + step), 2 * step)
+                    state[i] = [[], 0, raw]
+                    end = min(len(text), raw)
+                    jobs.append((i, end))
+                    pieces.append(text[:end])
+                else:
+                    jobs.append((i, end))
+                    pieces.append(text[pos:end])
+            encoded = self.encode(pieces)
             again = []
-            for (i, _, end), ids in zip(jobs, encoded, strict=True):
+            for (i, end), ids in zip(jobs, encoded, strict=True):
                 whole = end >= len(texts[i])
-                if i in raw:
-                    if whole or len(ids) > n + 32:
+                st = state.get(i)
+                if st is None:  # a first chunk
+                    if not whole and ids:
+                        ratios.append(end / len(ids))
+                    if whole or len(ids) > n:
                         out[i] = (ids[:n], len(ids) > n)
                     else:
-                        raw[i] *= 4
+                        state[i] = [ids, end, 0]
                         again.append(i)
-                    continue
-                got = acc[i]
-                got += ids
-                if len(got) > n or whole:
-                    out[i] = (got[:n], len(got) > n)
-                    del acc[i]
+                elif st[2]:
+                    if whole or len(ids) > n + 32:
+                        out[i] = (ids[:n], len(ids) > n)
+                        del state[i]
+                    else:
+                        st[2] *= 4
+                        again.append(i)
                 else:
-                    pos[i] = end
-                    again.append(i)
+                    got = st[0]
+                    got += ids
+                    if whole or len(got) > n:
+                        out[i] = (got[:n], len(got) > n)
+                        del state[i]
+                    else:
+                        st[1] = end
+                        again.append(i)
+            if ratios:
+                self._learn(ratios)
+                ratios = []
             todo = again
-            step = n * NEXT_CHUNK_CHARS_PER_TOKEN + 16
         return out  # type: ignore[return-value]
+
+    def _learn(self, ratios: list[float]) -> None:
+        """Set :attr:`chars_per_token` from one round's first chunks (characters per id, one per document).
+
+        The new estimate is their :data:`FIRST_CHUNK_QUANTILE` quantile (at least 8 documents), blended with
+        the old one by their share of :data:`LEARN_WINDOW` documents, kept within [1, 16].
+        """
+        if len(ratios) < 8:
+            return
+        ratios.sort()
+        seen = ratios[int(FIRST_CHUNK_QUANTILE * (len(ratios) - 1))]
+        weight = min(1.0, len(ratios) / LEARN_WINDOW)
+        self.chars_per_token = min(16.0, max(1.0, (1 - weight) * self.chars_per_token + weight * seen))
 
     def build(self, texts: Sequence[str]) -> list[Prompt]:
         """The prompts of ``texts``, tokenized in one batch.

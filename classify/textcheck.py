@@ -22,6 +22,8 @@ CONTROL_SHARE_LIMIT = 0.10
 
 _CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 """The control characters counted by :func:`check_text` (below U+0020, except tab, newline and CR)."""
+_CONTROL_BYTES = bytes(c for c in range(0x20) if c not in (0x09, 0x0A, 0x0D))
+"""The same characters as UTF-8 bytes (one byte each; no other character's UTF-8 holds a byte below 0x80)."""
 
 INVISIBLE_CATEGORIES = frozenset({"Cf", "Cc", "Cs", "Zs", "Zl", "Zp"})
 """General categories with no glyph of their own: format, control, surrogate, space, line and paragraph separators."""
@@ -191,12 +193,15 @@ def checked_id(doc: Document) -> Document:
     return Document(safe, None, doc.input_sha256, 0, reason, source)
 
 
-def check_bytes(raw: bytes, max_doc_bytes: int) -> tuple[str | None, str | None]:
+def check_bytes(raw: bytes, max_doc_bytes: int, text: str | None = None) -> tuple[str | None, str | None]:
     """Decode one document's bytes or say why it cannot be classified.
 
     Args:
         raw: the document's raw bytes.
         max_doc_bytes: size limit in bytes.
+        text: ``raw`` already decoded, when the caller encoded it from this string (``raw ==
+            text.encode("utf-8")``): not decoded again (the result is the same: a leading byte-order mark
+            is dropped either way).
 
     Returns:
         ``(text, None)`` for a usable document, ``(None, reason)`` otherwise.
@@ -209,11 +214,14 @@ def check_bytes(raw: bytes, max_doc_bytes: int) -> tuple[str | None, str | None]
         return None, f"not UTF-8: the document is {wide[0]}; convert it: iconv -f {wide[1]} -t UTF-8"
     if b"\x00" in raw:
         return None, "binary content: contains NUL bytes (not a text document)"
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        return None, f"not valid UTF-8: byte 0x{raw[err.start]:02x} at offset {err.start} (re-encode the file as UTF-8)"
-    return check_text(text)
+    if text is not None:
+        text = text[1:] if text.startswith("\ufeff") else text  # what decode("utf-8-sig") gives
+    else:
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            return None, f"not valid UTF-8: byte 0x{raw[err.start]:02x} at offset {err.start} (re-encode the file as UTF-8)"
+    return _check_text(text, len(raw) - len(raw.translate(None, _CONTROL_BYTES)))
 
 
 def check_text(text: str) -> tuple[str | None, str | None]:
@@ -226,9 +234,13 @@ def check_text(text: str) -> tuple[str | None, str | None]:
         ``(text, None)`` for a usable document, ``(None, reason)`` otherwise; a text of only
         zero-width, format or filler characters (:func:`has_visible_char`) is an empty document.
     """
-    if not text.strip():
+    return _check_text(text, len(_CONTROL_RE.findall(text)))
+
+
+def _check_text(text: str, control: int) -> tuple[str | None, str | None]:
+    """:func:`check_text` given the count of :data:`_CONTROL_RE` characters in ``text``."""
+    if not text or text.isspace():
         return None, "empty document: only whitespace"
-    control = len(_CONTROL_RE.findall(text))
     if control / len(text) > CONTROL_SHARE_LIMIT:
         return None, f"binary content: {100 * control / len(text):.0f}% control characters"
     if not has_visible_char(text):

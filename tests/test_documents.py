@@ -102,3 +102,18 @@ def test_jsonl_path_must_stay_inside_the_input_folder(tmp_path):
     docs = [d for d, _ in iter_jsonl(path, 1000)]
     assert [d.text for d in docs] == [None, None]
     assert docs[0].reject_reason == "`path` '../secret.txt' leaves the folder of c.jsonl (only relative paths inside it)"
+
+
+def test_check_bytes_given_the_decoded_text_answers_as_if_it_decoded_the_bytes():
+    """``document_from_text`` passes the string it encoded; the answer (text, reason) is the same as decoding."""
+    from classify.textcheck import check_bytes, check_text
+
+    samples = ["plain text", "\ufeffwith a mark", "\ufeff", "\ufeff\ufeffdouble", "  \n\t ", "", "\x01\x02ab",
+               "\x07" * 5 + "x" * 5, "a\x0bb\x0cc\x1fd" * 3, "caf\u00e9 \u4e2d\u6587 \U0001f600", "\u200b\u200d",
+               "\ufeff\x01\x01\x01x", "tab\tnew\nline\rcr", "\x00nul"]
+    for text in samples:
+        raw = text.encode("utf-8")
+        assert check_bytes(raw, 1000, text) == check_bytes(raw, 1000), repr(text)
+        if raw and b"\x00" not in raw:
+            decoded = raw.decode("utf-8-sig")
+            assert check_bytes(raw, 1000) == check_text(decoded), repr(text)

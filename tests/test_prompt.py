@@ -112,6 +112,19 @@ def test_cut_ids_are_the_whole_documents_first_ids(tokenizer, bbc_texts):
         assert prompt.ids[:start] == builder.prefix_ids and prompt.ids[start + prompt.n_doc_tokens:] == builder.suffix_ids
 
 
+def test_the_learned_characters_per_token_changes_the_work_never_the_ids(tokenizer, bbc_texts):
+    """The first chunk's size comes from what the builder learned of earlier documents; the ids never depend on it."""
+    cfg = ClassifyConfig()
+    texts = bbc_texts[1][:120] + [(t + " ") * 3 for t in bbc_texts[1][:40]] + _odd_documents()
+    builder = PromptBuilder(tokenizer, cfg)
+    assert builder.chars_per_token == 4.0
+    reference = builder.document_ids(texts)
+    assert 4.0 < builder.chars_per_token < 5.0  # learned from the BBC articles' first chunks (about 4.5)
+    for ratio in (1.0, 2.5, 6.0, 16.0):
+        builder.chars_per_token = ratio
+        assert PromptBuilder.document_ids(builder, texts) == reference, ratio
+
+
 def _assert_special_strings_stay_text(tok, cfg: ClassifyConfig, specials: list[str]) -> None:
     builder = PromptBuilder(tok, cfg)
     template_controls = sorted(t for t in builder.prefix_ids + builder.suffix_ids if t in builder.control_ids)
