@@ -463,9 +463,13 @@ class ShardPool:
                 self.reap_slot(slot)
             self.calls.kill(slot.actor)
 
+    def open(self) -> None:
+        """Start one actor per slot (:meth:`start_slot`, generation 0)."""
+        self.slots = [self.start_slot(index, 0) for index in range(self.n_actors)]
+
     def run(self) -> PoolStats:
         """Start the actors and run every shard; see :func:`run_pool`."""
-        self.slots = [self.start_slot(index, 0) for index in range(self.n_actors)]
+        self.open()
         try:
             while self.queue or self.inflight:
                 # every turn, not only when nothing came back: one busy actor must not hide another's deadline
