@@ -23,6 +23,13 @@ other slot left it waits up to ``actor_start_s`` like any actor that does not st
 
 An actor runs its shards one after the other, so when it fails, the shard it was running (the
 earliest submitted) is charged the retry and the shard queued behind it is requeued free.
+
+:class:`ShardPool` holds the pool's state (a :class:`Slot` per actor, the :class:`Flight` of each shard
+in flight, the queue and the retry counts) and has one method per rule: :meth:`ShardPool.blame`,
+:meth:`ShardPool.charge`, :meth:`ShardPool.on_failure`, :meth:`ShardPool.drop_slot`,
+:meth:`ShardPool.check_placement`, :meth:`ShardPool.check_deadlines`. It makes every Ray call through
+a :class:`RayCalls`, so the rules are unit-tested with fakes (``tests/test_pool_rules.py``).
+:func:`run_pool` is the entry point.
 """
 
 from __future__ import annotations
