@@ -88,8 +88,8 @@ def test_a_slot_whose_actor_cannot_be_placed_is_dropped_and_the_others_finish(lo
     events: list = []
     t0 = time.monotonic()
     stats = run_pool(lambda slot: remote.options(num_cpus=1, resources=NOWHERE if slot == 1 else None).remote(str(tmp_path)),
-                     2, _shards(), done.__setitem__, 2, lambda name, detail: events.append(name),
-                     Deadlines(shard_base_s=30, shard_per_doc_s=0, actor_start_s=600, actor_place_s=3))
+                     2, _shards(), done.__setitem__, 2, on_event=lambda name, detail: events.append(name),
+                     deadlines=Deadlines(shard_base_s=30, shard_per_doc_s=0, actor_start_s=600, actor_place_s=3))
     assert sorted(done) == list(range(6)) and time.monotonic() - t0 < 120
     assert sorted(r["id"] for rows in done.values() for r in rows) == [f"d-{i:04d}" for i in range(24)]
     assert len(stats.dropped) == 1 and stats.dropped[0].startswith("slot 1: ") and "could not be placed" in stats.dropped[0]
@@ -110,8 +110,8 @@ def test_a_lost_actors_replacement_that_cannot_be_placed_is_dropped(local_ray, t
         return remote.options(num_cpus=1).remote(str(tmp_path), "d-0008" if slot == 1 else None)
 
     done: dict = {}
-    stats = run_pool(make_actor, 2, _shards(10), done.__setitem__, 2, None,
-                     Deadlines(shard_base_s=30, shard_per_doc_s=0, actor_start_s=600, actor_place_s=3))
+    stats = run_pool(make_actor, 2, _shards(10), done.__setitem__, 2,
+                     deadlines=Deadlines(shard_base_s=30, shard_per_doc_s=0, actor_start_s=600, actor_place_s=3))
     assert sorted(done) == list(range(10))
     ids = [r["id"] for rows in done.values() for r in rows]
     assert sorted(ids) == [f"d-{i:04d}" for i in range(40)] and len(ids) == len(set(ids))
@@ -127,7 +127,7 @@ def test_an_unplaceable_actor_is_not_dropped_when_no_other_slot_works(local_ray,
     t0 = time.monotonic()
     with pytest.raises(EngineError, match="did not start within 4 s"):
         run_pool(lambda slot: remote.options(num_cpus=1, resources=NOWHERE).remote(str(tmp_path)), 1, _shards(2),
-                 lambda i, r: None, 0, None, Deadlines(shard_base_s=30, shard_per_doc_s=0, actor_start_s=4, actor_place_s=1))
+                 lambda i, r: None, 0, deadlines=Deadlines(shard_base_s=30, shard_per_doc_s=0, actor_start_s=4, actor_place_s=1))
     assert time.monotonic() - t0 < 60
 
 

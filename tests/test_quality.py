@@ -139,7 +139,7 @@ def test_the_batch_actor_applies_the_temperature_in_lora_and_merged_mode(tmp_pat
     handle = _registry_adapter(tmp_path, 2.5).handle()
     expected = round(softmax_at(LOGPROBS, 0, 2.5), 6)
     for adapter, temperature in ((handle, None), (None, handle.temperature)):  # LoRA mode, merged mode
-        actor = EngineActor(None, None, ClassifyConfig(), adapter, "", temperature)
+        actor = EngineActor(None, None, ClassifyConfig(), adapter, "", temperature=temperature)
         try:
             out = actor.classify(_docs())  # the shard file's bytes, as the driver writes them
             assert json.loads(out.body.splitlines()[0])["score"] == expected and out.n_docs == 2

@@ -41,7 +41,7 @@ class EngineActor:
     """
 
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, classify_cfg: ClassifyConfig,
-                 adapter: AdapterHandle | None, model_fingerprint: str, temperature: float | None = None):
+                 adapter: AdapterHandle | None, model_fingerprint: str, *, temperature: float | None = None):
         from classify.engine import build_engine
         from classify.prompt import set_tokenizer_threads
 

@@ -23,6 +23,13 @@ other slot left it waits up to ``actor_start_s`` like any actor that does not st
 
 An actor runs its shards one after the other, so when it fails, the shard it was running (the
 earliest submitted) is charged the retry and the shard queued behind it is requeued free.
+
+:class:`ShardPool` holds the pool's state (a :class:`Slot` per actor, the :class:`Flight` of each shard
+in flight, the queue and the retry counts) and has one method per rule: :meth:`ShardPool.blame`,
+:meth:`ShardPool.charge`, :meth:`ShardPool.on_failure`, :meth:`ShardPool.drop_slot`,
+:meth:`ShardPool.check_placement`, :meth:`ShardPool.check_deadlines`. It makes every Ray call through
+a :class:`RayCalls`, so the rules are unit-tested with fakes (``tests/test_pool_rules.py``).
+:func:`run_pool` is the entry point.
 """
 
 from __future__ import annotations
@@ -31,9 +38,9 @@ import logging
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from batch.pool.actor import reap
 from batch.pool.placement import actor_placed
@@ -101,25 +108,407 @@ class PoolStats:
     dropped: list[str] = field(default_factory=list)
 
 
-def run_pool(
-    make_actor: Callable[[int], Any],
-    n_actors: int,
-    shards: list[tuple[int, list[Document]]],
-    on_done: Callable[[int, list[dict[str, Any]]], None],
-    max_shard_retries: int,
-    on_event: Callable[[str, dict[str, Any]], None] | None = None,
-    deadlines: Deadlines | None = None,
-) -> PoolStats:
-    """Run shards over a pool of engine actors, retrying a failed shard on a fresh actor.
+class LazyDocs(Protocol):
+    """A shard's documents read only when the shard is dispatched (the driver holds only the shards in flight)."""
+
+    def __len__(self) -> int: ...
+
+    def load(self) -> list[Document]: ...
+
+
+ShardJob = tuple[int, "list[Document] | LazyDocs"]
+"""``(shard index, documents)``: what the pool is given to run."""
+
+
+class RayCalls:
+    """The Ray calls the pool makes, in one place, so the pool's rules can be driven without Ray.
+
+    Attributes:
+        failures: the exceptions a shard's or an actor's reference raises when the actor failed:
+            ``(RayActorError, RayTaskError)``.
+        actor_lost: the one of them that means the actor process is gone (``RayActorError``).
+    """
+
+    def __init__(self) -> None:
+        import ray
+
+        self.ray = ray
+        self.failures: tuple[type[BaseException], ...] = (ray.exceptions.RayActorError, ray.exceptions.RayTaskError)
+        self.actor_lost: type[BaseException] = ray.exceptions.RayActorError
+
+    def wait(self, refs: list[Any], timeout: float) -> list[Any]:
+        """The references (at most one) that are ready within ``timeout`` seconds; ``[]`` when none is."""
+        ready, _ = self.ray.wait(refs, num_returns=1, timeout=timeout)
+        return ready
+
+    def get(self, ref: Any, timeout: float | None = None) -> Any:
+        """The value of ``ref``, waiting up to ``timeout`` seconds (``None``: for ever); raises what the task raised."""
+        return self.ray.get(ref, timeout=timeout)
+
+    def kill(self, actor: Any) -> None:
+        """End ``actor`` for good (no restart)."""
+        self.ray.kill(actor, no_restart=True)
+
+    def info(self, actor: Any) -> Any:
+        """A reference to :meth:`EngineActor.info`: ready once the actor has started its engine."""
+        return actor.info.remote()
+
+    def classify(self, actor: Any, docs: list[Document]) -> Any:
+        """A reference to the shard's result (:meth:`EngineActor.classify`)."""
+        return actor.classify.remote(docs)
+
+    def shutdown(self, actor: Any) -> Any:
+        """A reference to the actor's clean engine stop."""
+        return actor.shutdown.remote()
+
+    def placed(self, actor: Any) -> bool | None:
+        """:func:`batch.pool.placement.actor_placed`."""
+        return actor_placed(actor)
+
+    def reap(self, info: dict[str, Any]) -> None:
+        """Stop what a dead actor left on this node (:func:`batch.pool.actor.reap`)."""
+        reap([info])
+
+
+@dataclass
+class Slot:
+    """One place in the pool and the actor now in it.
+
+    Attributes:
+        index: the slot number (``make_actor(index)``); a replacement actor keeps it.
+        actor: the actor handle.
+        generation: 0 for the first actor of the slot, one more for each replacement.
+        info_ref: the reference to the actor's :meth:`EngineActor.info` (its processes, for reaping).
+        created_at: monotonic seconds when the actor was created.
+        running_since: monotonic seconds since the engine started and the earliest shard in flight
+            runs; ``None`` until the actor has started.
+        active: ``False`` once the slot was dropped (its actor could not be placed).
+        load: shards in flight on the actor (at most :data:`IN_FLIGHT_PER_ACTOR`).
+    """
+
+    index: int
+    actor: Any
+    generation: int = 0
+    info_ref: Any = None
+    created_at: float = 0.0
+    running_since: float | None = None
+    active: bool = True
+    load: int = 0
+
+
+@dataclass(frozen=True)
+class Flight:
+    """A shard sent to an actor: the slot and actor generation it went to, and the shard."""
+
+    slot: int
+    generation: int
+    shard: ShardJob
+
+
+PLACE_MESSAGE = ("engine actor could not be placed on any node within {s:g} s (batch.actor_place_timeout_s: no node "
+                 "has the free resources it asks for, e.g. a node was lost); slot dropped for this attempt")
+
+
+class ShardPool:
+    """Shards over a pool of engine actors, by the rules of the module docstring (modelled on Ray Data's ``_ActorPool``).
+
+    Args:
+        make_actor: creates the actor handle of one slot (``make_actor(slot)``, already
+            ``.options(...).remote(...)``); a replacement actor gets the same slot.
+        n_actors: pool size; at most one actor per shard.
+        shards: ``(shard index, documents)`` still to do (:data:`ShardJob`).
+        on_done: called in the driver with ``(index, what the actor returned)`` as each shard completes.
+        max_shard_retries: re-runs allowed per shard.
+        on_event: optional callback ``(event, detail)`` (see :func:`run_pool`).
+        deadlines: when an actor counts as stuck (default :class:`Deadlines`).
+        calls: the Ray calls (default :class:`RayCalls`; tests give fakes).
+        clock: monotonic seconds (default :func:`time.monotonic`).
+
+    Attributes:
+        slots: one :class:`Slot` per slot, dropped ones included.
+        inflight: each shard reference in flight and its :class:`Flight`, in submission order.
+        queue: the shards waiting for an actor.
+        attempts: failed runs per shard index.
+        info_waiting: each :meth:`RayCalls.info` reference not yet ready and its ``(slot, generation)``.
+        observed: the slowest seconds per document on a completed shard, ``None`` before one.
+        stats: :class:`PoolStats`.
+    """
+
+    def __init__(self, make_actor: Callable[[int], Any], n_actors: int, shards: Sequence[ShardJob],
+                 on_done: Callable[[int, Any], None], max_shard_retries: int, *,
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None, deadlines: Deadlines | None = None,
+                 calls: RayCalls | None = None, clock: Callable[[], float] = time.monotonic):
+        self.make_actor, self.on_done, self.max_shard_retries = make_actor, on_done, max_shard_retries
+        self.event = on_event or (lambda name, detail: None)
+        self.limits = deadlines or Deadlines()
+        self.calls = calls if calls is not None else RayCalls()
+        self.clock = clock
+        self.stats = PoolStats()
+        self.t0 = clock()
+        self.n_actors = max(1, min(n_actors, len(shards)))
+        self.slots: list[Slot] = []
+        self.info_waiting: dict[Any, tuple[int, int]] = {}
+        self.queue: deque[ShardJob] = deque(shards)
+        self.attempts: dict[int, int] = {}
+        self.inflight: dict[Any, Flight] = {}
+        self.observed: float | None = None
+
+    # -- slots -------------------------------------------------------------------------------------------------
+
+    def start_slot(self, index: int, generation: int) -> Slot:
+        """Create the actor of slot ``index`` (its ``generation``-th) and ask for its info (ready when it has started)."""
+        actor = self.make_actor(index)
+        self.stats.actors_started += 1
+        info_ref = self.calls.info(actor)
+        self.info_waiting[info_ref] = (index, generation)
+        return Slot(index, actor, generation, info_ref, created_at=self.clock())
+
+    def live(self) -> list[Slot]:
+        """The slots not dropped."""
+        return [slot for slot in self.slots if slot.active]
+
+    def running_ref(self, slot: Slot) -> Any:
+        """The reference of the shard ``slot``'s actor runs now (its earliest in flight), or ``None``."""
+        return next((r for r, f in self.inflight.items() if f.slot == slot.index and f.generation == slot.generation),
+                    None)
+
+    def take_flights(self, slot: Slot) -> list[ShardJob]:
+        """Remove the shards in flight on ``slot``'s actor from :attr:`inflight`; they come back in submission order."""
+        mine = [r for r, f in self.inflight.items() if f.slot == slot.index and f.generation == slot.generation]
+        return [self.inflight.pop(r).shard for r in mine]
+
+    def reap_slot(self, slot: Slot) -> None:
+        """Stop what ``slot``'s actor left behind (its engine processes), if it ever reported them."""
+        try:
+            self.calls.reap(self.calls.get(slot.info_ref, timeout=5))
+        except Exception:  # noqa: BLE001 - the actor died before it could report; nothing to reap
+            pass
+
+    # -- the failure rules ---------------------------------------------------------------------------------------
+
+    def blame(self, slot: Slot, flight: Flight, err: BaseException) -> ShardJob:
+        """The shard a failure is charged to.
+
+        An actor runs its tasks in submission order: when the actor is lost, the shard it was running
+        is the earliest submitted one still in flight on it (the others fail as collateral, free); when a
+        task raised, that shard (``flight``'s) is the one that failed.
+        """
+        running = self.running_ref(slot)
+        if isinstance(err, self.calls.actor_lost) and running is not None:
+            return self.inflight[running].shard
+        return flight.shard
+
+    def charge(self, index: int, message: str, cause: BaseException | None) -> str:
+        """Count a failed run of shard ``index``; returns the message as recorded (``shard N: ...``).
+
+        Raises:
+            EngineError: the shard has now failed more than ``max_shard_retries`` times (the batch's
+                first error is kept in the message).
+        """
+        attempts = self.attempts[index] = self.attempts.get(index, 0) + 1
+        message = f"shard {index}: {message}"
+        self.stats.errors.append(message)
+        log.warning("%s (attempt %d of %d)", message, attempts, self.max_shard_retries + 1)
+        if attempts > self.max_shard_retries:
+            raise EngineError(f"{self.stats.errors[0]}; shard {index} failed {attempts} times "
+                              f"(batch.max_shard_retries {self.max_shard_retries}); rerun the same batch id to resume"
+                              ) from cause
+        return message
+
+    def on_failure(self, slot: Slot, blamed: ShardJob | None, message: str, cause: BaseException | None = None) -> None:
+        """``slot``'s actor failed: charge ``blamed`` one attempt, replace the actor and queue all its shards again.
+
+        ``blamed`` (when given) goes first in the queue; the other shards that were in flight on the
+        actor are requeued free. ``None`` blames nothing (an actor that failed to start with no shard running).
+
+        Raises:
+            EngineError: from :meth:`charge`, before the actor is replaced.
+        """
+        requeue = [sh for sh in self.take_flights(slot) if blamed is None or sh[0] != blamed[0]]
+        if blamed is not None:
+            message = self.charge(blamed[0], message, cause)
+            requeue.insert(0, blamed)
+        self.calls.kill(slot.actor)
+        self.reap_slot(slot)
+        self.slots[slot.index] = self.start_slot(slot.index, slot.generation + 1)
+        self.queue.extendleft(reversed(requeue))
+        if blamed is not None:
+            self.stats.retries += 1
+            self.event("retry", {"shard": blamed[0], "error": message})
+
+    def drop_slot(self, slot: Slot, reason: str) -> None:
+        """Give up ``slot`` for this attempt: kill its (unplaced) actor and queue its shards again, uncharged."""
+        requeue = self.take_flights(slot)
+        slot.active = False
+        slot.load = 0
+        self.calls.kill(slot.actor)
+        self.queue.extendleft(reversed(requeue))
+        message = f"slot {slot.index}: {reason}"
+        self.stats.dropped.append(message)
+        log.warning("%s; the pool goes on with %d actor(s)", message, len(self.live()))
+        self.event("slot-dropped", {"slot": slot.index, "reason": reason})
+
+    def check_placement(self, now: float) -> None:
+        """Drop slots whose actor has waited longer than ``actor_place_s`` for a node, while another slot has one.
+
+        A slot counts as working when its actor has started or is placed (or Ray cannot tell); with no
+        such other slot the unplaced ones are kept (``actor_start_s`` still bounds them).
+        """
+        waiting = [s for s in self.live() if s.running_since is None and now - s.created_at > self.limits.actor_place_s]
+        if not waiting:
+            return
+        unplaced = [s for s in waiting if self.calls.placed(s.actor) is False]
+        if not unplaced:
+            return
+        others = [s for s in self.live() if s not in unplaced
+                  and (s.running_since is not None or self.calls.placed(s.actor) is not False)]
+        if not others:
+            return  # nothing else could do the work: wait (actor_start_s still bounds it)
+        for slot in unplaced:
+            self.drop_slot(slot, PLACE_MESSAGE.format(s=self.limits.actor_place_s))
+
+    def check_deadlines(self, now: float) -> None:
+        """Apply the time rules at ``now`` (monotonic seconds): placement, actor start, shard run.
+
+        An actor not started within ``actor_start_s`` fails (its running shard, if any, is blamed); a
+        shard running longer than :meth:`Deadlines.shard_s` fails its actor and is blamed.
+
+        Raises:
+            EngineError: a blamed shard ran out of retries (:meth:`charge`).
+        """
+        self.check_placement(now)
+        limits = self.limits
+        for slot in self.live():
+            ref = self.running_ref(slot)
+            if slot.running_since is None:
+                if now - slot.created_at > limits.actor_start_s:
+                    blamed = self.inflight[ref].shard if ref is not None else None
+                    self.on_failure(slot, blamed, f"engine actor did not start within {limits.actor_start_s:g} s "
+                                    "(batch.actor_start_timeout_s); stuck actor killed")
+            elif ref is not None:
+                shard = self.inflight[ref].shard
+                bound = limits.shard_s(len(shard[1]), self.observed)
+                if now - slot.running_since > bound:
+                    self.on_failure(slot, shard, f"engine stuck: no answer for {len(shard[1])} documents within "
+                                    f"{bound:g} s (batch.shard_timeout_base_s + shard_timeout_per_doc_s x documents); "
+                                    "actor killed")
+
+    def next_wakeup(self, now: float) -> float:
+        """Seconds until the next deadline of :meth:`check_deadlines` (at least 0.05; 1 with nothing to watch)."""
+        waits = []
+        for slot in self.live():
+            if slot.running_since is None:
+                waits.append(slot.created_at + self.limits.actor_start_s - now)
+                place_wait = slot.created_at + self.limits.actor_place_s - now
+                # past the placement bound but kept (no other live slot): look again every 10 s
+                waits.append(place_wait if place_wait > 0 else 10.0)
+            elif (ref := self.running_ref(slot)) is not None:
+                bound = self.limits.shard_s(len(self.inflight[ref].shard[1]), self.observed)
+                waits.append(slot.running_since + bound - now)
+        return max(0.05, min(waits)) if waits else 1.0
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        """Send queued shards to the live actors until each has :data:`IN_FLIGHT_PER_ACTOR` in flight."""
+        for slot in self.live():
+            while self.queue and slot.load < IN_FLIGHT_PER_ACTOR:
+                shard = self.queue.popleft()
+                docs = shard[1].load() if hasattr(shard[1], "load") else shard[1]  # read when dispatched
+                ref = self.calls.classify(slot.actor, docs)
+                del docs  # the actor's copy is in Ray's object store; the driver keeps only the reference
+                self.inflight[ref] = Flight(slot.index, slot.generation, shard)
+                slot.load += 1
+
+    def on_ready(self, ref: Any) -> None:
+        """An actor finished starting (its info ``ref``): its shard clock starts; ``actor-ready`` is reported."""
+        index, generation = self.info_waiting.pop(ref)
+        try:
+            detail = self.calls.get(ref)
+        except self.calls.failures:
+            return  # its shards fail too and are retried by on_result
+        if generation == self.slots[index].generation:
+            self.slots[index].running_since = self.clock()
+        self.event("actor-ready", {"slot": index, "generation": generation, **detail})
+
+    def on_result(self, ref: Any) -> None:
+        """A shard reference is ready: hand its result to ``on_done``, or fail its actor by the blame rule.
+
+        Raises:
+            EngineError: the blamed shard ran out of retries (:meth:`charge`).
+        """
+        if ref not in self.inflight:
+            return  # a ref of an actor already replaced
+        flight = self.inflight[ref]
+        slot = self.slots[flight.slot]
+        try:
+            rows = self.calls.get(ref)
+        except self.calls.failures as err:
+            text = str(err).strip()
+            first_line = text.splitlines()[-1][:500] if text else type(err).__name__
+            self.on_failure(slot, self.blame(slot, flight, err), f"{type(err).__name__}: {first_line}", err)
+            return
+        self.inflight.pop(ref)
+        slot.load -= 1
+        now = self.clock()
+        n_docs = len(flight.shard[1])
+        if slot.running_since is not None and n_docs:
+            per_doc = (now - slot.running_since) / n_docs
+            self.observed = per_doc if self.observed is None else max(self.observed, per_doc)
+        slot.running_since = now  # the next shard of this actor starts now
+        if self.stats.first_ready_s is None:
+            self.stats.first_ready_s = self.clock() - self.t0
+        self.on_done(flight.shard[0], rows)
+
+    def close(self, failed: bool) -> None:
+        """Stop every slot's actor: a clean engine stop (``failed``: wait 5 s, else 60 s), else reap; then kill."""
+        stop_wait_s = 5 if failed else 60
+        for slot in self.slots:
+            try:  # a clean engine stop; a dead actor's leftovers are reaped instead
+                self.calls.get(self.calls.shutdown(slot.actor), timeout=stop_wait_s)
+            except Exception:  # noqa: BLE001
+                self.reap_slot(slot)
+            self.calls.kill(slot.actor)
+
+    def open(self) -> None:
+        """Start one actor per slot (:meth:`start_slot`, generation 0)."""
+        self.slots = [self.start_slot(index, 0) for index in range(self.n_actors)]
+
+    def run(self) -> PoolStats:
+        """Start the actors and run every shard; see :func:`run_pool`."""
+        self.open()
+        try:
+            while self.queue or self.inflight:
+                # every turn, not only when nothing came back: one busy actor must not hide another's deadline
+                self.check_deadlines(self.clock())
+                self.dispatch()
+                ready = self.calls.wait([*self.inflight, *self.info_waiting], timeout=self.next_wakeup(self.clock()))
+                if ready and ready[0] in self.info_waiting:
+                    self.on_ready(ready[0])
+                elif ready:
+                    self.on_result(ready[0])
+        finally:
+            # on an error or an interrupt (SIGTERM, Ctrl-C) an actor may still be loading its engine: do not wait for it
+            self.close(failed=sys.exc_info()[0] is not None)
+        return self.stats
+
+
+def run_pool(make_actor: Callable[[int], Any], n_actors: int, shards: Sequence[ShardJob],
+             on_done: Callable[[int, Any], None], max_shard_retries: int, *,
+             on_event: Callable[[str, dict[str, Any]], None] | None = None,
+             deadlines: Deadlines | None = None) -> PoolStats:
+    """Run shards over a pool of engine actors, retrying a failed shard on a fresh actor (a :class:`ShardPool`).
 
     Args:
         make_actor: creates the actor handle of one slot (``make_actor(slot)``, already
             ``.options(...).remote(...)``); a replacement actor gets the same slot.
         n_actors: pool size.
         shards: ``(shard index, documents)`` still to do; ``documents`` is a list, or an object with
-            ``len()`` and ``load()`` that reads the list when the shard is dispatched (the driver then holds
-            only the shards in flight).
-        on_done: called in the driver with ``(index, result rows)`` as each shard completes.
+            ``len()`` and ``load()`` (:class:`LazyDocs`) that reads the list when the shard is dispatched
+            (the driver then holds only the shards in flight).
+        on_done: called in the driver with ``(index, result)`` as each shard completes; ``result`` is
+            what the actor's ``classify`` returned (a :class:`batch.corpus.shard.ShardOutput` from
+            :class:`EngineActor`, result rows from a test actor).
         max_shard_retries: re-runs allowed per shard.
         on_event: optional callback ``(event, detail)`` for ``actor-ready`` (with :meth:`EngineActor.info`),
             ``retry`` (progress file) and ``slot-dropped`` (``{"slot", "reason"}``).
@@ -131,192 +520,5 @@ def run_pool(
     Raises:
         EngineError: a shard failed more than ``max_shard_retries + 1`` times (the first error is kept).
     """
-    import ray
-
-    stats = PoolStats()
-    event = on_event or (lambda name, detail: None)
-    limits = deadlines or Deadlines()
-    t0 = time.monotonic()
-    n_actors = max(1, min(n_actors, len(shards)))
-    slots: list[list[Any]] = []  # [actor, generation]
-    infos: dict[tuple[int, int], Any] = {}
-    info_waiting: dict[Any, tuple[int, int]] = {}
-    created_at = [0.0] * n_actors
-    running_since: list[float | None] = [None] * n_actors  # engine started; the earliest shard in flight runs
-    observed: list[float | None] = [None]  # slowest seconds per document on a completed shard
-    active = [True] * n_actors  # False: the slot was dropped (its actor could not be placed)
-
-    def start(slot: int, generation: int) -> Any:
-        actor = make_actor(slot)
-        stats.actors_started += 1
-        infos[(slot, generation)] = actor.info.remote()
-        info_waiting[infos[(slot, generation)]] = (slot, generation)
-        created_at[slot], running_since[slot] = time.monotonic(), None
-        return actor
-
-    for slot in range(n_actors):
-        slots.append([start(slot, 0), 0])
-    queue = deque(shards)
-    attempts: dict[int, int] = {}
-    inflight: dict[Any, tuple[int, int, tuple[int, list[Document]]]] = {}  # in submission order
-    load = [0] * n_actors
-
-    def live() -> list[int]:
-        return [slot for slot in range(n_actors) if active[slot]]
-
-    def running_ref(slot: int) -> Any:
-        return next((r for r, (s, g, _) in inflight.items() if s == slot and g == slots[slot][1]), None)
-
-    def fail_slot(slot: int, blamed: tuple[int, list[Document]] | None, message: str, cause: BaseException | None) -> None:
-        """Charge ``blamed`` one attempt, replace the slot's actor and queue all its shards again."""
-        generation = slots[slot][1]
-        mine = [(r, sh) for r, (s, g, sh) in inflight.items() if s == slot and g == generation]
-        for r, _ in mine:
-            inflight.pop(r)
-        requeue = [sh for _, sh in mine if blamed is None or sh[0] != blamed[0]]
-        if blamed is not None:
-            index = blamed[0]
-            attempts[index] = attempts.get(index, 0) + 1
-            message = f"shard {index}: {message}"
-            stats.errors.append(message)
-            log.warning("%s (attempt %d of %d)", message, attempts[index], max_shard_retries + 1)
-            if attempts[index] > max_shard_retries:
-                raise EngineError(f"{stats.errors[0]}; shard {index} failed {attempts[index]} times "
-                                  f"(batch.max_shard_retries {max_shard_retries}); rerun the same batch id to resume") from cause
-            requeue.insert(0, blamed)
-        ray.kill(slots[slot][0], no_restart=True)
-        try:
-            reap([ray.get(infos[(slot, generation)], timeout=5)])
-        except Exception:  # noqa: BLE001 - the actor died before it could report; nothing to reap
-            pass
-        slots[slot] = [start(slot, generation + 1), generation + 1]
-        load[slot] = 0
-        queue.extendleft(reversed(requeue))
-        if blamed is not None:
-            stats.retries += 1
-            event("retry", {"shard": blamed[0], "error": message})
-
-    def drop_slot(slot: int, reason: str) -> None:
-        """Give up ``slot`` for this attempt: kill its (unplaced) actor and queue its shards again, uncharged."""
-        generation = slots[slot][1]
-        mine = [(r, sh) for r, (s, g, sh) in inflight.items() if s == slot and g == generation]
-        for r, _ in mine:
-            inflight.pop(r)
-        active[slot] = False
-        load[slot] = 0
-        ray.kill(slots[slot][0], no_restart=True)
-        queue.extendleft(reversed([sh for _, sh in mine]))
-        message = f"slot {slot}: {reason}"
-        stats.dropped.append(message)
-        log.warning("%s; the pool goes on with %d actor(s)", message, len(live()))
-        event("slot-dropped", {"slot": slot, "reason": reason})
-
-    def check_placement(now: float) -> None:
-        """Drop slots whose actor has waited longer than ``actor_place_s`` for a node, while another slot has one."""
-        waiting = [s for s in live() if running_since[s] is None and now - created_at[s] > limits.actor_place_s]
-        if not waiting:
-            return
-        unplaced = [s for s in waiting if actor_placed(slots[s][0]) is False]
-        if not unplaced:
-            return
-        others = [s for s in live() if s not in unplaced
-                  and (running_since[s] is not None or actor_placed(slots[s][0]) is not False)]
-        if not others:
-            return  # nothing else could do the work: wait (actor_start_s still bounds it)
-        for slot in unplaced:
-            drop_slot(slot, f"engine actor could not be placed on any node within {limits.actor_place_s:g} s "
-                      "(batch.actor_place_timeout_s: no node has the free resources it asks for, e.g. a node "
-                      "was lost); slot dropped for this attempt")
-
-    def check_deadlines(now: float) -> None:
-        check_placement(now)
-        for slot in live():
-            ref = running_ref(slot)
-            if running_since[slot] is None:
-                if now - created_at[slot] > limits.actor_start_s:
-                    blamed = inflight[ref][2] if ref is not None else None
-                    fail_slot(slot, blamed, f"engine actor did not start within {limits.actor_start_s:g} s "
-                              "(batch.actor_start_timeout_s); stuck actor killed", None)
-            elif ref is not None:
-                shard = inflight[ref][2]
-                bound = limits.shard_s(len(shard[1]), observed[0])
-                if now - running_since[slot] > bound:
-                    fail_slot(slot, shard, f"engine stuck: no answer for {len(shard[1])} documents within "
-                              f"{bound:g} s (batch.shard_timeout_base_s + shard_timeout_per_doc_s x documents); "
-                              "actor killed", None)
-
-    def next_wakeup(now: float) -> float:
-        waits = []
-        for slot in live():
-            if running_since[slot] is None:
-                waits.append(created_at[slot] + limits.actor_start_s - now)
-                place_wait = created_at[slot] + limits.actor_place_s - now
-                # past the placement bound but kept (no other live slot): look again every 10 s
-                waits.append(place_wait if place_wait > 0 else 10.0)
-            elif (ref := running_ref(slot)) is not None:
-                waits.append(running_since[slot] + limits.shard_s(len(inflight[ref][2][1]), observed[0]) - now)
-        return max(0.05, min(waits)) if waits else 1.0
-
-    try:
-        while queue or inflight:
-            # every turn, not only when nothing came back: one busy actor must not hide another's deadline
-            check_deadlines(time.monotonic())
-            for slot in live():
-                while queue and load[slot] < IN_FLIGHT_PER_ACTOR:
-                    shard = queue.popleft()
-                    docs = shard[1].load() if hasattr(shard[1], "load") else shard[1]  # read when dispatched
-                    ref = slots[slot][0].classify.remote(docs)
-                    del docs  # the actor's copy is in Ray's object store; the driver keeps only the reference
-                    inflight[ref] = (slot, slots[slot][1], shard)
-                    load[slot] += 1
-            ready, _ = ray.wait([*inflight, *info_waiting], num_returns=1, timeout=next_wakeup(time.monotonic()))
-            if not ready:
-                continue
-            ref = ready[0]
-            if ref in info_waiting:  # an actor finished starting: report its processes (progress.json)
-                slot, generation = info_waiting.pop(ref)
-                try:
-                    detail = ray.get(ref)
-                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
-                    continue  # its shards fail too and are retried below
-                if generation == slots[slot][1]:
-                    running_since[slot] = time.monotonic()
-                event("actor-ready", {"slot": slot, "generation": generation, **detail})
-                continue
-            if ref not in inflight:
-                continue  # a ref of an actor already replaced
-            slot, generation, shard = inflight[ref]
-            try:
-                rows = ray.get(ref)
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
-                # an actor runs its tasks in submission order: when the actor is lost, the shard it was running
-                # is the earliest submitted one still in flight on it (the others fail as collateral, free);
-                # when a task raised, that shard is the one that failed
-                running = running_ref(slot)
-                blamed = inflight[running][2] if isinstance(err, ray.exceptions.RayActorError) and running else shard
-                first_line = str(err).strip().splitlines()[-1][:500] if str(err).strip() else type(err).__name__
-                fail_slot(slot, blamed, f"{type(err).__name__}: {first_line}", err)
-                continue
-            inflight.pop(ref)
-            load[slot] -= 1
-            now = time.monotonic()
-            if running_since[slot] is not None and shard[1]:
-                per_doc = (now - running_since[slot]) / len(shard[1])
-                observed[0] = per_doc if observed[0] is None else max(observed[0], per_doc)
-            running_since[slot] = now  # the next shard of this actor starts now
-            if stats.first_ready_s is None:
-                stats.first_ready_s = time.monotonic() - t0
-            on_done(shard[0], rows)
-    finally:
-        # on an error or an interrupt (SIGTERM, Ctrl-C) an actor may still be loading its engine: do not wait for it
-        stop_wait_s = 5 if sys.exc_info()[0] is not None else 60
-        for slot, (actor, generation) in enumerate(slots):
-            try:  # a clean engine stop; a dead actor's leftovers are reaped instead
-                ray.get(actor.shutdown.remote(), timeout=stop_wait_s)
-            except Exception:  # noqa: BLE001
-                try:
-                    reap([ray.get(infos[(slot, generation)], timeout=5)])
-                except Exception:  # noqa: BLE001 - never started: nothing to reap
-                    pass
-            ray.kill(actor, no_restart=True)
-    return stats
+    return ShardPool(make_actor, n_actors, shards, on_done, max_shard_retries, on_event=on_event,
+                     deadlines=deadlines).run()

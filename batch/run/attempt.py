@@ -423,8 +423,9 @@ class BatchRun:
             with logging_redirect():
                 stats = run_pool(lambda slot: cls.options(**options[slot]).remote(
                                      actor_model, engine_cfg, cfg.classify, handle, actor_fingerprint,
-                                     adapter.temperature if adapter else None),  # merged mode: no handle carries T
-                                 n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event, deadlines)
+                                     temperature=adapter.temperature if adapter else None),  # merged mode: no handle carries T
+                                 n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event=on_event,
+                                 deadlines=deadlines)
             lease.tick(progress, bar, force=True)
             bar.close()
             return {"actors": n_actors, "actors_started": stats.actors_started, "retries": stats.retries,
