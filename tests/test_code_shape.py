@@ -15,11 +15,7 @@ ROOT = Path(importlib.util.find_spec("batch").submodule_search_locations[0]).par
 MAX_LINES = 80
 MAX_POSITIONAL = 5
 
-KNOWN: dict[str, str] = {
-    "batch/pool/scheduler.py:run_pool": "the pool's loop, closures over its state: becoming a ShardPool object",
-    "batch/pool/actor.py:EngineActor.__init__": "a Ray actor's constructor, called by Ray with the actor options' arguments",
-    "batch/run/attempt.py:BatchRun.run_shards": "the pool call and its progress wiring, to be folded with the ShardPool",
-}
+KNOWN: dict[str, str] = {}
 """``path:qualified name`` -> why it is still over a limit (each entry must still be over it, so the list only shrinks)."""
 
 

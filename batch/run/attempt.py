@@ -368,19 +368,7 @@ class BatchRun:
             plan = {s["index"]: s for s in manifest.shards}
             shards = [(i, _ShardRef(corpus, plan[i], cfg.classify.max_doc_bytes)) for i in pending]
             per_engine = -(-sum(int(plan[i]["n_docs"]) for i in pending) // max(n_actors, 1))
-            # "auto" compiles when each engine has enough documents; not under LoRA, where vLLM's CPU backend
-            # turns compilation off anyway (and accelerators' "auto" already compiles)
-            engine_cfg = cfg.engine.for_workload(per_engine) if handle is None else cfg.engine
-            if engine_cfg is not cfg.engine and cpp_compiler() is None:
-                # "auto" stays auto: eager on CPU engines, compiled on accelerators (whose compile does not need one here)
-                log.warning("engine: no C++ compiler ($CXX or g++) on %s for torch.compile: CPU engines stay eager "
-                            "(`engine.enforce_eager: auto`); install one (`apt-get install g++`) for faster steps on a batch "
-                            "this long", socket.gethostname())
-                engine_cfg = cfg.engine
-            if engine_cfg is not cfg.engine:
-                log.info("engine: torch.compile on (`engine.enforce_eager: auto`, %d documents per engine >= %d): each "
-                         "engine start takes a minute or two longer, every step after it is faster", per_engine,
-                         COMPILE_MIN_DOCS_PER_ENGINE)
+            engine_cfg = _engine_for_workload(cfg.engine, per_engine, lora=handle is not None)
             bar = progress_bar(progress.total, progress.done, f"batch {self.batch_id}", disable=self.options.no_progress)
             lease = LeaseWatch(self.lease_ends_at, run_dir, self.batch_id)
             lease.tick(progress, bar, force=True)
@@ -434,3 +422,24 @@ class BatchRun:
                     "compiled": sorted({str(a.get("compiled")).lower() for a in actors.values()})}
         finally:
             _ray_local.stop(local_ray)  # a local Ray leaves no process behind; a joined cluster is left alone
+
+
+def _engine_for_workload(engine: Any, per_engine: int, *, lora: bool) -> Any:
+    """The engine section the actors get for ``per_engine`` documents each (:meth:`EngineConfig.for_workload`).
+
+    ``"auto"`` compiles when each engine has enough documents; not under LoRA, where vLLM's CPU backend
+    turns compilation off anyway (and accelerators' ``"auto"`` already compiles), and not without a C++
+    compiler (a warning says so). Returns ``engine`` itself when nothing changes.
+    """
+    engine_cfg = engine.for_workload(per_engine) if not lora else engine
+    if engine_cfg is not engine and cpp_compiler() is None:
+        # "auto" stays auto: eager on CPU engines, compiled on accelerators (whose compile does not need one here)
+        log.warning("engine: no C++ compiler ($CXX or g++) on %s for torch.compile: CPU engines stay eager "
+                    "(`engine.enforce_eager: auto`); install one (`apt-get install g++`) for faster steps on a batch "
+                    "this long", socket.gethostname())
+        return engine
+    if engine_cfg is not engine:
+        log.info("engine: torch.compile on (`engine.enforce_eager: auto`, %d documents per engine >= %d): each "
+                 "engine start takes a minute or two longer, every step after it is faster", per_engine,
+                 COMPILE_MIN_DOCS_PER_ENGINE)
+    return engine_cfg
