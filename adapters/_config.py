@@ -13,8 +13,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from classify.config import ClassifyConfig, CommandConfig, EngineConfig, Frozen, ModelConfig
-from classify.modelshape import LINEAR_MODULES
 from classify.errors import InputError
+from classify.modelshape import LINEAR_MODULES
 from classify.paths import expand_path, path_variables
 
 LLAMA_LORA_MODULES = LINEAR_MODULES
