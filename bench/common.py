@@ -11,7 +11,6 @@ from typing import Any
 from classify.records import Document
 from classify.tabular import iter_csv
 
-
 ROOT = Path(__file__).resolve().parent.parent
 """The checkout's root (``bench/..``)."""
 
