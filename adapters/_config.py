@@ -13,8 +13,9 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from classify.config import ClassifyConfig, CommandConfig, EngineConfig, Frozen, ModelConfig
+from classify.errors import InputError
 from classify.modelshape import LINEAR_MODULES
-from classify.paths import expand_bbc_dir
+from classify.paths import expand_path, path_variables
 
 LLAMA_LORA_MODULES = LINEAR_MODULES
 """Linear layers of a Llama-architecture block that vLLM can apply LoRA to (:data:`classify.modelshape.LINEAR_MODULES`)."""
@@ -24,8 +25,9 @@ class DataSection(Frozen):
     """Training data: a CSV or JSONL file with a text and a category per row.
 
     Attributes:
-        path: the file; ``{bbc_dir}`` is replaced by :func:`classify.paths.bbc_dir`
-            (``DOCPILOT_BBC_DIR``), relative paths are taken from the working directory.
+        path: the file; ``${VAR}`` and ``${VAR:-default}`` are expanded from the environment
+            (:func:`classify.paths.expand_path`), relative paths are taken from the working
+            directory. ``null`` (the default): not set, training refuses to start.
         format: ``csv``, ``jsonl`` or ``auto`` (by file suffix).
         text_column: column / key holding the document text.
         category_column: column / key holding the label (one of ``classify.categories``).
@@ -33,16 +35,30 @@ class DataSection(Frozen):
         max_train_rows: use at most this many training rows (``null`` = all), for budgets.
     """
 
-    path: str = "{bbc_dir}/train.csv"
+    path: str | None = Field(None, min_length=1)
     format: Literal["auto", "csv", "jsonl"] = "auto"
     text_column: str = Field("text", min_length=1)
     category_column: str = Field("category", min_length=1)
     validation_rows: int = Field(100, ge=1, le=100_000)
     max_train_rows: int | None = Field(None, ge=1)
 
+    @field_validator("path")
+    @classmethod
+    def _variables_well_formed(cls, value: str | None) -> str | None:
+        if value is not None:
+            path_variables(value)  # ValueError: a malformed ``${``
+        return value
+
     def resolved_path(self) -> Path:
-        """The data file with ``{bbc_dir}`` expanded."""
-        return expand_bbc_dir(self.path)
+        """The data file with its ``${VAR}``/``${VAR:-default}`` and ``~`` expanded.
+
+        Raises:
+            InputError: ``path`` is not set (``null``).
+            ConfigError: a malformed ``${`` (a config built without validation).
+        """
+        if self.path is None:
+            raise InputError("no training data: set `train.data.path` in the config file")
+        return expand_path(self.path)
 
 
 class LoraSection(Frozen):
@@ -191,7 +207,7 @@ class OutputSection(Frozen):
         merge: also write a merged full model (counted in the disk check).
     """
 
-    adapter_name: str = Field("bbc-news", pattern=r"^[a-z0-9][a-z0-9._-]{0,57}$")
+    adapter_name: str = Field("adapter", pattern=r"^[a-z0-9][a-z0-9._-]{0,57}$")
     publish: bool = True
     merge: bool = False
 

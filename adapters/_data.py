@@ -13,7 +13,7 @@ from typing import Any
 from adapters._config import DataSection
 from classify.errors import ConfigError, InputError
 from classify.files import file_sha256
-from classify.paths import bbc_dir_hint
+from classify.paths import path_hint
 from classify.prompt import build_training_examples
 from classify.textcheck import check_text
 
@@ -82,7 +82,7 @@ def load_rows(cfg: DataSection, categories: tuple[str, ...]) -> tuple[list[Row],
     """
     path = cfg.resolved_path()
     if not path.is_file():
-        raise InputError(f"training data {path} does not exist (`train.data.path` in the config file){bbc_dir_hint(cfg.path)}")
+        raise InputError(f"training data {path} does not exist (`train.data.path` in the config file){path_hint(cfg.path)}")
     raw = _read_rows(path, cfg)
     if not raw:
         raise InputError(f"{path}: training data has no rows")

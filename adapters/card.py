@@ -8,7 +8,7 @@ is (``training``, ``metrics``, ``loss_curve``, ``classify``, ``imported``...), s
 :meth:`AdapterCard.to_json` writes back what was read.
 
 Example:
-    >>> card = parse_card({"name": "bbc", "version": 1, "files": {"a": "0" * 64}, "sha256": "1" * 64,
+    >>> card = parse_card({"name": "topics", "version": 1, "files": {"a": "0" * 64}, "sha256": "1" * 64,
     ...                    "base_model": {"name": "m", "fingerprint": "sha256:2"}})
     >>> card.pilot.status, card.temperature
     ('not-run', 1.0)
@@ -134,7 +134,7 @@ def parse_card(data: Any, source: str = CARD_FILE) -> AdapterCard:
 
     Args:
         data: the parsed JSON.
-        source: where it came from, for the message (e.g. ``"adapter bbc-news@1: card.json"``).
+        source: where it came from, for the message (e.g. ``"adapter topics@1: card.json"``).
 
     Returns:
         The :class:`AdapterCard`.

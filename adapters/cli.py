@@ -2,11 +2,11 @@
 
 Example:
     $ docpilot adapters list
-    $ docpilot adapters show bbc-news@latest
-    $ docpilot adapters verify bbc-news@1 --config config/docpilot.json
-    $ docpilot adapters merge bbc-news@1 --out merged/bbc-news-1
-    $ docpilot adapters export bbc-news@1 s3://team-bucket/adapters/bbc-news-1
-    $ docpilot adapters import s3://team-bucket/adapters/bbc-news-1 --registry /srv/registry
+    $ docpilot adapters show topics@latest
+    $ docpilot adapters verify topics@1 --config config/docpilot.json
+    $ docpilot adapters merge topics@1 --out merged/topics-1
+    $ docpilot adapters export topics@1 s3://team-bucket/adapters/topics-1
+    $ docpilot adapters import s3://team-bucket/adapters/topics-1 --registry /srv/registry
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ apply (:func:`adapters.compat.check_engine_compat`), since vLLM refuses it only 
 
 Example:
     >>> reg = Registry()  # doctest: +SKIP
-    >>> adapter = reg.resolve("bbc-news@latest", base_fingerprint=model.fingerprint)  # doctest: +SKIP
+    >>> adapter = reg.resolve("topics@latest", base_fingerprint=model.fingerprint)  # doctest: +SKIP
     >>> classifier.classify(docs, adapter=adapter.handle())  # doctest: +SKIP
 """
 

@@ -23,8 +23,8 @@ them, written LAST. It is either a folder or one archive (``.tar``, ``.tar.gz``,
   its own, because its config may differ. Run ``make pilot ADAPTER=name@version`` there.
 
 Example:
-    >>> export_adapter(Registry("/train/registry"), "bbc-news@1", "s3://team-bucket/adapters/bbc-news-1")  # doctest: +SKIP
-    >>> import_adapter("s3://team-bucket/adapters/bbc-news-1", Registry("/serve/registry"),
+    >>> export_adapter(Registry("/train/registry"), "topics@1", "s3://team-bucket/adapters/topics-1")  # doctest: +SKIP
+    >>> import_adapter("s3://team-bucket/adapters/topics-1", Registry("/serve/registry"),
     ...                base_fingerprint=model.fingerprint)  # doctest: +SKIP
 """
 

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from classify.config import (
     ClassifyConfig,
@@ -24,7 +24,7 @@ from classify.config import (
     load_config,
 )
 from classify.errors import InputError
-from classify.paths import expand_bbc_dir
+from classify.paths import expand_path, path_variables
 
 
 class CorpusConfig(Frozen):
@@ -32,9 +32,9 @@ class CorpusConfig(Frozen):
 
     Attributes:
         path: a ``.jsonl`` file (``id`` plus ``text`` or ``path``), a ``.csv`` file, or a folder of
-            files (id = relative path); ``{bbc_dir}`` is replaced by :func:`classify.paths.bbc_dir`
-            (``DOCPILOT_BBC_DIR``), relative paths are taken from the current directory.
-            ``--corpus`` replaces it.
+            files (id = relative path); ``${VAR}`` and ``${VAR:-default}`` are expanded from the
+            environment (:func:`classify.paths.expand_path`), relative paths are taken from the
+            current directory. ``--corpus`` replaces it; ``null`` (the default): ``--corpus`` is needed.
         format: ``auto`` (by suffix: ``.jsonl``/``.csv``/``.parquet``/folder), ``jsonl``, ``csv``,
             ``parquet`` or ``dir``.
         text_column: CSV and Parquet: the column holding the text.
@@ -46,16 +46,30 @@ class CorpusConfig(Frozen):
             unlabelled (no accuracy). ``null``: never read labels. Labels never change answers.
     """
 
-    path: str = Field("{bbc_dir}/test.csv", min_length=1)
+    path: str | None = Field(None, min_length=1)
     format: Literal["auto", "jsonl", "csv", "parquet", "dir"] = "auto"
     text_column: str = Field("text", min_length=1)
     id_column: str | None = None
-    id_prefix: str | None = Field("bbc-test", min_length=1, max_length=100)
+    id_prefix: str | None = Field(None, min_length=1, max_length=100)
     label_column: str | None = Field("category", min_length=1)
 
+    @field_validator("path")
+    @classmethod
+    def _variables_well_formed(cls, value: str | None) -> str | None:
+        if value is not None:
+            path_variables(value)  # ValueError: a malformed ``${``
+        return value
+
     def resolved_path(self) -> Path:
-        """``path`` with ``{bbc_dir}`` expanded and ``~`` resolved (still relative when ``path`` is)."""
-        return expand_bbc_dir(self.path)
+        """``path`` with its ``${VAR}``/``${VAR:-default}`` and ``~`` expanded (still relative when ``path`` is).
+
+        Raises:
+            InputError: ``path`` is not set (``null``): the corpus must come from ``--corpus``.
+            ConfigError: a malformed ``${`` (a config built without validation).
+        """
+        if self.path is None:
+            raise InputError("no corpus: set `corpus.path` in the config or pass --corpus")
+        return expand_path(self.path)
 
 
 class RunConfig(Frozen):

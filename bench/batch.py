@@ -31,11 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _corpus(folder: Path, n: int | None) -> Path:
-    from classify.paths import bbc_dir
+    from bench.common import bbc_dir
 
     csv_path = bbc_dir() / "test.csv"
-    if not csv_path.is_file():
-        csv_path = ROOT.parent / "shared" / "data" / "bbc-news" / "test.csv"
     import csv
 
     with csv_path.open(encoding="utf-8", newline="") as fh:

@@ -8,9 +8,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from classify.paths import bbc_dir
 from classify.records import Document
 from classify.tabular import iter_csv
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The checkout's root (``bench/..``)."""
+
+
+def bbc_dir() -> Path:
+    """The BBC News data folder the benchmarks read (the demo set; the product knows no data set).
+
+    Returns:
+        ``DOCPILOT_BBC_DIR`` when set (resolved); else ``../shared/data/bbc-news`` from the current
+        directory when it holds ``test.csv``, else the same beside the checkout (``<root>/../shared/...``).
+        The folder is not checked to exist when ``DOCPILOT_BBC_DIR`` names it.
+    """
+    value = os.environ.get("DOCPILOT_BBC_DIR")
+    if value:
+        return Path(value).expanduser().resolve()
+    here = (Path.cwd().parent / "shared" / "data" / "bbc-news").resolve()
+    return here if (here / "test.csv").is_file() else (ROOT.parent / "shared" / "data" / "bbc-news").resolve()
 
 
 def bbc_test(n: int | None = None) -> tuple[list[Document], dict[str, str]]:

@@ -61,8 +61,8 @@ def _best(fn: Any, repeat: int) -> float:
 
 def measure(quick: bool = False) -> dict[str, Any]:
     """Host docs/s (new path, its parts) and main's ``build_prompt`` docs/s on BBC articles and 5 KB documents."""
+    from bench.common import bbc_dir
     from bench.instant_engine import HostEngineActor
-    from classify.paths import bbc_dir
 
     cfg = load_config(PilotConfig, "config/docpilot.json")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -114,9 +114,9 @@ def run(quick: bool = False) -> dict:
     Returns:
         ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
     """
+    from bench.common import bbc_dir
     from classify.config import PilotConfig, load_config
     from classify.engine import build_engine
-    from classify.paths import bbc_dir
     from classify.tabular import iter_csv
 
     clients, per_request, duration_s, n_docs = (4, 2, 20.0, 24) if quick else (8, 4, 120.0, 334)
@@ -301,8 +301,8 @@ def run_hostile(server_root: Path = ROOT, max_in_flight: int | None = 64) -> dic
     Returns:
         The figures (JSON-able).
     """
+    from bench.common import bbc_dir
     from classify.config import PilotConfig, load_config
-    from classify.paths import bbc_dir
     from classify.tabular import iter_csv
 
     config = ROOT / "config" / "docpilot.json"

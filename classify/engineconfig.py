@@ -44,7 +44,7 @@ vLLM's CPU backend runs RMSNorm, SiLU-and-mul and the residual adds as separate 
 float32 copies between them (``forward_native``; ``SiluAndMul.forward_cpu`` on x86), which its
 torch.compile (inductor) graph fuses: "torch.compile is enabled by default and is a critical part of
 the framework" (vLLM docs, design/torch_compile). Measured on a 2-core AVX512-BF16/AMX Xeon, one engine
-on one core, merged SmolLM2-135M, BBC articles of ~312 prompt tokens: eager 3.5 docs/s, compiled 4.9-6.3
+on one core, merged SmolLM2-135M, news articles of ~312 prompt tokens (the demo set): eager 3.5 docs/s, compiled 4.9-6.3
 docs/s, for ~90-130 s more engine start (the compile). The start pays back after ~1,000 documents;
 2,000 keeps a margin for slower compiles. The pilot (12 documents), the tests' small batches and the
 server stay eager under ``"auto"``; set ``enforce_eager: false`` for a long-running CPU server.

@@ -9,14 +9,20 @@ adapter registry       ``<state>/registry``                        ``DOCPILOT_RE
 pilot records          ``<state>/pilots``                          (under state)
 run folders            ``./runs``                                  ``DOCPILOT_RUNS``
 export copies          ``./exports``                               ``DOCPILOT_EXPORTS``
-BBC News data          ``../shared/data/bbc-news``                 ``DOCPILOT_BBC_DIR``
 =====================  ==========================================  ==========================
+
+Data paths written in the config file (``corpus.path``, ``train.data.path``) may use environment
+variables in the shell's form, ``${VAR}`` or ``${VAR:-default}`` (:func:`expand_path`); a path that
+does not exist is reported with how each variable was expanded (:func:`path_hint`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+from classify.errors import ConfigError
 
 
 def _env_path(var: str, default: Path) -> Path:
@@ -54,40 +60,91 @@ def exports_dir() -> Path:
     return _env_path("DOCPILOT_EXPORTS", Path.cwd() / "exports")
 
 
-def bbc_dir() -> Path:
-    """Return the BBC News data folder (``DOCPILOT_BBC_DIR``, default ``../shared/data/bbc-news``)."""
-    return _env_path("DOCPILOT_BBC_DIR", Path.cwd().parent / "shared" / "data" / "bbc-news")
-
-
-def expand_bbc_dir(configured: str) -> Path:
-    """A configured path with ``{bbc_dir}`` replaced by :func:`bbc_dir` and ``~`` expanded (still relative when it was).
-
-    Args:
-        configured: the path as written in the config (``train.data.path``, ``corpus.path``).
-
-    Returns:
-        The path, e.g. ``../shared/data/bbc-news/test.csv`` for ``{bbc_dir}/test.csv`` with ``DOCPILOT_BBC_DIR`` unset.
-    """
-    return Path(configured.replace("{bbc_dir}", str(bbc_dir()))).expanduser()
-
-
 def verbose_logs() -> bool:
     """Whether vLLM's, Ray's and transformers' own output is wanted (``docpilot --verbose`` / ``DOCPILOT_VERBOSE=1``)."""
     return os.environ.get("DOCPILOT_VERBOSE", "") not in ("", "0")
 
 
-def bbc_dir_hint(configured: str) -> str:
-    """A note for a "does not exist" error about a configured path: how ``{bbc_dir}`` was expanded, if it was used.
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}")
+"""One ``${VAR}`` or ``${VAR:-default}`` (the default holds no ``$``, ``{`` or ``}``)."""
+
+PATH_FORMS = "${VAR} or ${VAR:-default} (VAR: letters, digits and _, not starting with a digit; the default without $, { or })"
+"""The variable forms a configured path may use, for messages."""
+
+
+def path_variables(configured: str) -> list[tuple[str, str | None]]:
+    """The environment variables a configured path uses, checked.
 
     Args:
         configured: the path as written in the config (``train.data.path``, ``corpus.path``).
 
     Returns:
-        ``""`` when ``configured`` has no ``{bbc_dir}``; else a parenthesised note naming
-        ``DOCPILOT_BBC_DIR`` and its value or default.
+        ``(name, default or None)`` per ``${...}``, in order (``[]`` for a path without one).
+
+    Raises:
+        ValueError: a ``${`` that does not open one of :data:`PATH_FORMS` (unclosed, a bad name,
+            another operator such as ``${VAR:?}``, a nested ``${``); the message names the character.
     """
-    if "{bbc_dir}" not in configured:
+    found: list[tuple[str, str | None]] = []
+    at = configured.find("${")
+    while at != -1:
+        match = _VARIABLE.match(configured, at)
+        if match is None:
+            raise ValueError(f"has a malformed `${{` at character {at + 1}: write {PATH_FORMS}")
+        found.append((match.group(1), match.group(2)))
+        at = configured.find("${", match.end())
+    return found
+
+
+def expand_path(configured: str) -> Path:
+    """A configured path with its ``${VAR}`` / ``${VAR:-default}`` expanded as the shell does, and ``~`` expanded.
+
+    ``${VAR}`` is VAR's value (empty when unset); ``${VAR:-default}`` is the default when VAR is unset
+    or empty. A relative result stays relative (taken from the current directory by the caller).
+
+    Args:
+        configured: the path as written in the config, e.g. ``${DATA_DIR:-../data}/test.csv``.
+
+    Returns:
+        The path, e.g. ``../data/test.csv`` for that example with ``DATA_DIR`` unset.
+
+    Raises:
+        ConfigError: a malformed ``${`` (see :func:`path_variables`), naming the path.
+    """
+    try:
+        path_variables(configured)
+    except ValueError as err:
+        raise ConfigError(f"path {configured!r} {err}") from None
+    return Path(_VARIABLE.sub(lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), configured)).expanduser()
+
+
+def path_hint(configured: str) -> str:
+    """A note for a "does not exist" error about a configured path: how each ``${VAR}`` in it was expanded.
+
+    Args:
+        configured: the path as written in the config (``train.data.path``, ``corpus.path``).
+
+    Returns:
+        ``""`` when ``configured`` uses no variable (or a malformed one); else a parenthesised note,
+        e.g. `` (${DATA_DIR} is /x, from DATA_DIR=/x; set DATA_DIR to where the data is)`` or
+        `` (${DATA_DIR} is ../data, from unset DATA_DIR: ../data from the current directory; set DATA_DIR ...)``.
+    """
+    try:
+        variables = path_variables(configured)
+    except ValueError:
         return ""
-    where = os.environ.get("DOCPILOT_BBC_DIR")
-    source = f"DOCPILOT_BBC_DIR={where}" if where else "unset DOCPILOT_BBC_DIR: ../shared/data/bbc-news from the current directory"
-    return f" ({{bbc_dir}} is {bbc_dir()}, from {source}; set DOCPILOT_BBC_DIR to the BBC News data folder)"
+    if not variables:
+        return ""
+    parts, names = [], []
+    for name, default in variables:
+        value = os.environ.get(name)
+        if value:
+            parts.append(f"${{{name}}} is {value}, from {name}={value}")
+        elif default:
+            where = "" if Path(default).expanduser().is_absolute() else " from the current directory"
+            parts.append(f"${{{name}}} is {default}, from unset {name}: {default}{where}")
+        else:
+            parts.append(f"${{{name}}} is empty, from unset {name} with no default")
+        if name not in names:
+            names.append(name)
+    return f" ({'; '.join(parts)}; set {' / '.join(names)} to where the data is)"

@@ -180,7 +180,7 @@ def require_pilot(key: str, what: str, override: bool = False, folder: Path | No
 
     Args:
         key: :func:`combo_key` of the combination.
-        what: human description, e.g. ``"base smollm2-135m-instruct + adapter bbc@1"``.
+        what: human description, e.g. ``"base smollm2-135m-instruct + adapter topics@1"``.
         override: the user's explicit ``--skip-pilot-gate``; logged as a warning and returned.
         folder: records folder (default :func:`classify.paths.pilots_dir`).
         also: fallback keys, asked in order when ``key`` has no record (the server: the same adapter

@@ -23,7 +23,7 @@ The prompt is built as token ids, never as a string the engine tokenizes again
 Documents are tokenized in batches (the Rust tokenizer's own thread pool, sized by
 ``RAYON_NUM_THREADS``; :func:`set_tokenizer_threads`). For a document without special-token
 strings the ids equal the old string path's (template rendered around the document, then
-tokenized) wherever the document was not cut; the tests check it on the BBC articles.
+tokenized) wherever the document was not cut; the tests check it on the demo set's news articles.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ class ClassifyRequest(_Body):
         frozen=True,
         json_schema_extra={
             "examples": [
-                {"adapter": "bbc-news@1", "documents": [{"id": "a1", "text": "Shares in the bank rose 5% ..."}]}
+                {"adapter": "topics@1", "documents": [{"id": "a1", "text": "Shares in the bank rose 5% ..."}]}
             ]
         },
     )

@@ -82,12 +82,14 @@ def test_capture_and_fit_calibration_writes_the_card_block(tmp_path):
     assert fit_calibration({}, rows, CATS) is None
 
 
-def test_missing_training_data_names_docpilot_bbc_dir_when_the_path_uses_it(tmp_path, monkeypatch):
+def test_missing_training_data_names_the_variable_when_the_path_uses_one(tmp_path, monkeypatch):
     from adapters._data import load_rows
 
     monkeypatch.setenv("DOCPILOT_BBC_DIR", str(tmp_path / "nowhere"))
     with pytest.raises(InputError, match=r"training data .*nowhere/train.csv does not exist \(`train.data.path` in the config "
-                                         r"file\) \(\{bbc_dir\} is .*nowhere, from DOCPILOT_BBC_DIR=.*nowhere; set DOCPILOT_BBC_DIR"):
-        load_rows(DataSection(), ("business", "tech"))
+                                         r"file\) \(\$\{DOCPILOT_BBC_DIR\} is .*nowhere, from DOCPILOT_BBC_DIR=.*nowhere; set DOCPILOT_BBC_DIR"):
+        load_rows(DataSection(path="${DOCPILOT_BBC_DIR:-../shared/data/bbc-news}/train.csv"), ("business", "tech"))
+    with pytest.raises(InputError, match=r"^no training data: set `train.data.path` in the config file$"):
+        load_rows(DataSection(), ("business", "tech"))  # no default data set
     with pytest.raises(InputError, match=r"does not exist \(`train.data.path` in the config file\)$"):
         load_rows(DataSection(path=str(tmp_path / "t.csv")), ("business", "tech"))

@@ -40,7 +40,7 @@ from batch.corpus.shard import RawShard, fold_shard, jsonl_documents
 from classify.documents import read_file_document
 from classify.errors import InputError
 from classify.files import file_sha256, ids_sha256, special_kind
-from classify.paths import bbc_dir_hint
+from classify.paths import path_hint
 from classify.records import Document
 from classify.tabular import csv_row_document, iter_csv_rows
 from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file
@@ -59,7 +59,7 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
     where = (Path(path).expanduser() if path is not None else cfg.resolved_path()).resolve()
     if not where.exists():
         raise InputError(f"corpus {where} does not exist (set `corpus.path` in the config or pass --corpus)"
-                         f"{bbc_dir_hint(cfg.path) if path is None else ''}")
+                         f"{path_hint(cfg.path) if path is None else ''}")
     kind = special_kind(where.stat().st_mode)
     if kind is not None and kind != "a folder":  # never opened: a FIFO would block, /dev/zero never end
         raise InputError(f"corpus {where} is {kind}, not a regular file; give a JSONL, CSV or Parquet file, or a folder")

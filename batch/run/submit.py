@@ -33,7 +33,7 @@ from typing import Any
 
 from batch.config import check_batch_id, load_batch_config
 from classify.errors import ConfigError, InputError
-from classify.paths import bbc_dir_hint, exports_dir, model_cache_dir, registry_dir, runs_dir, state_dir
+from classify.paths import exports_dir, model_cache_dir, path_hint, registry_dir, runs_dir, state_dir
 from classify.runrecords import new_run_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_batch_config(args.config)
     corpus = (Path(args.corpus).expanduser() if args.corpus else cfg.corpus.resolved_path()).resolve()
     if not corpus.exists():
-        hint = "" if args.corpus else bbc_dir_hint(cfg.corpus.path)
+        hint = "" if args.corpus else path_hint(cfg.corpus.path)
         raise InputError(f"corpus {corpus} does not exist (pass --corpus){hint}")
     if args.address.startswith("ray://") or "://" not in args.address:
         raise ConfigError(f"`--address` (default: $RAY_ADDRESS) must be the job server's http://host:port (dashboard, e.g. "
