@@ -108,14 +108,14 @@ def test_the_shipped_config_keeps_the_demo_paths(monkeypatch, tmp_path):
     batch = load_batch_config(SHIPPED)
     train = load_config(TrainConfig, SHIPPED)
     assert batch.corpus.path == "${DOCPILOT_BBC_DIR:-../shared/data/bbc-news}/test.csv"
-    assert batch.corpus.plan.id_prefix == "bbc-test"
+    assert batch.corpus.id_prefix == "bbc-test"
     assert train.data.path == "${DOCPILOT_BBC_DIR:-../shared/data/bbc-news}/train.csv"
     assert train.output.adapter_name == "bbc-news"
     monkeypatch.setenv("DOCPILOT_BBC_DIR", str(tmp_path))
-    assert batch.corpus.plan.resolved_path() == tmp_path / "test.csv"
+    assert batch.corpus.resolved_path() == tmp_path / "test.csv"
     assert train.data.resolved_path() == tmp_path / "train.csv"
     monkeypatch.delenv("DOCPILOT_BBC_DIR")
-    assert batch.corpus.plan.resolved_path() == Path("../shared/data/bbc-news/test.csv")
+    assert batch.corpus.resolved_path() == Path("../shared/data/bbc-news/test.csv")
 
 
 def test_product_code_names_no_demo_data_set():
