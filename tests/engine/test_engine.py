@@ -1,4 +1,7 @@
-"""The vLLM engine wrapper through the real engine: first-token scoring, choice fallback, rejects."""
+"""The vLLM engine wrapper through the real engine: first-token scoring, choice fallback, rejects.
+
+Split by tier: this file holds the engine tests; the others of the same subject are in ``tests/slow/test_engine_compiled.py``.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,6 @@ from classify.documents import document_from_text
 from classify.engine import Classifier
 from classify.errors import EngineError
 from classify.scoring import Scorer
-
-pytestmark = pytest.mark.engine
 
 TEXTS = {
     "a": "The striker scored twice as the home side won the league match 3-0 on Saturday.",
@@ -70,23 +71,3 @@ def test_adapter_needs_a_lora_engine(engine):
 def test_first_token_collision_refused_when_forced(engine):
     with pytest.raises(EngineError, match="two categories share a first token"):
         Scorer(engine.scorer.tokenizer, ClassifyConfig(categories=("sport", "sports"), scoring="first-token"), 1024)
-
-
-@pytest.mark.slow  # a second engine with torch.compile: about 2-3 min of start on the 2-core CPU
-def test_compiled_engine_answers_like_the_eager_one(engine, pilot_config):
-    """``enforce_eager: false`` (what ``auto`` gives a batch of 2,000+ documents per engine) classifies as eager does."""
-    from bench.common import bbc_test
-    from classify.engine import build_engine
-    from tests.answers import assert_same_answers, score_tolerance
-
-    docs, _ = bbc_test(24)
-    eager = engine.classify(docs)
-    compiled_engine = build_engine(pilot_config.model, pilot_config.engine.model_copy(update={"enforce_eager": False}),
-                                   pilot_config.classify, enable_lora=False)
-    try:
-        assert compiled_engine.compiled() is True and engine.compiled() is False  # as vLLM decided (LoRA: never)
-        compiled = compiled_engine.classify(docs)
-    finally:
-        compiled_engine.shutdown()
-    assert [r.id for r in compiled] == [r.id for r in eager]
-    assert_same_answers(eager, compiled, score_tolerance(pilot_config.model), min_clear=12)

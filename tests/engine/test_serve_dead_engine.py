@@ -13,11 +13,12 @@ import time
 import httpx
 import psutil
 import pytest
-from test_serve_http import AUTH, start_server, stop_server
 
 from classify.errors import EngineError
+from tests.support.servers import AUTH, start_server, stop_server
 
-pytestmark = pytest.mark.engine
+pytestmark = pytest.mark.timeout(1200)  # the module's server may take up to START_TIMEOUT_S (600 s) to start
+
 
 EXIT_DELAY_S = 5.0
 DETECT_TIMEOUT_S = 10.0

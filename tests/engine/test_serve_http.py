@@ -7,47 +7,27 @@ the 2-core CPU); every request is bounded by a timeout. The last test stops it w
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
 
 from classify.documents import document_from_text
 from classify.tabular import iter_csv
-from tests.answers import score_tolerance
+from tests.support.answers import score_tolerance
+from tests.support.servers import AUTH, REQUEST_TIMEOUT_S, TOKEN, make_tiny_lora, start_server, stop_server
 
-pytestmark = pytest.mark.engine
+pytestmark = pytest.mark.timeout(1200)  # the module's server may take up to START_TIMEOUT_S (600 s) to start
 
-ROOT = Path(__file__).resolve().parent.parent
-TOKEN = "test-token-" + "k" * 24
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
 MAX_DOCUMENTS = 8
 MAX_DOC_BYTES = 60_000
 MAX_IN_FLIGHT = 16
-START_TIMEOUT_S = 600
-REQUEST_TIMEOUT_S = 180
-
-
-def make_tiny_lora(model_path: str, out: Path, seed: int) -> Path:
-    """Save a random-init peft LoRA (r=8 on q_proj, v_proj; B not zero, so it changes answers)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(seed)
-    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16)
-    cfg = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
-    get_peft_model(base, cfg).save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -69,59 +49,6 @@ def published(pilot_config, tmp_path_factory):
     for sha in (None, reg.show("tiny-lora@1").sha256):  # the base model alone, and tiny-lora through LoRA
         record_pilot(combo_key(model.fingerprint, sha, config_sha), "test-pilot", "pass", {"what": "test"})
     return reg
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(log_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen]:
-    """Start ``docpilot serve`` on a free loopback port and wait until ``/readyz`` answers 200.
-
-    Args:
-        log_path: where the server's stdout and stderr go.
-        *args: more ``docpilot serve`` options (``--config``, host and port are set here).
-        env: more environment variables (``DOCPILOT_API_TOKEN`` is set here).
-
-    Returns:
-        ``(base_url, process)``; stop it with :func:`stop_server`.
-    """
-    port = _free_port()
-    cmd = [sys.executable, "-m", "docpilot", "serve", "--config", str(ROOT / "config" / "docpilot.json"),
-           "--host", "127.0.0.1", "--port", str(port), *args]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "DOCPILOT_API_TOKEN": TOKEN, **(env or {})},
-                                stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + START_TIMEOUT_S
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                    return url, proc
-            except httpx.TransportError:
-                pass
-            if time.time() > deadline:
-                pytest.fail(f"server not ready after {START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
-    except BaseException:
-        stop_server(proc)
-        raise
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    """SIGTERM the server if it still runs; SIGKILL it after 60 s."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,11 @@ import pytest
 
 from classify.documents import document_from_text
 from classify.tabular import iter_csv
-from tests.answers import score_tolerance
-from tests.test_serve_http import make_tiny_lora
+from tests.support.answers import score_tolerance
+from tests.support.servers import make_tiny_lora
 
-pytestmark = pytest.mark.engine
+pytestmark = pytest.mark.timeout(1200)  # the module's server may take up to START_TIMEOUT_S (600 s) to start
+
 
 N_DOCS = 6
 

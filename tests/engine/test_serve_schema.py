@@ -13,9 +13,11 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
-from test_serve_http import AUTH, REQUEST_TIMEOUT_S, start_server, stop_server
 
-pytestmark = pytest.mark.engine
+from tests.support.servers import AUTH, REQUEST_TIMEOUT_S, start_server, stop_server
+
+pytestmark = pytest.mark.timeout(1200)  # the module's server may take up to START_TIMEOUT_S (600 s) to start
+
 
 MAX_EXAMPLES = 12
 MAX_DOCUMENTS = 4

@@ -59,7 +59,7 @@ import pytest
 
 pytestmark = [pytest.mark.images, pytest.mark.timeout(1800)]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STANDIN_DOCKERFILE = ROOT / "tests" / "images" / "standin.Dockerfile"
 LOCK_FILE = ROOT / "requirements" / "cpu.lock"
 TORCH_REQ = "torch==2.13.0+cpu"

@@ -18,9 +18,7 @@ import pytest
 
 from classify.errors import EngineError
 from classify.records import Document
-from tests.test_batch_helpers import PLANTED, ROOT, fake_shards, local_ray_session, make_corpus, write_config
-
-pytestmark = pytest.mark.ray
+from tests.support.corpora import PLANTED, ROOT, fake_shards, make_corpus, write_config
 
 
 class FakeEngineActor:
@@ -43,11 +41,6 @@ class FakeEngineActor:
 
     def shutdown(self) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    yield from local_ray_session(sys.modules[__name__])
 
 
 def test_pool_retries_a_killed_actors_shard_on_a_fresh_actor(local_ray, tmp_path):

@@ -8,6 +8,8 @@ every file but ``SHA256SUMS``). Then:
   verified export (was: ``done``);
 * the rerun removes the killed attempt's temporaries (was: left for good) and finishes exactly once with a
   verified export; ``status`` then says ``done`` and names the export.
+
+Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/test_kill_debris_match.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 
 from batch import manifest as mf
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER = r'''
 import logging, os, signal, sys
@@ -55,12 +57,10 @@ def _debris(run_dir: Path, exports: Path) -> list[str]:
     return found + [p.name for p in exports.iterdir() if p.name.startswith(".")] if exports.is_dir() else found
 
 
-@pytest.mark.ray
 @pytest.mark.parametrize("phase", ["merge", "export"])
 def test_a_driver_killed_in_merge_or_export_leaves_debris_that_the_rerun_removes(tmp_path, phase):
-    from test_batch_helpers import write_config
-
     from batch.status import batch_status
+    from tests.support.corpora import write_config
 
     runs, exports = tmp_path / "runs", tmp_path / "exports"
     env = {**os.environ, "DOCPILOT_RUNS": str(runs), "DOCPILOT_EXPORTS": str(exports), "PYTHONPATH": str(ROOT)}
@@ -107,25 +107,3 @@ def test_a_driver_killed_in_merge_or_export_leaves_debris_that_the_rerun_removes
     from classify.export import verify_export
 
     assert verify_export(exports / "kill", check_export) == []
-
-
-def test_only_this_batchs_temporaries_are_matched(tmp_path):
-    from batch._debris import remove_stale_temporaries
-
-    run_dir, exports = tmp_path / "runs" / "kill", tmp_path / "exports"
-    (run_dir / "shards").mkdir(parents=True)
-    exports.mkdir()
-    ours = [run_dir / ".results.jsonl.ab12cd.tmp", run_dir / ".results.parquet.tmp", run_dir / ".manifest.json.x1y2.tmp",
-            run_dir / "shards" / ".00003.jsonl.q9w8.tmp"]
-    for p in ours:
-        p.write_text("partial")
-    staging = exports / ".kill-abcd1234.export-tmp"
-    staging.mkdir()
-    (staging / "results.jsonl").write_text("partial")
-    kept = [run_dir / ".driver.lock", run_dir / "manifest.json", exports / ".kill-partial-20261202T000000Z-abcd1234.export-tmp",
-            exports / ".other-abcd1234.export-tmp", exports / ".kill-abcd1234", exports / "kill-abcd1234.export-tmp"]
-    for p in kept:
-        p.mkdir() if "export" in p.name or p.parent == exports else p.write_text("keep")
-    removed = remove_stale_temporaries(run_dir, exports / "kill")
-    assert sorted(removed) == sorted([*ours, staging])
-    assert all(p.exists() for p in kept) and not any(p.exists() for p in [*ours, staging])

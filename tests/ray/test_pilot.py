@@ -4,6 +4,8 @@ One real pilot (module fixture, the README's first command) runs through real Ra
 engine actor; the bookkeeping variants (each batch-only part broken in turn, a Parquet pilot set, the
 trace of the shared functions) run the same pipeline over real Ray with a stand-in engine actor
 (:mod:`stand_in_actors`), and the parts broken before classification fail before any engine starts.
+
+Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/test_pilot_units.py``.
 """
 
 from __future__ import annotations
@@ -13,17 +15,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from stand_in_actors import answer_actor
 
 from batch.merge import check_export
-from batch.pilot import main, run_pilot
-from classify.config import PilotConfig, parse_config
+from batch.pilot import run_pilot
 from classify.export import verify_export
 from classify.pilotgate import combo_key, pilot_status
-from classify.records import Result
 from classify.runrecords import read_jsonl
+from tests.support.stand_in_actors import answer_actor
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PILOT = ROOT / "data" / "pilot"
 RUN_FILES = {"results.jsonl", "summary.json", "params.json", "environment.json", "decision.json", "decision.md", "inputs.json"}
 BATCH_FILES = {"manifest.json", "shards", "progress.json", "results.jsonl", "results.parquet", "summary.json", "quality.md"}
@@ -41,23 +41,12 @@ def isolated(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def ray_two_cpus():
-    """One local Ray for the stand-in pilots of this module (the pilot joins it, as it joins RAY_ADDRESS)."""
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def default_trial(pilot_config):
     """`make pilot` as the README's first command: data/pilot, the shipped config, real Ray + real vLLM actor."""
     return run_pilot(pilot_config, PILOT, config_path="config/docpilot.json")
 
 
 @pytest.mark.engine
-@pytest.mark.ray
 def test_default_pilot_accounts_for_every_id_once(default_trial, pilot_config):
     rows = read_jsonl(default_trial.run_dir / "results.jsonl")
     ids = [r["id"] for r in rows]
@@ -84,7 +73,6 @@ def test_planned_reject_is_rejected_with_reason(default_trial):
 
 
 @pytest.mark.engine
-@pytest.mark.ray
 def test_run_folder_is_a_batch_run_folder_and_decision_follows_accuracy(default_trial, pilot_config):
     assert RUN_FILES | BATCH_FILES <= {p.name for p in default_trial.run_dir.iterdir()}
     summary = json.loads((default_trial.run_dir / "summary.json").read_text())
@@ -112,7 +100,6 @@ def test_run_folder_is_a_batch_run_folder_and_decision_follows_accuracy(default_
 
 
 @pytest.mark.engine
-@pytest.mark.ray
 def test_export_copy_passes_the_batch_recheck_and_tampering_is_caught(default_trial, tmp_path):
     assert default_trial.export_dir is not None
     assert verify_export(default_trial.export_dir, check_export) == []
@@ -126,7 +113,6 @@ def test_export_copy_passes_the_batch_recheck_and_tampering_is_caught(default_tr
 
 
 @pytest.mark.engine
-@pytest.mark.ray
 def test_docpilot_status_reads_a_pilot_run_folder_like_a_batch(default_trial, capsys):
     from batch.status import batch_status
     from docpilot.cli import main as cli
@@ -156,8 +142,7 @@ def _bad_input_folder(root: Path) -> Path:
     return root
 
 
-@pytest.mark.ray
-def test_bad_inputs_each_get_a_clear_outcome_and_nothing_is_dropped(ray_two_cpus, isolated, pilot_config, tmp_path):
+def test_bad_inputs_each_get_a_clear_outcome_and_nothing_is_dropped(local_ray, isolated, pilot_config, tmp_path):
     outcome = run_pilot(pilot_config, _bad_input_folder(tmp_path / "bad"), _engine_actor=answer_actor())
     rows = {r["id"]: r for r in read_jsonl(outcome.run_dir / "results.jsonl")}
     assert len(rows) == 12
@@ -174,64 +159,7 @@ def test_bad_inputs_each_get_a_clear_outcome_and_nothing_is_dropped(ray_two_cpus
     assert again.export_dir != outcome.export_dir
 
 
-def test_broken_model_path_stops_at_load_model(pilot_config, tmp_path):
-    cfg = parse_config(PilotConfig, {**pilot_config.model_dump(mode="json"), "model": {"base_model": str(tmp_path / "no-model")}})
-    outcome = run_pilot(cfg, PILOT)
-    assert outcome.stage == "load-model" and outcome.verdict == "fail"
-    first = outcome.summary["first_error"]
-    assert first["stage"] == "load-model" and first["type"] == "EngineError"
-    assert "does not exist" in first["message"]
-    decision = json.loads((outcome.run_dir / "decision.json").read_text())
-    assert decision["decision"] == "fix-environment"
-    assert "load-model" in (outcome.run_dir / "decision.md").read_text()
-    assert not (outcome.run_dir / "results.jsonl").exists() and outcome.exit_code == 5
-
-
-@pytest.mark.parametrize(
-    ("make_input", "message"),
-    [
-        (lambda d: d / "missing", r"pilot input .*missing does not exist"),
-        (lambda d: (d / "empty").mkdir() or (d / "empty"), r"holds no documents"),
-        (lambda d: _jsonl(d, 3), r"holds 3 documents; the pilot needs exactly 12"),
-        (lambda d: _jsonl(d, 12, dup=True), r"duplicate ids in pilot input .*'d0' at"),
-    ],
-    ids=["missing-path", "empty-folder", "wrong-count", "duplicate-id"],
-)
-def test_bad_pilot_input_stops_at_read_inputs(pilot_config, tmp_path, make_input, message):
-    outcome = run_pilot(pilot_config, make_input(tmp_path))
-    assert outcome.stage == "read-inputs" and outcome.exit_code == 3
-    assert outcome.summary["first_error"]["type"] == "InputError" and outcome.summary["first_error"]["kind"] == "input"
-    import re
-
-    assert re.search(message, outcome.summary["first_error"]["message"])
-    assert json.loads((outcome.run_dir / "decision.json").read_text())["decision"] == "revisit-configuration"
-
-
-def _jsonl(folder: Path, n: int, dup: bool = False) -> Path:
-    path = folder / "pilot.jsonl"
-    lines = [json.dumps({"id": f"d{0 if dup and i == 1 else i}", "text": f"text {i}", "label": "business"}) for i in range(n)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def test_cli_reports_the_first_error_and_exit_code(tmp_path, capsys):
-    code = main(["--input", str(tmp_path / "nowhere")])
-    assert code == 3
-    assert "error [input] at stage read-inputs: InputError" in capsys.readouterr().err
-
-
-def test_a_pilot_set_without_a_planned_reject_fails_its_check(pilot_config):
-    from batch._pilot_report import build_summary
-
-    rows = [Result(id=f"d{i}", status="accepted", category="sport") for i in range(12)]
-    summary = build_summary(rows, [r.id for r in rows], {r.id: "sport" for r in rows}, pilot_config)
-    check = next(c for c in summary["checks"] if c["name"] == "expected_rejects")
-    assert not check["ok"] and "needs at least one planned reject" in check["detail"]
-    assert summary["failed_checks"] == ["expected_rejects"] and summary["verdict"] == "fail"
-
-
 @pytest.mark.engine
-@pytest.mark.ray
 def test_sigterm_during_engine_start_still_records_where_the_pilot_stopped(tmp_path):
     """A real ``docpilot pilot`` process is stopped with SIGTERM while its engine actor's vLLM starts: the run
     folder gets its summary and a decision, the exit status is 130, the pilot gate is untouched, no Ray or
@@ -288,29 +216,6 @@ def test_sigterm_during_engine_start_still_records_where_the_pilot_stopped(tmp_p
     assert not alive, f"engine processes left behind: {[p.pid for p in alive]}"
 
 
-def test_an_adapter_that_never_loads_leaves_the_base_models_gate_alone(pilot_config):
-    from classify.paths import pilots_dir
-
-    outcome = run_pilot(pilot_config, PILOT, adapter_ref="nope@1")  # a typo in the adapter name
-    assert outcome.stage == "load-adapter" and outcome.exit_code == 4
-    assert outcome.summary["first_error"]["type"] == "AdapterNotFound"
-    # no verdict recorded: not for the base model alone (it was not what was piloted), nor for the adapter
-    records = list(pilots_dir().glob("*.json")) if pilots_dir().exists() else []
-    assert not [p.name for p in records if outcome.run_id in p.read_text()]
-
-
-def test_prompt_mismatch_names_each_prompt_field_the_adapter_was_trained_without(pilot_config):
-    from batch._adapter import prompt_mismatch
-
-    trained = pilot_config.classify.model_dump(mode="json")
-    assert prompt_mismatch({"classify": trained}, pilot_config.classify) == []
-    smoke = {**trained, "max_doc_tokens": 48, "max_doc_bytes": 1}  # max_doc_bytes does not shape the prompt
-    assert prompt_mismatch({"classify": smoke}, pilot_config.classify) == [
-        f"max_doc_tokens: trained 48, piloted {pilot_config.classify.max_doc_tokens}"]
-    assert prompt_mismatch({}, pilot_config.classify) == []
-
-
-
 @pytest.mark.engine
 def test_summary_holds_measured_peak_memory_and_throughput_beside_the_plan(default_trial, pilot_config):
     """summary.json: the engine's peak RSS, docs/s and tokens/s, next to make plan's CPU estimate; decision.md says it."""
@@ -330,49 +235,6 @@ def test_summary_holds_measured_peak_memory_and_throughput_beside_the_plan(defau
     assert not m["exceeds_machine"]
     md = (default_trial.run_dir / "decision.md").read_text()
     assert "## Measured" in md and "make plan's estimate" in md and "docs/s" in md
-
-
-def _measured(peak_gib: float, est_gib: float | None, machine_gib: float = 16.0, device: str = "cpu") -> dict:
-    from batch._pilot_measure import measured_block
-
-    estimate = {"bytes": int(est_gib * 2**30), "parts": {}} if est_gib else None
-    return measured_block(device, int(peak_gib * 2**30), 12, 2400, 10.0, estimate, int(machine_gib * 2**30), {})
-
-
-@pytest.mark.parametrize(
-    ("peak", "est", "machine", "gap", "decision", "note"),
-    [
-        (4.5, 4.8, 16, False, "proceed", None),
-        (7.3, 4.8, 16, True, "proceed", "memory gap: the engine's measured peak 7.30 GiB is 1.52x"),
-        (2.3, 4.8, 16, True, "proceed", "below it by more than the tolerance 50%"),
-        (17.0, 16.5, 16, False, "revisit-configuration", "exceeds the machine's 16.00 GiB"),
-        (4.5, None, 16, False, "proceed", "estimate could not be made"),
-    ],
-    ids=["within", "above", "below", "over-machine", "no-estimate"],
-)
-def test_memory_gap_is_a_note_unless_the_engine_exceeds_the_machine(pilot_config, peak, est, machine, gap, decision, note):
-    from batch._pilot_report import build_summary, decide, decision_markdown
-
-    labels = json.loads((PILOT / "labels.json").read_text())
-    rows = [Result(id=i, status="rejected" if v == "reject" else "accepted", category=None if v == "reject" else v,
-                   reason="binary content" if v == "reject" else None) for i, v in labels.items()]
-    summary = build_summary(rows, list(labels), labels, pilot_config)
-    summary["measured"] = m = _measured(peak, est, machine)
-    assert m["gap"] is gap and m["docs_per_s"] == 1.2 and m["tokens_per_s"] == 240.0
-    out = decide(summary, "write", None)
-    assert out["decision"] == decision
-    if note:
-        assert any(note in r for r in out["reasons"]), out["reasons"]
-    else:
-        assert len(out["reasons"]) == 1
-    assert "## Measured" in decision_markdown("r", out, summary, "base")
-
-
-def test_a_failed_measurement_is_recorded_not_raised(pilot_config):
-    from batch._pilot_report import measurement_notes
-
-    assert measurement_notes({"error": "NoSuchProcess: gone"}) == (["memory: not measured (NoSuchProcess: gone)"], False)
-    assert measurement_notes(None) == ([], False)
 
 
 # --- the batch-only parts, each broken in turn (real Ray, stand-in engine actor) ---------------------------------
@@ -430,7 +292,6 @@ def _broken_shard_writer(monkeypatch):
     monkeypatch.setattr(batch._attempt, "write_bytes_atomic", full_disk)
 
 
-@pytest.mark.ray
 @pytest.mark.parametrize(
     ("fmt", "sections", "breaks", "stage", "decision", "exit_code", "message"),
     [
@@ -444,7 +305,7 @@ def _broken_shard_writer(monkeypatch):
     ids=["control-proceeds", "impossible-cpu-actors", "corpus-the-batch-reader-refuses", "shard-writer-fails",
          "merge-fails"],
 )
-def test_each_batch_only_part_broken_fails_the_pilot_at_its_stage(ray_two_cpus, isolated, pilot_config, monkeypatch,
+def test_each_batch_only_part_broken_fails_the_pilot_at_its_stage(local_ray, isolated, pilot_config, monkeypatch,
                                                                   fmt, sections, breaks, stage, decision, exit_code,
                                                                   message):
     """Main's in-process pilot said `proceed` for every broken case (it never ran these parts)."""
@@ -466,8 +327,7 @@ def test_each_batch_only_part_broken_fails_the_pilot_at_its_stage(ray_two_cpus, 
         assert not (outcome.run_dir / "shards").exists() or not any((outcome.run_dir / "shards").iterdir())
 
 
-@pytest.mark.ray
-def test_a_parquet_pilot_set_runs_through_the_batch_reader(ray_two_cpus, isolated, pilot_config):
+def test_a_parquet_pilot_set_runs_through_the_batch_reader(local_ray, isolated, pilot_config):
     outcome = run_pilot(pilot_config, _business_set(isolated / "set", "parquet"), _engine_actor=answer_actor())
     assert outcome.decision == "proceed" and outcome.stage == "verify", outcome.summary
     manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
@@ -478,8 +338,7 @@ def test_a_parquet_pilot_set_runs_through_the_batch_reader(ray_two_cpus, isolate
     assert verify_export(outcome.export_dir, check_export) == []
 
 
-@pytest.mark.ray
-def test_pilot_and_batch_call_the_same_reader_shard_writer_merge_and_recheck(ray_two_cpus, isolated, pilot_config,
+def test_pilot_and_batch_call_the_same_reader_shard_writer_merge_and_recheck(local_ray, isolated, pilot_config,
                                                                             monkeypatch, capsys):
     """A spy on each shared function: one pilot, then one batch (with another actor count, which it says)."""
     import batch._attempt
@@ -514,16 +373,3 @@ def test_pilot_and_batch_call_the_same_reader_shard_writer_merge_and_recheck(ray
     assert summary["pilot_gate"]["passed"] and summary["pilot_gate"]["pilot_run_id"] == outcome.run_id
     assert summary["pilot_gate"]["pipeline_differences"] == ["cpu_actors: piloted 1, now 2"]
     assert "warning: this batch runs another pipeline than pilot" in capsys.readouterr().err
-
-
-def test_pipeline_differences_name_each_setting_and_an_old_record():
-    from batch._config import RunConfig
-    from classify.config import EngineConfig
-    from classify.pilotgate import pipeline_differences, pipeline_settings
-
-    piloted = pipeline_settings(EngineConfig(), RunConfig(), None)
-    assert pipeline_differences(piloted, piloted) == []
-    now = pipeline_settings(EngineConfig(max_num_seqs=4), RunConfig(cpu_actors=2, cpu_bind="auto"), None)
-    assert pipeline_differences(piloted, now) == [
-        "engine.max_num_seqs: piloted 'auto', now 4", "cpu_actors: piloted 1, now 2", "cpu_bind: piloted 'split', now 'auto'"]
-    assert "recorded no pipeline settings" in pipeline_differences(None, now)[0]

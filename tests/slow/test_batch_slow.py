@@ -1,6 +1,6 @@
 """Slow batch tests on real Ray with the real engine: crash + resume, actor loss, ``docpilot submit`` (Ray job client), full corpus.
 
-Run with ``make test-slow`` (``pytest -m slow tests/test_batch_slow.py``). Each starts one vLLM
+Run with ``make test-slow`` (``pytest -m slow tests/slow/test_batch_slow.py``). Each starts one vLLM
 engine at a time (the crash test three in sequence) and cleans up every process it caused by pid.
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_batch_helpers import ROOT, bbc_rows, kill_recorded, make_corpus, write_config
+from tests.support.corpora import ROOT, bbc_rows, kill_recorded, make_corpus, write_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.engine]
+pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.engine, pytest.mark.timeout(3600)]  # long tests: an hour each at most
 
 
 def _progress(run: Path) -> dict:

@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
 
 # Planted documents and the reason prefix each must be rejected with.
 PLANTED = {
@@ -79,25 +79,49 @@ def kill_recorded(procs: list[dict]) -> None:
             pass
 
 
-def local_ray_session(*modules):
-    """A small local Ray for the scheduler tests (a fixture body: ``yield from``); ``modules`` are pickled by value.
-
-    Test modules define their stand-in actors at module level; registering them by value lets Ray's
-    workers unpickle them without importing ``tests``.
-    """
-    import ray
-    from ray import cloudpickle
-
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def fake_shards() -> list:
     """Three shards of four one-word documents ``d-0000`` .. ``d-0011``, for the scheduler tests."""
     from classify.records import Document
 
     docs = [Document(f"d-{i:04d}", "text", "", 4) for i in range(12)]
     return [(i, docs[4 * i:4 * i + 4]) for i in range(3)]
+
+
+def news_rows(n: int, text: str = "news about markets " * 10) -> list[dict]:
+    """``n`` corpus rows ``{"id": "d-00000", "text": text + "0"}`` .. (each text unique by its number)."""
+    return [{"id": f"d-{i:05d}", "text": f"{text}{i}"} for i in range(n)]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """Write ``rows`` one JSON object a line (UTF-8) to ``path``; returns ``path``."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def numbered_texts(n: int) -> list[str]:
+    """``n`` texts ``"Shares rose 0000 points today."`` .., the ones :func:`edit_in_place` edits."""
+    return [f"Shares rose {i:04d} points today." for i in range(n)]
+
+
+def write_texts(path: Path, texts: list[str]) -> None:
+    """Write ``texts`` as a corpus with ids ``d-0000`` ..: JSONL, CSV or (any other suffix) Parquet in 50-row groups."""
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"id": f"d-{i:04d}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    elif path.suffix == ".csv":
+        path.write_text("id,text\n" + "".join(f"d-{i:04d},{t}\n" for i, t in enumerate(texts)))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"id": [f"d-{i:04d}" for i in range(len(texts))], "text": texts}), path,
+                       row_group_size=50, compression="none")
+
+
+def edit_in_place(path: Path, row: int) -> None:
+    """Change one character of row ``row``'s text, same length (what a same-length edit does to the bytes)."""
+    old = f"Shares rose {row:04d}".encode()
+    data = path.read_bytes()
+    at = data.index(old)
+    with path.open("r+b") as fh:
+        fh.seek(at)
+        fh.write(b"Shares ROSE")

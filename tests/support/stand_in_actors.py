@@ -3,7 +3,7 @@
 The pilot and the batch run their engines as Ray actors (:mod:`batch._actor`); a test that checks the
 bookkeeping around them (stages, decisions, shards, merge, export) passes one of these as the private
 ``_engine_actor``. They answer fixed categories: their answers are NOT classifications. At least one
-test of every path runs the real vLLM engine actor instead (``tests/test_pilot.py``'s default trial).
+test of every path runs the real vLLM engine actor instead (``tests/ray/test_pilot.py``'s default trial).
 
 This module is pickled by value for the Ray workers (they cannot import ``tests/`` modules by name).
 """

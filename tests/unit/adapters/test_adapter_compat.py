@@ -23,7 +23,7 @@ from classify.config import EngineConfig, PilotConfig, load_config
 from classify.errors import AdapterIncompatible
 from classify.model import resolve_model
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 ENGINE = EngineConfig(max_lora_rank=8)
 HIDDEN, INTER, KV, VOCAB = 576, 1536, 192, 49152  # SmolLM2-135M: config.json hidden/intermediate/kv heads*64/vocab
 SHAPES = {"q_proj": (HIDDEN, HIDDEN), "k_proj": (KV, HIDDEN), "v_proj": (KV, HIDDEN), "o_proj": (HIDDEN, HIDDEN),

@@ -16,13 +16,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from test_transfer import _publish
 
 from adapters import _export_copy
 from adapters.registry import Registry
 from adapters.transfer import export_adapter, import_adapter
 from classify.errors import AdapterIntegrityError
 from classify.export import SHA256SUMS
+from tests.support.transfer import publish
 
 
 class _Zeros(io.RawIOBase):
@@ -43,7 +43,7 @@ class _Zeros(io.RawIOBase):
 
 def _export(tmp_path: Path) -> tuple[Path, list[tarfile.TarInfo], dict[str, bytes]]:
     train = Registry(tmp_path / "train")
-    ref = _publish(train, tmp_path)
+    ref = publish(train, tmp_path)
     folder = tmp_path / "export"
     export_adapter(train, ref, folder)
     files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

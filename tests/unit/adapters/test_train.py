@@ -1,13 +1,12 @@
-"""LoRA training: config, data checks, smoke run through the real engine, kill-and-resume in a new process."""
+"""LoRA training: config, data checks, smoke run through the real engine, kill-and-resume in a new process.
+
+Split by tier: this file holds the unit tests; the others of the same subject are in ``tests/engine/test_train_engine.py``, ``tests/slow/test_train_slow.py``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,26 +15,13 @@ from adapters._config import TrainConfig
 from adapters._data import collate_left, micro_batch_indices
 from adapters._support import check_disk, disk_plan
 from adapters._validate import loss_fell
-from adapters.registry import Registry
 from adapters.train import train
 from classify.config import PilotConfig, load_config, parse_config
 from classify.errors import ConfigError, EngineError, EnvironmentCheckError, InputError, Interrupted
+from tests.support.training import quick_config
+from tests.support.training import train_config as train_config  # noqa: F401  (fixture)
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def train_config() -> TrainConfig:
-    return load_config(TrainConfig, ROOT / "config" / "docpilot.json")
-
-
-def _quick(cfg: TrainConfig, **smoke) -> TrainConfig:
-    """The shipped config made for tests: one thread, no own engine, smoke fields overridden."""
-    return cfg.model_copy(update={
-        "training": cfg.training.model_copy(update={"threads": 1}),
-        "checks": cfg.checks.model_copy(update={"validation_engine": "none"}),
-        "smoke": cfg.smoke.model_copy(update=smoke),
-    })
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_train_config_classify_section_equals_the_pilot_config(train_config: TrainConfig):
@@ -86,7 +72,7 @@ GOOD = [("Shares rose sharply on Monday after profits beat forecasts.", "busines
 )
 def test_bad_training_data_stops_before_training_with_a_support_note(train_config, tmp_path, rows, header, message):
     data = _csv(tmp_path / "data.csv", rows, header)
-    cfg = _quick(train_config).model_copy(update={"data": train_config.data.model_copy(update={"path": str(data)})})
+    cfg = quick_config(train_config).model_copy(update={"data": train_config.data.model_copy(update={"path": str(data)})})
     with pytest.raises(InputError, match=message):
         train(cfg, smoke=True)
     run = sorted((Path(os.environ["DOCPILOT_RUNS"])).glob("*-train-*"))[-1]
@@ -100,7 +86,7 @@ def test_bad_training_data_stops_before_training_with_a_support_note(train_confi
 def test_training_csv_with_an_unclosed_quote_stops_before_training(train_config, tmp_path):
     data = _csv(tmp_path / "data.csv", GOOD)
     data.write_text(data.read_text() + '"an unclosed quote,sport\nmore,tech\n')
-    cfg = _quick(train_config).model_copy(update={"data": train_config.data.model_copy(update={"path": str(data)})})
+    cfg = quick_config(train_config).model_copy(update={"data": train_config.data.model_copy(update={"path": str(data)})})
     with pytest.raises(InputError, match=r"data\.csv: cannot read training CSV: unexpected end of data$"):
         train(cfg, smoke=True)
 
@@ -214,155 +200,6 @@ def test_loss_fell_compares_first_and_last_window():
     hist = [{"step": i, "loss": 5.0 - i} for i in range(1, 5)]
     assert loss_fell(hist, 10) == {"passed": True, "first_window_loss": 3.5, "last_window_loss": 1.5, "window_steps": 2}
     assert not loss_fell(list(reversed(hist)), 1)["passed"]
-
-
-@pytest.mark.engine
-def test_smoke_training_checkpoints_publishes_and_serves_through_vllm(train_config, pilot_config, engine, bbc_dir):
-    cfg = _quick(train_config).model_copy(update={"checks": train_config.checks})
-    outcome = train(cfg, smoke=True, classifier=engine)
-    s = outcome.summary
-    assert s["steps"] == cfg.smoke.max_steps and s["data"]["train_rows"] == cfg.smoke.train_rows
-    assert s["checks"]["loss_fell"]["passed"] and s["failed_checks"] == []
-    assert s["checks"]["checkpoints"]["checkpoints"] == ["step-000004", "step-000006"]  # keep_checkpoints = 2
-    eng = s["checks"]["engine"]
-    assert eng["accepted"] == eng["allowed"] == eng["rows"] == cfg.smoke.validation_rows
-    assert sum(v["rows"] for v in eng["per_category"].values()) == eng["rows"]
-    assert eng["calibration"]["fitted_on"] == f"validation split, n={cfg.smoke.validation_rows}"
-    assert outcome.adapter is not None and outcome.adapter.ref == "bbc-news-smoke@1"
-    resolved = Registry().resolve("bbc-news-smoke@latest", base_fingerprint=engine.model.fingerprint)
-    card = resolved.card
-    assert card["training"]["run_id"] == outcome.run_id and card["loss_curve"] == "loss_curve.png"
-    assert card["calibration"] == eng["calibration"] and resolved.handle().temperature == eng["calibration"]["temperature"]
-    assert (resolved.path / "reliability_validation_after.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (resolved.path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert {"adapter_config.json", "adapter_model.safetensors"} <= set(card["files"])
-    from classify.tabular import iter_csv
-
-    docs = [d for d, _ in iter_csv(bbc_dir / "test.csv", 200_000, id_column=None, id_prefix="bbc-test")][:6]
-    results = engine.classify(docs, adapter=resolved.handle())
-    assert [r.id for r in results] == [d.id for d in docs]
-    assert all(r.status == "accepted" and r.category in cfg.classify.categories for r in results)
-    # make pilot ADAPTER=...: base + adapter through vLLM's LoRA support; the card records the outcome
-    from batch.pilot import run_pilot
-
-    pilot_set = Path(__file__).resolve().parent.parent / "data" / "pilot"
-    lora_cfg = pilot_config.model_copy(update={"model": pilot_config.model.model_copy(update={"adapter_mode": "lora"})})
-    trial = run_pilot(lora_cfg, pilot_set, adapter_ref="bbc-news-smoke@1")  # the batch pipeline: a LoRA engine actor
-    params = json.loads((trial.run_dir / "params.json").read_text())
-    assert params["adapter"]["sha256"] == resolved.sha256 and trial.summary["total"] == 12
-    assert params["adapter"]["prompt_mismatch"] == [  # the smoke run trains on 48-token documents
-        f"max_doc_tokens: trained {cfg.smoke.max_doc_tokens}, piloted {pilot_config.classify.max_doc_tokens}"]
-    pilot = Registry().show("bbc-news-smoke@1").card["pilot"]
-    assert pilot == {**pilot, "status": "passed" if trial.verdict == "pass" else "failed", "run_id": trial.run_id}
-
-
-def _run_train(config: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "docpilot", "train", "--config", str(config), "--smoke", "--no-publish", *extra],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-@pytest.mark.slow  # three training processes: about 1-2 min on the shared 2-core CPU
-def test_kill_and_resume_in_a_new_process_ends_where_an_uninterrupted_run_ends(train_config, tmp_path):
-    from safetensors.torch import load_file
-
-    cfg = _quick(train_config, max_steps=6, checkpoint_every_steps=2, train_rows=12, validation_rows=2, max_doc_tokens=16)
-    config = tmp_path / "train.json"
-    config.write_text(json.dumps(cfg.model_dump(mode="json")))
-    reference = train(cfg, smoke=True, publish=False)
-    runs = Path(os.environ["DOCPILOT_RUNS"])
-    before = set(runs.glob("*-train-*"))
-    proc = _run_train(config)
-    run_dir = _stop_at_first_checkpoint(proc, runs, before, signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL, proc.stdout.read()
-    assert run_dir is not None and not (run_dir / "summary.json").exists()
-    resumed = _run_train(config, "--resume", str(run_dir))
-    out, _ = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, out
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["steps"] == 6 and len(summary["resumed_from"]) == 1 and 2 <= summary["resumed_from"][0] < 6
-    history = [json.loads(x) for x in (run_dir / "adapter" / "loss.jsonl").read_text().splitlines()]
-    assert [h["step"] for h in history] == list(range(1, 7))
-    ref_w = load_file(str(reference.run_dir / "adapter" / "adapter_model.safetensors"))
-    got_w = load_file(str(run_dir / "adapter" / "adapter_model.safetensors"))
-    assert ref_w.keys() == got_w.keys()
-    for key in ref_w:
-        assert (ref_w[key] - got_w[key]).abs().max().item() <= 1e-5, key
-    ref_loss = [json.loads(x)["loss"] for x in (reference.run_dir / "adapter" / "loss.jsonl").read_text().splitlines()]
-    assert [h["loss"] for h in history] == pytest.approx(ref_loss, abs=1e-4)
-
-
-def _stop_at_first_checkpoint(proc: subprocess.Popen, runs: Path, before: set[Path], signum: int) -> Path | None:
-    """Send ``signum`` to ``proc`` once its new run folder holds a checkpoint; returns that folder."""
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        new = set(runs.glob("*-train-*")) - before
-        if new and list((run_dir := new.pop()).glob("checkpoints/step-*/meta.json")):
-            os.kill(proc.pid, signum)
-            return run_dir
-        time.sleep(0.05)
-    return None
-
-
-@pytest.mark.parametrize("signum", [
-    signal.SIGTERM,  # a lease ending, `docker stop`, `kill`
-    pytest.param(signal.SIGINT, marks=pytest.mark.slow),  # Ctrl-C
-])
-def test_sigterm_or_ctrl_c_stops_training_with_exit_130_and_a_resume_command(train_config, tmp_path, signum):
-    cfg = _quick(train_config, max_steps=4, checkpoint_every_steps=1, train_rows=8, validation_rows=2, max_doc_tokens=16)
-    config = tmp_path / "train.json"
-    config.write_text(json.dumps(cfg.model_dump(mode="json")))
-    runs = Path(os.environ["DOCPILOT_RUNS"])
-    before = set(runs.glob("*-train-*"))
-    proc = _run_train(config)
-    run_dir = _stop_at_first_checkpoint(proc, runs, before, signum)
-    time.sleep(0.3)  # a second signal while the process stops (its teardown takes a second or more) changes nothing
-    if proc.poll() is None:
-        os.kill(proc.pid, signum)
-    out, _ = proc.communicate(timeout=120)
-    assert run_dir is not None, out
-    assert proc.returncode == 130, out
-    assert "Traceback" not in out, out
-    errors = [line for line in out.splitlines() if line.startswith("error [interrupted]:")]
-    assert errors == [f"error [interrupted]: stopped by {signal.Signals(signum).name}: training run {run_dir.name} stopped "
-                      f"at stage train; continue it with `docpilot train --config {config} --smoke --no-publish "
-                      f"--resume {run_dir}`"], out
-    assert not (run_dir / "support_note.md").exists() and not (run_dir / "summary.json").exists()
-    assert list(run_dir.glob("checkpoints/step-*/meta.json"))
-    (run_dir / "support_note.md").write_text("# an earlier invocation of this run failed\n")
-    # as if the run had started on the other kind of CPU (`training.dtype: auto` resolved otherwise there)
-    record = json.loads((run_dir / "config.json").read_text())
-    here = record["compute_dtypes"][0]
-    other = "float32" if here == "bfloat16" else "bfloat16"
-    (run_dir / "config.json").write_text(json.dumps({**record, "compute_dtypes": [other]}))
-    resumed = _run_train(config, "--resume", str(run_dir))
-    out, _ = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, out
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["steps"] == 4 and len(summary["resumed_from"]) == 1
-    # a float32 run stays float32 on a bf16 CPU; a bf16 run goes on in float32 on a CPU without native bf16, and says so
-    assert summary["dtype"] == "float32" and summary["dtypes"] == (["float32"] if here == "bfloat16" else ["bfloat16", "float32"])
-    assert not (run_dir / "support_note.md").exists(), "a finished run keeps no support note of an earlier invocation"
-
-
-@pytest.mark.slow  # a smoke run and a second vLLM engine (merged weights): about 2 min on the 2-core CPU
-@pytest.mark.engine
-def test_end_check_in_merged_mode_matches_the_lora_path(train_config, engine):
-    from adapters._data import load_rows, split_rows
-    from adapters._validate import through_engine
-
-    cfg = _quick(train_config)
-    run = train(cfg, smoke=True, publish=False).run_dir
-    smoke = cfg.for_smoke()
-    rows, _ = load_rows(smoke.data, smoke.classify.categories)
-    val = split_rows(rows, smoke.data, smoke.training.seed)[1][:6]
-    assert smoke.model.adapter_mode == "merged"  # the shipped default: pilot and batch merge one adapter
-    merged = through_engine(smoke, run / "adapter", val, engine.model, label="merged-check")
-    lora = through_engine(smoke, run / "adapter", val, engine.model, classifier=engine, label="lora-check")
-    assert not (run / ".check-merged").exists()  # the temporary merged weights are removed
-    assert merged["rows"] == merged["accepted"] == merged["allowed"] == 6
-    assert merged["per_category"] == lora["per_category"] and merged["accuracy"] == lora["accuracy"]
-    assert merged["calibration"]["temperature"] == pytest.approx(lora["calibration"]["temperature"], rel=0.05)
 
 
 @pytest.mark.parametrize("fail_in", ["merge", "engine-start"])

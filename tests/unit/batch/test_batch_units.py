@@ -18,7 +18,7 @@ from batch.status import main as status_main
 from classify.config import PilotConfig, load_config
 from classify.errors import ConfigError, InputError, VerificationError
 from classify.records import Result
-from tests.test_batch_helpers import PLANTED, ROOT, make_corpus
+from tests.support.corpora import PLANTED, ROOT, make_corpus
 
 
 def test_batch_config_model_and_classify_equal_pilot_config():

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-from test_serve_api import AUTH, make_client, registry  # noqa: F401  (fixtures: the real app over a fake engine)
 
 from batch._config import CorpusConfig
 from batch._pilot_inputs import read_pilot_set
@@ -32,6 +31,9 @@ from classify.records import Result
 from classify.runrecords import read_jsonl, write_json_atomic, write_jsonl_atomic
 from classify.tabular import iter_csv
 from classify.textcheck import check_bytes, check_text
+from tests.support.serve_app import AUTH
+from tests.support.serve_app import make_client as make_client  # noqa: F401  (fixture)
+from tests.support.serve_app import registry as registry  # noqa: F401  (fixture)
 
 # --- item 5: lone surrogates ---------------------------------------------------------------
 
@@ -204,7 +206,7 @@ def test_docpilot_batch_refuses_a_utf16_corpus_before_the_config_model_or_ray(tm
         raise AssertionError("the model was resolved for a UTF-16 corpus")
 
     monkeypatch.setattr(driver, "resolve_model", no_model)
-    config = Path(__file__).resolve().parent.parent / "config" / "docpilot.json"
+    config = Path(__file__).resolve().parents[3] / "config" / "docpilot.json"
     args = driver.parse_args(["--config", str(config), "--corpus", str(corpus), "--batch-id", "wide",
                               "--skip-pilot-gate"])
     with pytest.raises(InputError, match=r"c\.jsonl is UTF-16 LE \(byte-order mark FF FE\), not UTF-8; convert it"):

@@ -29,7 +29,7 @@ from batch._config import CorpusConfig
 from batch.corpus import plan_corpus, read_corpus
 from classify.errors import InputError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 ODD_IDS = [
     ("binary", pa.array([b"doc-000", b"doc-001"], pa.binary()), "binary b'doc-000'"),

@@ -3,6 +3,8 @@
 Prices come from the shipped example table in ``config/lots.json``. Memory figures are
 hand-computed here from the models' published ``config.json`` numbers; the last tests
 check the formulas against what the real vLLM engine allocated and the real safetensors file.
+
+Split by tier: this file holds the unit tests; the others of the same subject are in ``tests/engine/test_plan_kv.py``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from classify.memory import (
 )
 from classify.modelshape import LINEAR_MODULES, lora_parameter_count
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 LOTS = ROOT / "config" / "lots.json"
 QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -244,36 +246,6 @@ def test_weights_estimate_matches_safetensors():
     assert {t["dtype"] for t in header.values()} == {"BF16"}
     tensor_bytes = sum(t["data_offsets"][1] - t["data_offsets"][0] for t in header.values())
     assert tensor_bytes == SMOL_PARAMS * 2 == path.stat().st_size - 8 - header_len
-
-
-@pytest.mark.engine
-def test_kv_estimate_matches_vllm_allocation(engine, pilot_config):
-    """vLLM sized its KV cache from VLLM_CPU_KVCACHE_SPACE: our bytes/token reproduces its block count."""
-    import torch
-
-    vc = engine.llm.llm_engine.vllm_config
-    mc, cc = vc.model_config, vc.cache_config
-    shape = model_shape(pilot_config.model)
-    assert mc.get_num_layers(vc.parallel_config) == shape.num_layers
-    assert mc.get_total_num_kv_heads() == shape.num_kv_heads
-    assert mc.get_head_size() == shape.head_dim
-    from classify.device import compute_dtype
-
-    assert mc.dtype == getattr(torch, compute_dtype(pilot_config.model)) and cc.cache_dtype == "auto"
-    nbytes = mc.dtype.itemsize  # KV cache stored in the compute dtype: 4 bytes in float32, 2 in bf16
-    per_token = kv_bytes_per_token(shape, nbytes)
-    reserved = cc.kv_cache_memory_bytes
-    assert reserved == pilot_config.engine.kv_cache_space_gib * GIB
-    assert cc.num_gpu_blocks == reserved // (cc.block_size * per_token)
-    tokens = cc.num_gpu_blocks * cc.block_size
-    assert reserved - cc.block_size * per_token < tokens * per_token <= reserved
-    # the pilot config's worst case (64 full sequences) is more than the 1 GiB it reserved:
-    est = serving_estimate(shape, nbytes, pilot_config.model.max_model_len, pilot_config.engine.resolve("cpu").max_num_seqs,
-                           pilot_config.engine.max_loras, pilot_config.engine.max_lora_rank, 0, reserved)
-    assert est.parts["kv_cache"] > reserved
-    assert tokens // pilot_config.model.max_model_len < pilot_config.engine.resolve("cpu").max_num_seqs
-    assert vc.lora_config.max_loras == pilot_config.engine.max_loras
-    assert vc.lora_config.max_lora_rank == pilot_config.engine.max_lora_rank
 
 
 def test_cpu_serving_estimate_parts():

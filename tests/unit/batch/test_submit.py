@@ -1,6 +1,6 @@
 """``docpilot submit`` with a stand-in job client: what it submits, how it follows the job, its exit codes.
 
-The real Ray head is in ``tests/test_batch_slow.py::test_docpilot_submit_runs_the_batch_on_a_ray_head``.
+The real Ray head is in ``tests/slow/test_batch_slow.py::test_docpilot_submit_runs_the_batch_on_a_ray_head``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from batch import submit
 from docpilot.cli import main as docpilot
-from tests.test_batch_helpers import ROOT
+from tests.support.corpora import ROOT
 
 
 class FakeJobs:

@@ -15,10 +15,10 @@ from adapters.registry import Registry
 from batch import manifest as mf
 from batch import wrapup
 from classify.errors import VerificationError
-from tests.s3server import BUCKET, lease_s3  # noqa: F401 - lease_s3 is a fixture
-from tests.test_transfer import _batch_run, _flip_object, _fs, _publish
+from tests.support.s3server import BUCKET, lease_s3  # noqa: F401 - lease_s3 is a fixture
+from tests.support.transfer import batch_run, flip_object, publish, s3_fs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -26,9 +26,9 @@ def pod(tmp_path, monkeypatch, bbc_dir):
     """A pod's state: a registry with two adapters, a finished and an unfinished batch, a pilot run, a lots config
     whose stop command appends a line to a marker file. Yields a dict of the paths."""
     reg = Registry(tmp_path / "registry")
-    refs = [_publish(reg, tmp_path, "alpha"), _publish(reg, tmp_path, "beta")]
+    refs = [publish(reg, tmp_path, "alpha"), publish(reg, tmp_path, "beta")]
     runs = tmp_path / "runs"
-    finished = _batch_run(tmp_path, bbc_dir)  # runs/b-s3: manifest, 2 shards, results, summary
+    finished = batch_run(tmp_path, bbc_dir)  # runs/b-s3: manifest, 2 shards, results, summary
     unfinished = runs / "b-half"
     shutil.copytree(finished, unfinished)
     for name in (mf.RESULTS, mf.SUMMARY, "results.parquet"):
@@ -127,12 +127,12 @@ def test_wrap_up_to_s3_an_interrupted_upload_fails_and_a_rerun_completes_and_sto
     assert _stops(pod) == 1
     record, _ = _record(pod)
     assert record["verified"] and len(record["items"]) == 5
-    fs = _fs()
+    fs = s3_fs()
     key = dest[len("s3://"):]
     assert fs.exists(f"{key}/b-s3/SHA256SUMS") and fs.exists(f"{key}/adapters/beta-1/SHA256SUMS")
     assert len(fs.glob(f"{key}/*-wrapup-*.json")) >= 1
 
-    _flip_object(f"{key}/adapters/alpha-1/adapter_model.safetensors")  # tampered in the store
+    flip_object(f"{key}/adapters/alpha-1/adapter_model.safetensors")  # tampered in the store
     with pytest.raises(VerificationError, match=r"adapter alpha@1"):
         _wrap(pod, dest)
     assert _stops(pod) == 1
@@ -153,7 +153,7 @@ def test_nothing_exported_or_a_running_batch_never_stops_the_lease(tmp_path, mon
     _, stop = (None, json.loads((max(runs.glob("*-wrapup-*"), key=lambda p: p.stat().st_mtime_ns) / "lease-stop.json").read_text()))
     assert not marker.exists() and "nothing was exported" in stop["decisions"][-1]["reason"]
 
-    from tests.test_transfer import _batch_run as make_run
+    from tests.support.transfer import batch_run as make_run
 
     run = make_run(tmp_path, Path(os.environ.get("DOCPILOT_BBC_DIR", ROOT.parent / "shared" / "data" / "bbc-news")))
     (run / mf.SUMMARY).unlink()

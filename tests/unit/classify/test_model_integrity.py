@@ -28,7 +28,7 @@ from classify.model import (
     weights_fingerprint,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _model(tmp_path: Path, listed: bool = True, n_files: int = 2) -> Path:

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from docpilot.cli import COMMANDS, main
-from tests.test_batch_helpers import ROOT
+from tests.support.corpora import ROOT
 
 PACKAGES = ("classify", "batch", "adapters", "serve")
 UPPER = {"classify": {"batch", "adapters", "serve", "docpilot"}, "batch": {"docpilot"}, "adapters": {"docpilot"},

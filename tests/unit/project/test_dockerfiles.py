@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 IMAGES = {"train": ROOT / "Dockerfile.train", "serve": ROOT / "Dockerfile.serve"}
 REGISTRY_PATH = "/registry"
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.test_batch_helpers import ROOT
+from tests.support.corpora import ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make on PATH")
 

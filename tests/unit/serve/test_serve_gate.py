@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from classify.config import ClassifyConfig, PilotConfig, classification_sha256
 from serve.app import create_app
 from serve.settings import load_settings
-from tests.test_serve_api import AUTH, MODEL, TOKEN, FakeEngine, record_gate
-from tests.test_serve_api import make_client as make_client  # noqa: F401  (fixture)
-from tests.test_serve_api import registry as registry  # noqa: F401  (fixture: ok@1 published)
+from tests.support.serve_app import AUTH, MODEL, TOKEN, FakeEngine, record_gate
+from tests.support.serve_app import make_client as make_client  # noqa: F401  (fixture)
+from tests.support.serve_app import registry as registry  # noqa: F401  (fixture: ok@1 published)
 
 PILOTED = PilotConfig()
 OTHER_CATEGORIES = PilotConfig(classify=ClassifyConfig(categories=("business", "politics", "science", "sport")))

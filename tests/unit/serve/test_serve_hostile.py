@@ -4,7 +4,7 @@ The server here is the real app under the real ``uvicorn.Config`` of ``docpilot 
 (:func:`serve.cli.uvicorn_config`: h11 with the header limit), on a free loopback port; only the
 engine is a stand-in that holds each request for a while, so admission, hang-ups and the event
 loop's health can be timed without a model. The same paths run against the real vLLM engine in
-``tests/test_serve_http.py`` (over capacity, hang-up aborts, auth before the body).
+``tests/engine/test_serve_http.py`` (over capacity, hang-up aborts, auth before the body).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from classify.config import PilotConfig
 from serve.app import create_app
 from serve.cli import uvicorn_config
 from serve.settings import load_settings
-from tests.test_serve_api import AUTH, MODEL, TOKEN, FakeEngine
-from tests.test_serve_api import registry as registry  # noqa: F401  (fixture: ok@1 published and piloted)
+from tests.support.serve_app import AUTH, MODEL, TOKEN, FakeEngine
+from tests.support.serve_app import registry as registry  # noqa: F401  (fixture: ok@1 published and piloted)
 
 HEALTHZ_FAST_S = 1.0
 """Slowest acceptable ``/healthz`` while a hostile request is being handled (main: 5 s to 11.5 s)."""
@@ -241,7 +241,7 @@ NESTED_OR_REPEATED = [
 
 @pytest.mark.parametrize(("body", "status", "kind", "start"), NESTED_OR_REPEATED)
 def test_deep_nesting_and_repeated_keys_have_documented_answers(registry, body, status, kind, start):  # noqa: F811
-    from tests.test_serve_api import make_client  # noqa: F401
+    from tests.support.serve_app import make_client  # noqa: F401
 
     with serving(registry) as (url, _):
         resp = httpx.post(f"{url}/v1/classify", content=body, headers={**AUTH, "Content-Type": "application/json"},
