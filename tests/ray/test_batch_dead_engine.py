@@ -1,11 +1,8 @@
 """A dead or stuck engine is an actor failure: detected, the actor replaced, the shard retried whole.
 
-Fast tests drive the real Ray scheduler (:func:`batch._pool.run_pool`) with stand-in actors that
-hang, hang at start or raise; the slow test runs ``docpilot batch`` with the real vLLM engine and
-kills (``SIGKILL``) or freezes (``SIGSTOP``) its ``VLLM::EngineCore`` process part-way, then checks
-that the batch finishes with results equal to an uninterrupted run.
-
-Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/slow/test_batch_dead_engine_core.py``.
+These tests drive the real Ray scheduler (:func:`batch._pool.run_pool`) with stand-in actors that
+hang, hang at start or raise. The real vLLM engine core killed or frozen part-way through a real
+batch is ``tests/slow/test_batch_dead_engine_core.py``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
-"""Slow: a batch on a two-node Ray cluster loses its second node part-way and finishes on the survivor.
+"""A slot whose actor cannot be placed is dropped and the others finish; a lost actor's replacement too.
 
-Both nodes run on this machine, each started with ``ray start`` (token auth, as Ray >= 2.59
-requires), each offering one CPU and its own temp folder, and each binding its engines to its
-own core (``VLLM_CPU_OMP_THREADS_BIND`` in the node's environment, inherited by its workers).
-The driver joins through ``RAY_ADDRESS`` with ``batch.cpu_actors: 2`` x ``actor_num_cpus: 1``,
-so one engine actor lands on each node. On one machine both nodes have the IP 127.0.0.1, so
-the second node's actor is told apart by its process tree: its worker is a descendant of that
-node's raylet. Part-way (a shard done, the second node's actor working) the second node's
-raylet and every process under it (workers, the vLLM engine core) get SIGKILL. The pool sees
-the actor lost, charges its running shard one retry, and its replacement cannot be placed
-(the head's one CPU is taken by the surviving actor), so after ``batch.actor_place_timeout_s``
-(default 120 s) the slot is dropped and the survivor finishes: every id exactly once.
-
-Never ``ray stop`` here (it would stop every Ray on the machine): each node is ended through the
-``ray start --block`` process this test started, and what is left under it by pid.
-
-The fast tests drive the real Ray scheduler (:func:`batch._pool.run_pool`) on a local Ray with
-stand-in actors; "cannot be placed" is an actor asking for a custom resource no node has.
-
-Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/slow/test_batch_node_lost.py``.
+These tests drive the real Ray scheduler (:func:`batch._pool.run_pool`) on a local Ray with
+stand-in actors; "cannot be placed" is an actor asking for a custom resource no node has. A real
+two-node cluster losing its second node part-way is ``tests/slow/test_batch_node_lost.py``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""A dead or stuck engine is an actor failure: detected, the actor replaced, the shard retried whole.
+"""Slow: ``docpilot batch`` with the real vLLM engine survives its ``VLLM::EngineCore`` killed or frozen.
 
-Fast tests drive the real Ray scheduler (:func:`batch._pool.run_pool`) with stand-in actors that
-hang, hang at start or raise; the slow test runs ``docpilot batch`` with the real vLLM engine and
-kills (``SIGKILL``) or freezes (``SIGSTOP``) its ``VLLM::EngineCore`` process part-way, then checks
-that the batch finishes with results equal to an uninterrupted run.
-
-Split by tier: this file holds the slow tests; the others of the same subject are in ``tests/ray/test_batch_dead_engine.py``.
+The engine core is killed (``SIGKILL``) or frozen (``SIGSTOP``) part-way; the actor is replaced, the
+shard retried whole, and the batch finishes with results equal to an uninterrupted run. The
+scheduler's rules with stand-in actors are ``tests/ray/test_batch_dead_engine.py``.
 """
 
 from __future__ import annotations

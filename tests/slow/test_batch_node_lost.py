@@ -15,10 +15,7 @@ the actor lost, charges its running shard one retry, and its replacement cannot 
 Never ``ray stop`` here (it would stop every Ray on the machine): each node is ended through the
 ``ray start --block`` process this test started, and what is left under it by pid.
 
-The fast tests drive the real Ray scheduler (:func:`batch._pool.run_pool`) on a local Ray with
-stand-in actors; "cannot be placed" is an actor asking for a custom resource no node has.
-
-Split by tier: this file holds the slow tests; the others of the same subject are in ``tests/ray/test_batch_lost_node.py``.
+The scheduler's placement rules with stand-in actors are ``tests/ray/test_batch_lost_node.py``.
 """
 
 from __future__ import annotations
