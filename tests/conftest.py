@@ -1,4 +1,13 @@
-"""Shared pytest fixtures.
+"""Shared pytest fixtures and the tiers' rules.
+
+The tests live in tiers that mirror the code: ``unit/<package>/`` (no vLLM engine, no Ray, no
+heavy subprocess: ``make test-unit``), ``engine/`` (the real session vLLM engine), ``ray/`` (a real
+local Ray; its one fixture ``local_ray`` is in ``ray/conftest.py``), ``process/`` (``docpilot`` or a
+vLLM import in a subprocess), ``slow/`` (``make test-slow``) and ``images/`` (``make test-images``);
+shared helpers are in ``support/`` (no test module imports another). Tests in ``engine/`` get the ``engine`` mark and tests in ``ray/`` the ``ray`` mark from
+their folder; collection fails where a test takes the ``engine`` fixture without the ``engine`` mark,
+or where a test in ``unit/`` takes the engine or Ray, or carries their marks. Every test has a
+timeout (``timeout`` in pyproject's pytest options; longer ones are marked where a test needs them).
 
 The real vLLM engine starts once per session (about 40 s on the 2-core CPU) with LoRA
 slots reserved, and every engine test shares it. Tests run from the repository root;
@@ -13,7 +22,51 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]  # tests/unit/project/test_tiers.py collects scratch trees under this conftest
+
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+FOLDER_MARKS = {"engine": "engine", "ray": "ray"}  # tier folder -> the mark its tests get
+HEAVY_MARKS = ("engine", "ray", "slow", "images")  # none of these in unit/
+HEAVY_FIXTURES = ("engine", "local_ray")  # nor these
+
+
+def _tier(item: pytest.Item) -> str:
+    """The tier folder of ``item`` (``unit``, ``engine``, ``ray``, ``slow``, ``images``), or ``""`` outside one."""
+    try:
+        parts = Path(item.path).resolve().relative_to(TESTS).parts
+    except ValueError:
+        return ""
+    return parts[0] if len(parts) > 1 else ""
+
+
+def _takes_fixture(item: pytest.Item, name: str) -> bool:
+    """Whether ``item`` uses the fixture ``name`` defined in a conftest of ``tests/`` (not a parameter of that name)."""
+    defs = getattr(item, "_fixtureinfo", None)
+    defs = defs.name2fixturedefs.get(name, ()) if defs else ()
+    return any(Path(d.func.__code__.co_filename).resolve().is_relative_to(TESTS) for d in defs)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by its tier folder, then refuse (a usage error, before any test runs) a test that takes
+    the real engine without the ``engine`` mark, or a test in ``unit/`` that takes the engine or Ray or carries
+    a mark of the heavy tiers."""
+    for item in items:
+        mark = FOLDER_MARKS.get(_tier(item))
+        if mark:
+            item.add_marker(mark)
+    problems = []
+    for item in items:
+        if _takes_fixture(item, "engine") and item.get_closest_marker("engine") is None:
+            problems.append(f"{item.nodeid}: takes the `engine` fixture without the `engine` mark")
+        if _tier(item) == "unit":
+            heavy = [f"mark `{m}`" for m in HEAVY_MARKS if item.get_closest_marker(m) is not None]
+            heavy += [f"fixture `{f}`" for f in HEAVY_FIXTURES if _takes_fixture(item, f)]
+            if heavy:
+                problems.append(f"{item.nodeid}: a unit test with {', '.join(heavy)} (move it to its tier)")
+    if problems:
+        raise pytest.UsageError("tests in the wrong tier:\n  " + "\n  ".join(problems))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -63,17 +116,3 @@ def bbc_dir() -> Path:
     if not (folder / "test.csv").is_file():
         pytest.fail(f"BBC News data not found at {folder} (set DOCPILOT_BBC_DIR)")
     return folder
-
-
-@pytest.fixture(scope="module")
-def instant_ray():
-    """A local Ray (2 CPUs, no dashboard) for one test module, with the bench-only instant engine picklable by value."""
-    import ray
-    from ray import cloudpickle
-
-    import bench.instant_engine as instant
-
-    cloudpickle.register_pickle_by_value(instant)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
-    yield ray
-    ray.shutdown()

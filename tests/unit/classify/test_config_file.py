@@ -1,0 +1,153 @@
+"""The one config file (config/docpilot.json): shared sections seen alike by every command, per-command views, migration.
+
+Table-driven where it can be; messages checked exactly (peft's ``tests/test_config.py`` habit).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from adapters._config import TrainConfig
+from batch.config import BatchConfig, load_batch_config, results_config_sha256
+from classify.config import PilotConfig, classification_sha256, config_sha256, load_config
+from classify.errors import ConfigError
+from serve.app import load_server_config
+from serve.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = ROOT / "config" / "docpilot.json"
+TOKEN = "tok-" + "0123456789abcdef" * 2  # a usable token (serve refuses a repeated character)
+
+
+def _write(tmp_path: Path, data: dict, name: str = "docpilot.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _all_views(path: Path):
+    """What pilot, batch, train and serve each read from ``path``."""
+    return {
+        "pilot": load_config(PilotConfig, path),
+        "batch": load_batch_config(path),
+        "train": load_config(TrainConfig, path),
+        "serve": load_server_config(load_settings(api_token=TOKEN, config_path=path)),
+    }
+
+
+def test_a_shared_section_edit_is_seen_by_pilot_batch_train_and_serve_alike(tmp_path):
+    data = json.loads(SHIPPED.read_text())
+    before = _all_views(SHIPPED)
+    data["classify"]["categories"] = ["business", "politics", "science", "sport"]
+    data["classify"]["max_doc_tokens"] = 200
+    data["model"]["max_model_len"] = 2048
+    views = _all_views(_write(tmp_path, data))
+    for name, cfg in views.items():
+        assert cfg.classify.categories == ("business", "politics", "science", "sport"), name
+        assert cfg.classify.max_doc_tokens == 200 and cfg.model.max_model_len == 2048, name
+        assert cfg.engine == before[name].engine, name
+    hashes = {name: classification_sha256(cfg.model, cfg.classify) for name, cfg in views.items()}
+    assert len(set(hashes.values())) == 1  # one pilot-gate config key for every command
+    old = {classification_sha256(cfg.model, cfg.classify) for cfg in before.values()}
+    assert len(old) == 1 and old != set(hashes.values())
+
+
+def test_each_command_reads_its_own_section():
+    views = _all_views(SHIPPED)
+    data = json.loads(SHIPPED.read_text())
+    assert views["pilot"].thresholds.model_dump() == data["pilot"]["thresholds"]
+    assert views["batch"].batch.cpu_actors == data["batch"]["cpu_actors"]
+    assert views["batch"].corpus.id_prefix == data["corpus"]["id_prefix"]
+    assert views["train"].lora.rank == data["train"]["lora"]["rank"]
+    assert views["train"].training.max_steps == data["train"]["training"]["max_steps"]
+
+
+def test_old_per_command_files_still_load_with_the_migration_message(tmp_path, caplog):
+    """A flat per-command file (the old pilot.json/train.json, or a view's dump) gives the same config, warned."""
+    one = {"pilot": load_config(PilotConfig, SHIPPED), "train": load_config(TrainConfig, SHIPPED)}
+    for name, cls in (("pilot", PilotConfig), ("train", TrainConfig)):
+        old = _write(tmp_path, one[name].model_dump(mode="json"), f"{name}.json")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="classify.configfile"):
+            again = load_config(cls, old)
+        assert again == one[name] and config_sha256(again) == config_sha256(one[name])
+        [message] = [r.getMessage() for r in caplog.records]
+        assert message.startswith(f"{old} is an old per-command config (")
+        assert "Move to one config/docpilot.json: keep `model`, `engine` and `classify` at the top, put " in message
+        assert f"under `{name}` (see docs/config.md)" in message
+    pilot_msg = "put `thresholds`, `seed` under `pilot`"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="classify.configfile"):
+        load_config(PilotConfig, _write(tmp_path, {"thresholds": {"min_accuracy": 0.5}}, "p.json"))
+    assert pilot_msg in caplog.text
+    old_batch = {k: v for k, v in json.loads(SHIPPED.read_text()).items() if k not in ("pilot", "train")}
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert load_batch_config(_write(tmp_path, old_batch, "batch.json")) == load_batch_config(SHIPPED)
+    assert caplog.text == ""  # the old batch.json layout is a valid one-file config as it is
+
+
+@pytest.mark.parametrize(
+    ("cls", "data", "message"),
+    [
+        (PilotConfig, {"pilot": {"thresholds": {"min_accuracy": 1.5}}},
+         r"`pilot.thresholds.min_accuracy` must be less than or equal to 1, got 1.5"),
+        (TrainConfig, {"train": {"lora": {"rank": 0}}}, r"`train.lora.rank` must be greater than or equal to 1, got 0"),
+        (PilotConfig, {"pilot": {"seeed": 1}}, r"`pilot.seeed` is not a known field"),
+        (BatchConfig, {"batch": {"cpu_actor": 2}}, r"`batch.cpu_actor` is not a known field"),
+        (PilotConfig, {"classify": {"max_doc_tokens": 1}}, r"`classify.max_doc_tokens` must be greater than or equal to 8, got 1"),
+        (BatchConfig, {"clasify": {}}, r"`clasify` is not a known section \(allowed: model, engine, classify, pilot, corpus, "
+                                       r"batch, train; see docs/config.md\)"),
+        (PilotConfig, {"pilot": {}, "thresholds": {}}, r"`thresholds` must be inside `pilot`, not at the top level"),
+        # a one-file config (it has `corpus`) with a stray top-level `seed` is not taken for an old pilot.json
+        (PilotConfig, {"corpus": {}, "seed": 1}, r"`seed` must be inside `pilot`, not at the top level \(`corpus` given too\)"),
+        (TrainConfig, {"train": 3}, r"`train` must be an object with data, lora, training, smoke, checks, output, got int"),
+        # a model validator's own message: named once, its value shown once (no "`(root)`", no second ", got dict")
+        (TrainConfig, {"train": {"lora": {"rank": 32}}}, r"`lora.rank` must be <= engine.max_lora_rank \(16\), got 32$"),
+        (TrainConfig, {"train": {"training": {"max_steps": 5, "epochs": 1}}},
+         r"`train.training` exactly one of `max_steps` and `epochs` must be set, got max_steps=5, epochs=1.0$"),
+    ],
+)
+def test_errors_name_the_field_as_written_in_the_file(tmp_path, cls, data, message):
+    path = _write(tmp_path, data)
+    with pytest.raises(ConfigError, match=rf"{path}: {message}"):
+        load_config(cls, path)
+
+
+def test_overrides_apply_to_the_view_and_a_missing_old_file_points_at_the_new_one(tmp_path):
+    cfg = load_config(PilotConfig, SHIPPED, {"thresholds.min_accuracy": 0.5, "model.base_model": "/m"})
+    assert cfg.thresholds.min_accuracy == 0.5 and cfg.model.base_model == "/m"
+    batch = load_batch_config(SHIPPED, {"corpus.path": "/data/c.jsonl"})
+    assert batch.corpus.path == "/data/c.jsonl" and results_config_sha256(batch) == results_config_sha256(load_batch_config(SHIPPED))
+    with pytest.raises(ConfigError, match=r"config file .*pilot.json does not exist \(docpilot now reads one "
+                                          r"config/docpilot.json for every command; see docs/config.md\)"):
+        load_config(PilotConfig, tmp_path / "pilot.json")
+
+
+@pytest.mark.parametrize("data", [{"batch": None}, {"batch": [1]}, [{"batch": {}}]])
+def test_an_override_into_a_section_that_is_not_an_object_is_a_config_error(tmp_path, data):
+    path = _write(tmp_path, data)  # e.g. `docpilot batch --cpu-actors 2` with "batch": null in the file
+    with pytest.raises(ConfigError, match=rf"{path}: `(batch|\(root\))` must be a valid dictionary"):
+        load_batch_config(path, {"batch.cpu_actors": 2})
+
+
+def test_a_bad_command_line_value_is_blamed_on_the_command_line_not_the_file(tmp_path):
+    shipped = Path(__file__).resolve().parents[3] / "config" / "docpilot.json"
+    with pytest.raises(ConfigError, match=r"`batch\.cpu_actors` must be greater than or equal to 1, got 0 "
+                                           r"\(that value came from the command line, not from .*docpilot\.json\)"):
+        load_batch_config(shipped, {"batch.cpu_actors": 0})
+    data = json.loads(shipped.read_text())
+    data["batch"]["shard_docs"] = 0
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as err:  # the file's own bad value: no blame on a flag that is fine
+        load_batch_config(tmp_path / "bad.json", {"batch.cpu_actors": 2})
+    assert "`batch.shard_docs`" in str(err.value) and "command line" not in str(err.value)
+
+
+def test_a_folder_given_as_the_config_file_is_named_as_a_folder(tmp_path):
+    with pytest.raises(ConfigError, match=r"config file .* is a folder; give the JSON file"):
+        load_config(PilotConfig, tmp_path)

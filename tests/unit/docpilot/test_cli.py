@@ -1,0 +1,88 @@
+"""The ``docpilot`` front door: it lives above the packages it dispatches to, and nothing imports it back."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import subprocess
+import sys
+
+import pytest
+
+from docpilot.cli import COMMANDS, main
+from tests.support.corpora import ROOT
+
+PACKAGES = ("classify", "batch", "adapters", "serve")
+UPPER = {"classify": {"batch", "adapters", "serve", "docpilot"}, "batch": {"docpilot"}, "adapters": {"docpilot"},
+         "serve": {"docpilot"}}
+"""What each package must not import (also not by an import string): the command is above all of them,
+and the shared core is below the rest."""
+
+
+def _imports(path) -> set[str]:
+    """Top-level package names a module imports, or names in an import string ``"pkg.mod:func"``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names |= {m.group(1) for m in re.finditer(r"\b(\w+)(?:\.\w+)+:\w+\b", node.value)}
+    return names
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_package_imports_upward(package):
+    offenders = {str(p.relative_to(ROOT)): sorted(_imports(p) & UPPER[package])
+                 for p in sorted((ROOT / package).rglob("*.py"))}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_the_detector_sees_an_import_string(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text('COMMANDS = {"x": ("batch.run.driver:main", "help")}\nimport serve.app\n')
+    assert {"batch", "serve"} <= _imports(probe)
+
+
+def test_every_command_names_a_function_its_module_defines():
+    for name, (target, _help) in COMMANDS.items():
+        module, func = target.split(":")
+        assert module.split(".")[0] in PACKAGES, name
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin, name
+        tree = ast.parse(open(spec.origin, encoding="utf-8").read())
+        assert any(isinstance(n, ast.FunctionDef) and n.name == func for n in tree.body), name
+
+
+def test_python_m_docpilot_is_the_same_command():
+    out = subprocess.run([sys.executable, "-m", "docpilot", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("usage: docpilot [--verbose] COMMAND")
+    assert all(f"  {name:<10} " in out.stdout for name in COMMANDS) and "submit" in COMMANDS
+    bad = subprocess.run([sys.executable, "-m", "docpilot", "nope"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "error: unknown command 'nope'" in bad.stderr
+
+
+def test_no_arguments_is_usage_and_status_2(capsys):
+    assert main([]) == 2
+    assert "commands:" in capsys.readouterr().out
+
+
+def test_known_errors_map_to_their_exit_code(capsys):
+    # `docpilot plan` with a missing config: ConfigError -> exit 2 and one `error [config]:` line
+    assert main(["plan", "--config", "/no/such/lots.json"]) == 2
+    assert capsys.readouterr().err.startswith("error [config]: ")
+
+
+def test_help_into_a_reader_that_stops_early_ends_without_a_traceback():
+    """``docpilot --help | true``: the reader is gone before the usage is written (``| head`` does the same once it
+    has its lines); no BrokenPipeError traceback, status 141 (128 + SIGPIPE) as a shell reports such a writer."""
+    proc = subprocess.run(f"{sys.executable} -m docpilot --help | true; exit ${{PIPESTATUS[0]}}", shell=True,
+                          executable="/bin/bash", cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode == 141

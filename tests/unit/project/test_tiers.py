@@ -1,0 +1,66 @@
+"""The tiers' rules in ``tests/conftest.py``, on a scratch tree collected by a pytest subprocess.
+
+Tests in ``engine/`` and ``ray/`` get their folder's mark; collection fails where a test takes the
+``engine`` fixture without the ``engine`` mark, or where a test in ``unit/`` takes the engine or Ray or
+carries their marks; a parameter merely named ``engine`` is not the fixture. Also: no test module
+imports another (shared helpers live in ``tests/support/``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from tests.support import ROOT
+
+INI = "[pytest]\nmarkers =\n    engine: e\n    ray: r\n    slow: s\n    images: i\n"
+
+
+def _collect(pytester: pytest.Pytester, files: dict[str, str], *args: str) -> pytest.RunResult:
+    """Collect (in-process, nothing runs) a scratch project: the real ``tests/conftest.py`` and ``files`` (path
+    under tests/ -> source)."""
+    pytester.makefile(".ini", pytest=INI)
+    (pytester.path / "tests").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "tests" / "conftest.py", pytester.path / "tests" / "conftest.py")
+    for rel, src in files.items():
+        (pytester.path / "tests" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pytester.path / "tests" / rel).write_text(src)
+    return pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", "tests", *args)
+
+
+def test_folder_marks_and_a_parameter_named_engine(pytester):
+    files = {
+        "engine/test_e.py": "def test_e(engine):\n    pass\n",
+        "ray/test_r.py": "def test_r():\n    pass\n",
+        "unit/test_u.py": "import pytest\n\n@pytest.mark.parametrize('engine', ['cpu'])\ndef test_u(engine):\n    pass\n",
+    }
+    out = _collect(pytester, files, "-m", "engine")
+    assert out.ret == 0, out.outlines
+    out.stdout.fnmatch_lines(["tests/engine/test_e.py::test_e", "1/3 tests collected*"])
+    _collect(pytester, files, "-m", "ray").stdout.fnmatch_lines(["tests/ray/test_r.py::test_r", "1/3 tests collected*"])
+
+
+def test_the_engine_fixture_without_the_engine_mark_is_refused(pytester):
+    out = _collect(pytester, {"ray/test_r.py": "def test_r(engine):\n    pass\n"})
+    assert out.ret != 0
+    assert "tests/ray/test_r.py::test_r: takes the `engine` fixture without the `engine` mark" in str(out.stderr) + str(out.stdout)
+
+
+def test_a_unit_test_with_the_engine_or_a_heavy_mark_is_refused(pytester):
+    out = _collect(pytester, {"unit/classify/test_u.py": "import pytest\n\n@pytest.mark.engine\ndef test_u(engine):\n"
+                                                         "    pass\n\n@pytest.mark.ray\ndef test_v():\n    pass\n"})
+    text = str(out.stderr) + str(out.stdout)
+    assert out.ret != 0
+    assert "test_u.py::test_u: a unit test with mark `engine`, fixture `engine` (move it to its tier)" in text
+    assert "test_u.py::test_v: a unit test with mark `ray` (move it to its tier)" in text
+
+
+def test_no_test_module_imports_another():
+    found = []
+    for path in (ROOT / "tests").rglob("*.py"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(r"\s*(from\s+(tests\.)?(\w+\.)*test_\w+\s+import|import\s+(tests\.)?(\w+\.)*test_\w+)", line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert found == []
