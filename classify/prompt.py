@@ -56,7 +56,7 @@ NEXT_CHUNK_SLACK = 32
 """...plus this many characters."""
 BPE_CACHE_WORDS = 100_000
 """Words the private tokenizer copy's BPE cache holds: a word already seen skips the BPE merges. The
-``tokenizers`` default, 10,000, fills with the first words seen and then caches nothing new (the 1,891 BBC
+``tokenizers`` default, 10,000, fills with the first words seen and then caches nothing new (the 1,891 news
 articles alone hold about 60,000 distinct words); a full cache of 100,000 costs about 40 MiB of memory."""
 
 

@@ -13,7 +13,7 @@ from classify.config import load_config
 from classify.errors import ConfigError, InputError
 from classify.paths import expand_path, path_hint, path_variables
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "config" / "docpilot.json"
 PRODUCT = ("classify", "batch", "adapters", "serve", "docpilot")
 
