@@ -21,3 +21,35 @@ pilot/       ``docpilot pilot``: a 12-document batch and its decision
 ``make pilot`` (:mod:`batch.pilot.run`) proves the path on 12 documents; ``make batch`` runs the
 full corpus over Ray engine actors, resumable by manifest; ``make plan`` sizes the lots.
 """
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+
+def public_face(package: str, public: dict[str, str]) -> Callable[[str], Any]:
+    """A sub-package's module ``__getattr__`` (PEP 562) that imports a public name on first use.
+
+    Importing one module of a room then does not import the others (the pool's imports start Ray's,
+    the run's start vLLM's).
+
+    Args:
+        package: the sub-package's ``__name__`` (``batch.run``).
+        public: public name -> the module of the room that defines it (``{"run_batch": "driver"}``).
+
+    Returns:
+        ``__getattr__(name)``: the name from its module.
+
+    Raises:
+        AttributeError (from the returned function): ``name`` is not in ``public``.
+    """
+
+    def __getattr__(name: str) -> Any:
+        if name not in public:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{public[name]}"), name)
+
+    return __getattr__
+

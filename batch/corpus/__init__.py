@@ -7,6 +7,8 @@ shard.py   RawShard, ShardOutput: a shard's documents in, its result bytes out
 labels.py  has_labels, iter_labels: the corpus's own labels, for the quality report
 """
 
+from batch import public_face
+
 _PUBLIC = {
     "CorpusPlan": "plan",
     "plan_corpus": "plan",
@@ -21,13 +23,4 @@ _PUBLIC = {
     "detect_format": "scan",
 }
 __all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str):
-    """Import a public name on first use (PEP 562), so that importing one module of this room
-    does not import the others (the pool's imports start Ray's, the run's start vLLM's)."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+__getattr__ = public_face(__name__, _PUBLIC)

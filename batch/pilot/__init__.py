@@ -6,6 +6,8 @@ decision.py  build_summary, decide: the summary and the decision (proceed, fix t
 measure.py   measure_pool: the memory and throughput the pilot measured, beside the plan's estimate
 """
 
+from batch import public_face
+
 _PUBLIC = {
     "run_pilot": "run",
     "PilotHooks": "run",
@@ -16,13 +18,4 @@ _PUBLIC = {
     "measure_pool": "measure",
 }
 __all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str):
-    """Import a public name on first use (PEP 562), so that importing one module of this room
-    does not import the others (the pool's imports start Ray's, the run's start vLLM's)."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+__getattr__ = public_face(__name__, _PUBLIC)

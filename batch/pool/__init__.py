@@ -6,6 +6,8 @@ placement.py  cpu_core_groups, actor_options: where each actor runs
 local_ray.py  start, stop: the local Ray session a batch starts when no cluster is given
 """
 
+from batch import public_face
+
 _PUBLIC = {
     "run_pool": "scheduler",
     "ShardPool": "scheduler",
@@ -15,13 +17,4 @@ _PUBLIC = {
     "LocalRay": "local_ray",
 }
 __all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str):
-    """Import a public name on first use (PEP 562), so that importing one module of this room
-    does not import the others (the pool's imports start Ray's, the run's start vLLM's)."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+__getattr__ = public_face(__name__, _PUBLIC)

@@ -4,6 +4,8 @@ quality.py  QualityTally, batch_report, write_report
 plots.py    write_pictures: the confusion matrix and score figures
 """
 
+from batch import public_face
+
 _PUBLIC = {
     "QualityTally": "quality",
     "batch_report": "quality",
@@ -11,13 +13,4 @@ _PUBLIC = {
     "write_pictures": "plots",
 }
 __all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str):
-    """Import a public name on first use (PEP 562), so that importing one module of this room
-    does not import the others (the pool's imports start Ray's, the run's start vLLM's)."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+__getattr__ = public_face(__name__, _PUBLIC)

@@ -19,6 +19,8 @@ debris.py       stale temporaries left by a killed run
 disk.py         full-disk errors (an environment failure, exit 6)
 """
 
+from batch import public_face
+
 _PUBLIC = {
     "run_batch": "driver",
     "BatchOptions": "options",
@@ -38,13 +40,4 @@ _PUBLIC = {
     "wrap_up": "wrapup",
 }
 __all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str):
-    """Import a public name on first use (PEP 562), so that importing one module of this room
-    does not import the others (the pool's imports start Ray's, the run's start vLLM's)."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+__getattr__ = public_face(__name__, _PUBLIC)
