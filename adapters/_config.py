@@ -13,9 +13,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from classify.config import ClassifyConfig, CommandConfig, EngineConfig, Frozen, ModelConfig
-from classify.errors import InputError
 from classify.modelshape import LINEAR_MODULES
-from classify.paths import expand_path, path_variables
+from classify.paths import DataPath, configured_path
 
 LLAMA_LORA_MODULES = LINEAR_MODULES
 """Linear layers of a Llama-architecture block that vLLM can apply LoRA to (:data:`classify.modelshape.LINEAR_MODULES`)."""
@@ -35,19 +34,12 @@ class DataSection(Frozen):
         max_train_rows: use at most this many training rows (``null`` = all), for budgets.
     """
 
-    path: str | None = Field(None, min_length=1)
+    path: DataPath = None
     format: Literal["auto", "csv", "jsonl"] = "auto"
     text_column: str = Field("text", min_length=1)
     category_column: str = Field("category", min_length=1)
     validation_rows: int = Field(100, ge=1, le=100_000)
     max_train_rows: int | None = Field(None, ge=1)
-
-    @field_validator("path")
-    @classmethod
-    def _variables_well_formed(cls, value: str | None) -> str | None:
-        if value is not None:
-            path_variables(value)  # ValueError: a malformed ``${``
-        return value
 
     def resolved_path(self) -> Path:
         """The data file with its ``${VAR}``/``${VAR:-default}`` and ``~`` expanded.
@@ -56,9 +48,7 @@ class DataSection(Frozen):
             InputError: ``path`` is not set (``null``).
             ConfigError: a malformed ``${`` (a config built without validation).
         """
-        if self.path is None:
-            raise InputError("no training data: set `train.data.path` in the config file")
-        return expand_path(self.path)
+        return configured_path(self.path, "no training data: set `train.data.path` in the config file")
 
 
 class LoraSection(Frozen):

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from classify.config import (
     ClassifyConfig,
@@ -24,7 +24,7 @@ from classify.config import (
     load_config,
 )
 from classify.errors import InputError
-from classify.paths import expand_path, path_variables
+from classify.paths import DataPath, configured_path
 
 
 class CorpusConfig(Frozen):
@@ -46,19 +46,12 @@ class CorpusConfig(Frozen):
             unlabelled (no accuracy). ``null``: never read labels. Labels never change answers.
     """
 
-    path: str | None = Field(None, min_length=1)
+    path: DataPath = None
     format: Literal["auto", "jsonl", "csv", "parquet", "dir"] = "auto"
     text_column: str = Field("text", min_length=1)
     id_column: str | None = None
     id_prefix: str | None = Field(None, min_length=1, max_length=100)
     label_column: str | None = Field("category", min_length=1)
-
-    @field_validator("path")
-    @classmethod
-    def _variables_well_formed(cls, value: str | None) -> str | None:
-        if value is not None:
-            path_variables(value)  # ValueError: a malformed ``${``
-        return value
 
     def resolved_path(self) -> Path:
         """``path`` with its ``${VAR}``/``${VAR:-default}`` and ``~`` expanded (still relative when ``path`` is).
@@ -67,9 +60,7 @@ class CorpusConfig(Frozen):
             InputError: ``path`` is not set (``null``): the corpus must come from ``--corpus``.
             ConfigError: a malformed ``${`` (a config built without validation).
         """
-        if self.path is None:
-            raise InputError("no corpus: set `corpus.path` in the config or pass --corpus")
-        return expand_path(self.path)
+        return configured_path(self.path, "no corpus: set `corpus.path` in the config or pass --corpus")
 
 
 class RunConfig(Frozen):

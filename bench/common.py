@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +235,18 @@ def machine() -> dict[str, Any]:
         "packages": package_versions(),
         "load_average_at_start": os.getloadavg(),
     }
+
+
+def run_alone(run: Callable[[bool], dict[str, Any]], doc: str) -> None:
+    """``python -m bench.<module> [--quick]``: run one benchmark module alone and print its figures and table.
+
+    Args:
+        run: the module's ``run(quick)``, returning ``{"figures": ..., "markdown": ...}``.
+        doc: the module's docstring (its first line is the command's description).
+    """
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    out = run(parser.parse_args().quick)
+    print(json.dumps(out["figures"], indent=2))
+    print(out["markdown"])
+

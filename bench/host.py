@@ -16,13 +16,13 @@ Run alone: ``python -m bench.host [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
 import time
 from typing import Any
 
+from bench.common import run_alone
 from classify.config import ClassifyConfig, PilotConfig, load_config
 
 SHARD_DOCS = 1000
@@ -125,8 +125,4 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    out = run(parser.parse_args().quick)
-    print(json.dumps(out["figures"], indent=2))
-    print(out["markdown"])
+    run_alone(run, __doc__)

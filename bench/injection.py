@@ -16,10 +16,9 @@ Run alone: ``python -m bench.injection [--quick]`` (the engine start and about 4
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
+from bench.common import run_alone
 from classify.config import PilotConfig, load_config
 
 N_ARTICLES = 40
@@ -134,8 +133,4 @@ def table(figures: dict[str, Any], model: str) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    out = run(parser.parse_args().quick)
-    print(json.dumps(out["figures"], indent=2))
-    print(out["markdown"])
+    run_alone(run, __doc__)

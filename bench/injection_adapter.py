@@ -18,11 +18,10 @@ about 560 prompts); alone: ``python -m bench.injection_adapter [--quick]``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 from typing import Any
 
+from bench.common import run_alone
 from bench.injection import INJECTIONS, N_ARTICLES, measure, table
 from classify.config import PilotConfig, load_config
 
@@ -129,8 +128,4 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    out = run(parser.parse_args().quick)
-    print(json.dumps(out["figures"], indent=2))
-    print(out["markdown"])
+    run_alone(run, __doc__)

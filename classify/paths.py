@@ -21,6 +21,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
 
 from classify.errors import ConfigError
 
@@ -148,3 +151,41 @@ def path_hint(configured: str) -> str:
         if name not in names:
             names.append(name)
     return f" ({'; '.join(parts)}; set {' / '.join(names)} to where the data is)"
+
+
+def configured_path(configured: str | None, missing: str) -> Path:
+    """A data path from the config file, expanded (:func:`expand_path`), or an error saying what to set.
+
+    Args:
+        configured: the path as written (``corpus.path``, ``train.data.path``), or ``None`` when not set.
+        missing: the message of the error when it is not set.
+
+    Returns:
+        The expanded path (still relative when ``configured`` is).
+
+    Raises:
+        InputError: ``configured`` is ``None`` (the message is ``missing``).
+        ConfigError: a malformed ``${``.
+    """
+    if configured is None:
+        from classify.errors import InputError
+
+        raise InputError(missing)
+    return expand_path(configured)
+
+
+def checked_path_field(value: str | None) -> str | None:
+    """A pydantic field validator's body for a configured data path: ``value``, once its ``${...}`` are well formed.
+
+    Raises:
+        ValueError: a malformed ``${`` (:func:`path_variables`); pydantic words it as the field's error.
+    """
+    if value is not None:
+        path_variables(value)
+    return value
+
+
+DataPath = Annotated[str | None, Field(min_length=1), AfterValidator(checked_path_field)]
+"""A configured data path field (``corpus.path``, ``train.data.path``): ``None`` or a non-empty string whose
+``${...}`` are well formed (:func:`checked_path_field`)."""
+
