@@ -235,7 +235,7 @@ def parquet_columns(path: Path, text_column: str, id_column: str | None) -> tupl
     """Open a Parquet corpus for streaming reads and check its columns.
 
     The file is opened without pre-buffering and with a 1 MiB read buffer
-    (:func:`batch.run.arrow.streaming_parquet`'s settings), so reading it batch by batch holds one batch.
+    (:func:`batch.layout.streaming_parquet`'s settings), so reading it batch by batch holds one batch.
 
     Args:
         path: the Parquet file.

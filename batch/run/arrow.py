@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from batch.layout import RESULT_COLUMNS, streaming_parquet  # noqa: F401 - streaming_parquet: read here by the merge
+from batch.layout import RESULT_COLUMNS
 
 REVIEW_COLUMN = ("review", "bool_")
 """The extra ``results.parquet`` column of a batch with ``classify.review_below_score`` (null on rejected rows)."""

@@ -30,15 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from batch.run.detached import (  # noqa: F401 - part of this module's API
-    DETACH_RECORD,
-    EXIT_RECORD,
-    log_path,
-    pid_alive,
-    read_detach,
-    read_exit,
-    record_exit,
-)
+from batch.run.detached import DETACH_RECORD, EXIT_RECORD, log_path, read_detach, record_exit
 from classify.runrecords import utc_now, write_json_atomic
 
 log = logging.getLogger("docpilot.detach")

@@ -30,6 +30,7 @@ from batch.layout import (
     check_shard_ids,
     result_lines,
     shard_path,
+    streaming_parquet,
 )
 from batch.run.arrow import (
     REVIEW_COLUMN,
@@ -37,7 +38,6 @@ from batch.run.arrow import (
     has_review,
     parsed_shards,
     results_schema,
-    streaming_parquet,
     tally_table,
 )
 from batch.runfiles import Manifest
