@@ -45,7 +45,7 @@ def iter_csv(
             its header is not UTF-8, it is malformed (an unclosed quote: the error names the line) or
             it lacks ``text_column``.
     """
-    for row in iter_csv_rows(path, text_column, id_column, id_prefix):
+    for row in iter_csv_rows(path, text_column, id_column=id_column, id_prefix=id_prefix):
         yield csv_row_document(row, max_doc_bytes), row.values
 
 
@@ -141,6 +141,7 @@ def _not_utf8_reason(index: int, bad: list[tuple[int, UnicodeDecodeError]]) -> s
 def iter_csv_rows(
     path: Path,
     text_column: str = "text",
+    *,
     id_column: str | None = "id",
     id_prefix: str | None = None,
     offset: int | None = None,

@@ -103,8 +103,9 @@ def iter_labels(plan: CorpusPlan, column: str) -> Iterator[tuple[str, str | None
         r = plan.reading
         for shard in plan.shards:
             skip = set(shard.get("skip") or ())
-            for row in iter_csv_rows(path, r["text_column"], r["id_column"], r["id_prefix"], offset=shard["offset"],
-                                     first_index=shard["row"], max_rows=shard["n_rows"], header=r["header"]):
+            for row in iter_csv_rows(path, r["text_column"], id_column=r["id_column"], id_prefix=r["id_prefix"],
+                                     offset=shard["offset"], first_index=shard["row"], max_rows=shard["n_rows"],
+                                     header=r["header"]):
                 if row.index not in skip:
                     yield row.doc_id, _label(row.values.get(column))
     elif plan.format == "parquet":

@@ -174,8 +174,9 @@ class CorpusPlan:
         elif self.format == "csv":
             self._byte_range(shard)  # checked against the plan before its records are parsed
             r = self.reading
-            for row in iter_csv_rows(path, r["text_column"], r["id_column"], r["id_prefix"], offset=shard["offset"],
-                                     first_index=shard["row"], max_rows=shard["n_rows"], header=r["header"]):
+            for row in iter_csv_rows(path, r["text_column"], id_column=r["id_column"], id_prefix=r["id_prefix"],
+                                     offset=shard["offset"], first_index=shard["row"], max_rows=shard["n_rows"],
+                                     header=r["header"]):
                 yield row.index, csv_row_document(row, max_doc_bytes)
         elif self.format == "parquet":
             yield from parquet_docs(path, self.reading, shard["row"], shard["n_rows"], max_doc_bytes)

@@ -311,7 +311,7 @@ def csv_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, Any]
     reading.update(header=header, data_offset=data_offset, text_column=cfg.text_column, id_column=cfg.id_column,
                    id_prefix=cfg.id_prefix or path.stem)
     digest.update(file_sha256(path).encode())
-    for row in iter_csv_rows(path, cfg.text_column, cfg.id_column, reading["id_prefix"]):
+    for row in iter_csv_rows(path, cfg.text_column, id_column=cfg.id_column, id_prefix=reading["id_prefix"]):
         yield Row(row.index, row.doc_id, row.text_bytes or 1, row.end)
 
 

@@ -315,7 +315,7 @@ def test_a_csv_row_that_is_not_utf8_is_rejected_by_its_byte_offset_and_the_rest_
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b'id,text\na,fine\nb,caf\xe9 latin-1\n"c\xff","two\nlines"\nd,"multi\nline \xe9"\ne,ok\n')
     header, offset = csv_header(bad)
-    rows = list(iter_csv_rows(bad, "text", "id", "x", offset=offset, first_index=0, max_rows=10, header=header))
+    rows = list(iter_csv_rows(bad, "text", id_column="id", id_prefix="x", offset=offset, first_index=0, max_rows=10, header=header))
     assert [r.error for r in rows] == [
         None,
         "row 1 is not valid UTF-8: byte 0xE9 at byte offset 20 of the file (the file, or this row, is in another "
