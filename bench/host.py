@@ -6,7 +6,7 @@ articles (train + test) and on 5 KB documents (BBC articles repeated to 5,000 ch
 * ``host``: :class:`bench.instant_engine.HostEngineActor` ``classify`` on the JSONL shard bytes (1,000
   documents a shard): parse, prompt ids with the real tokenizer, sampling parameters, result records,
   shard bytes; only the model's forward pass is skipped;
-* its parts: parse (``RawShard.documents``), prompt ids (``Scorer.prompts``), records + bytes (the rest);
+* its parts: parse (``ShardInput.documents``), prompt ids (``Scorer.prompts``), records + bytes (the rest);
 * ``old build_prompt``: main's ``classify.prompt.build_prompt`` before token-id prompts (tokenize, cut,
   decode, render the template, tokenize again; reproduced here as :func:`old_build_prompt`), one thread, as
   main's actor ran it; vLLM then tokenized its text a third time (not counted).
@@ -39,13 +39,13 @@ def old_build_prompt(tokenizer: Any, cfg: ClassifyConfig, text: str) -> tuple[st
 
 
 def _shards(texts: list[str]) -> list[Any]:
-    from batch.corpus.shard import RawShard
+    from batch.corpus.shard import ShardInput
 
     out = []
     for start in range(0, len(texts), SHARD_DOCS):
         part = texts[start: start + SHARD_DOCS]
         body = "".join(json.dumps({"id": f"doc-{start + i}", "text": t}) + "\n" for i, t in enumerate(part)).encode()
-        out.append(RawShard("bench.jsonl", "bench.jsonl", start + 1, body, len(part)))
+        out.append(ShardInput.of_jsonl("bench.jsonl", "bench.jsonl", start + 1, body, len(part)))
     return out
 
 

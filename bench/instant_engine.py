@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from batch.corpus.shard import RawShard, ShardOutput, as_documents
+from batch.corpus.shard import ShardInput, ShardOutput
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig
-from classify.records import Document, Result
+from classify.records import Result
 
 
 class InstantEngineActor:
@@ -50,11 +50,11 @@ class InstantEngineActor:
         """Process id, no engine processes."""
         return {"pid": os.getpid(), "node": None, "cpu_bind": "none (instant bench engine)", "procs": []}
 
-    def classify(self, shard: RawShard | list[Document]) -> ShardOutput:
+    def classify(self, shard: ShardInput) -> ShardOutput:
         """Like the real actor: parse the shard here, one result per document in order (accepted with the first
         category, or rejected with the reader's reason), returned as the shard file's bytes and counts."""
         out = []
-        for d in as_documents(shard, self.max_doc_bytes):
+        for d in shard.documents(self.max_doc_bytes):
             if d.reject_reason:
                 out.append(Result(id=d.id, status="rejected", reason=d.reject_reason, input_sha256=d.input_sha256,
                                   n_chars=d.n_chars))
@@ -119,9 +119,9 @@ class HostEngineActor:
         """Process id, no engine processes."""
         return {"pid": os.getpid(), "node": None, "cpu_bind": "none (host bench engine)", "procs": []}
 
-    def classify(self, shard: RawShard | list[Document]) -> ShardOutput:
+    def classify(self, shard: ShardInput) -> ShardOutput:
         """As :meth:`batch.pool.actor.EngineActor.classify`: parse, prompt ids, (no forward pass), records, shard bytes."""
-        return ShardOutput.of(self.clf.classify(as_documents(shard, self.max_doc_bytes)))
+        return ShardOutput.of(self.clf.classify(shard.documents(self.max_doc_bytes)))
 
     def shutdown(self) -> None:
         """Nothing to stop."""

@@ -3,7 +3,7 @@
 plan.py    CorpusPlan, plan_corpus, locate_corpus, read_corpus: the shard plan of a corpus (one reading pass)
 scan.py    the format readers (JSONL, CSV, Parquet, a folder of files) and their row ranges
 ids.py     IdHashBuckets: the duplicate-id check at millions of ids (64-bit hashes bucketed on disk)
-shard.py   RawShard, ShardOutput: a shard's documents in, its result bytes out
+shard.py   ShardInput, ShardOutput: a shard's documents in (JSONL bytes or documents), its result bytes out
 labels.py  has_labels, iter_labels: the corpus's own labels, for the quality report
 """
 
@@ -16,7 +16,7 @@ _PUBLIC = {
     "read_corpus": "plan",
     "IdHashBuckets": "ids",
     "fold_duplicates": "plan",
-    "RawShard": "shard",
+    "ShardInput": "shard",
     "ShardOutput": "shard",
     "has_labels": "labels",
     "iter_labels": "labels",

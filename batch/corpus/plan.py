@@ -36,7 +36,7 @@ from typing import Any
 from batch.config import CorpusConfig
 from batch.corpus.ids import IdHashBuckets
 from batch.corpus.scan import csv_rows, detect_format, dir_rows, jsonl_rows, parquet_docs, parquet_rows
-from batch.corpus.shard import RawShard, fold_shard, jsonl_documents
+from batch.corpus.shard import ShardInput, fold_shard, jsonl_documents
 from classify.documents import read_file_document
 from classify.errors import InputError
 from classify.files import file_sha256, ids_sha256, special_kind
@@ -142,17 +142,22 @@ class CorpusPlan:
         """
         return fold_shard(self._iter_shard(shard, max_doc_bytes), set(shard.get("skip") or ()), shard.get("dups") or {})
 
-    def shard_payload(self, shard: dict[str, Any], max_doc_bytes: int) -> RawShard | list[Document]:
-        """What the driver sends an engine actor for ``shard``: its raw bytes for a JSONL corpus (parsed by the
-        actor, :class:`batch.corpus.shard.RawShard`), else :meth:`read_shard`'s documents.
+    def shard_payload(self, shard: dict[str, Any], max_doc_bytes: int) -> ShardInput:
+        """What the driver sends an engine actor for ``shard`` (:class:`batch.corpus.shard.ShardInput`): its raw
+        bytes for a JSONL corpus (parsed by the actor), else :meth:`read_shard`'s documents.
 
         A JSONL corpus with ``path`` records is read here: those files may not be visible on the actor's node.
+
+        Raises:
+            InputError: the shard's bytes are not those planned (:func:`check_shard_bytes`), or, read here, as
+                :meth:`read_shard`.
         """
         if self.format != "jsonl" or self.reading.get("has_path_records"):
-            return self.read_shard(shard, max_doc_bytes)
+            return ShardInput.of_documents(self.read_shard(shard, max_doc_bytes))
         path = Path(self.path)
-        return RawShard(escape_surrogates(path.name), str(path), shard["row"], self._byte_range(shard), int(shard["n_docs"]),
-                        frozenset(shard.get("skip") or ()), dict(shard.get("dups") or {}))
+        return ShardInput.of_jsonl(escape_surrogates(path.name), str(path), shard["row"], self._byte_range(shard),
+                                   int(shard["n_docs"]), skip=frozenset(shard.get("skip") or ()),
+                                   dups=dict(shard.get("dups") or {}))
 
     def _byte_range(self, shard: dict[str, Any]) -> bytes:
         """The bytes of a JSONL or CSV shard (whole lines or records), checked against the plan's ``bytes_sha256``.

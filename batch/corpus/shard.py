@@ -4,17 +4,17 @@ At corpus scale the driver must not parse, check or serialize documents one by o
 Python process against a pool of actors. So, for a JSONL corpus (the format of large corpora):
 
 * out: the driver reads the shard's byte range of the corpus file (one ``read``) and sends it as
-  a :class:`RawShard`; the engine actor parses it with the same reader the driver used to
-  (:func:`classify.documents.jsonl_line_document`, with the plan's duplicate folding), so a
-  document is read the same way wherever it runs;
+  a :class:`ShardInput` holding those bytes; the engine actor parses it with the same reader the
+  driver used to (:func:`classify.documents.jsonl_line_document`, with the plan's duplicate folding),
+  so a document is read the same way wherever it runs;
 * back: the actor returns a :class:`ShardOutput`, the shard file's bytes exactly as
   :func:`batch.layout.write_shard` would write them, with its counts and the sha256 of its
   ids; the driver checks that sha256 against the plan and writes the bytes (one ``write``, one
   ``fsync``).
 
-CSV, Parquet, folders and JSONL with ``path`` records keep the driver-side reader (the actor gets
-a list of :class:`~classify.records.Document`): a ``path`` record names a file the actor's node
-may not see. Rows returned as a list of dicts (older or test actors) are still accepted.
+CSV, Parquet, folders and JSONL with ``path`` records keep the driver-side reader (the
+:class:`ShardInput` holds the documents read on the driver): a ``path`` record names a file the
+actor's node may not see. Either way the actor calls :meth:`ShardInput.documents`.
 """
 
 from __future__ import annotations
@@ -30,36 +30,56 @@ from classify.runrecords import jsonl_body
 
 
 @dataclass(frozen=True)
-class RawShard:
-    """One planned JSONL shard as bytes of the corpus file, parsed where it is classified.
+class ShardInput:
+    """One planned shard as it travels to an engine actor: JSONL bytes parsed there, or documents read on the driver.
+
+    Build it with :meth:`of_jsonl` or :meth:`of_documents`; ``len()`` is its documents (the scheduler's
+    deadline), :meth:`documents` gives them wherever it is called.
 
     Attributes:
-        name: the corpus file's name, escaped (sources read ``<name>#L<line>``).
-        path: the corpus file's path as the driver sees it (only for messages; nothing is opened).
-        first_line: line number (from 1) of the first line of ``data``.
-        data: the shard's bytes (whole lines).
-        n_docs: documents in the shard after duplicate folding (the scheduler's deadline uses it).
-        skip: line numbers left out (later copies of a duplicated id, folded into the first).
-        dups: line number (as a string) -> reject reason of a duplicated id's first occurrence.
+        n_docs: documents in the shard after duplicate folding.
+        docs: the documents read on the driver (``None``: the JSONL form).
+        data: JSONL form: the shard's bytes of the corpus file (whole lines).
+        name: JSONL form: the corpus file's name, escaped (sources read ``<name>#L<line>``).
+        path: JSONL form: the corpus file's path as the driver sees it (for ``path`` records' folder and messages).
+        first_line: JSONL form: line number (from 1) of the first line of ``data``.
+        skip: JSONL form: line numbers left out (later copies of a duplicated id, folded into the first).
+        dups: JSONL form: line number (as a string) -> reject reason of a duplicated id's first occurrence.
     """
 
-    name: str
-    path: str
-    first_line: int
-    data: bytes
     n_docs: int
+    docs: tuple[Document, ...] | None = None
+    data: bytes = b""
+    name: str = ""
+    path: str = ""
+    first_line: int = 1
     skip: frozenset[int] = frozenset()
     dups: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of_jsonl(cls, name: str, path: str, first_line: int, data: bytes, n_docs: int, *,
+                 skip: frozenset[int] = frozenset(), dups: dict[str, str] | None = None) -> ShardInput:
+        """A JSONL shard as bytes of the corpus file, parsed where it is classified (see the attributes)."""
+        return cls(n_docs, None, data, name, path, first_line, skip, dict(dups or {}))
+
+    @classmethod
+    def of_documents(cls, docs: Iterable[Document]) -> ShardInput:
+        """A shard read on the driver (CSV, Parquet, a folder, JSONL with ``path`` records)."""
+        docs = tuple(docs)
+        return cls(len(docs), docs)
 
     def __len__(self) -> int:
         return self.n_docs
 
     def documents(self, max_doc_bytes: int) -> list[Document]:
-        """Parse the shard: ``n_docs`` documents in corpus order (rejected ones carry their reason).
+        """The shard's ``n_docs`` documents in corpus order (rejected ones carry their reason).
 
         Args:
-            max_doc_bytes: size limit per document in bytes (``classify.max_doc_bytes``).
+            max_doc_bytes: size limit per document in bytes (``classify.max_doc_bytes``); the JSONL form is parsed
+                with it, the documents read on the driver were already.
         """
+        if self.docs is not None:
+            return list(self.docs)
         return fold_shard(jsonl_documents(Path(self.path), self.name, self.first_line, self.data, max_doc_bytes),
                           self.skip, self.dups)
 
@@ -107,11 +127,6 @@ def fold_shard(pairs: Iterable[tuple[int, Document]], skip: Collection[int], dup
             doc = Document(doc.id, None, doc.input_sha256, doc.n_chars, dups[str(key)], doc.source)
         out.append(doc)
     return out
-
-
-def as_documents(payload: RawShard | list[Document], max_doc_bytes: int) -> list[Document]:
-    """The documents of a dispatched shard, whichever form it was sent in."""
-    return payload.documents(max_doc_bytes) if isinstance(payload, RawShard) else payload
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,9 @@ import threading
 import time
 from typing import Any
 
-from batch.corpus.shard import RawShard, ShardOutput, as_documents
+from batch.corpus.shard import ShardInput, ShardOutput
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig
 from classify.errors import EngineError
-from classify.records import Document
 from classify.scoring import AdapterHandle
 
 log = logging.getLogger(__name__)
@@ -96,8 +95,8 @@ class EngineActor:
                 "cpu_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"), "compiled": self.clf.compiled(),
                 "procs": [{"pid": p.pid, "create_time": p.create_time()} for p in procs]}
 
-    def classify(self, shard: RawShard | list[Document]) -> ShardOutput:
-        """Classify one shard (raw JSONL bytes parsed here, or documents): its shard file's bytes and counts.
+    def classify(self, shard: ShardInput) -> ShardOutput:
+        """Classify one shard (raw JSONL bytes parsed here, or documents read on the driver): its shard file's bytes and counts.
 
         Documents that cannot be classified (unreadable, empty, prompt too long) are rejected by
         the scorer before the engine sees them. An engine failure is never a document's reject
@@ -106,7 +105,7 @@ class EngineActor:
         Raises:
             EngineError: vLLM failed on this shard.
         """
-        docs = as_documents(shard, self.max_doc_bytes)
+        docs = shard.documents(self.max_doc_bytes)
         return ShardOutput.of(self.clf.classify(docs, self.adapter, temperature=self.temperature))
 
     def shutdown(self) -> None:

@@ -40,12 +40,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from batch.corpus.shard import ShardInput
 from batch.pool.actor import reap
 from batch.pool.placement import actor_placed
 from classify.errors import EngineError
-from classify.records import Document
 
 log = logging.getLogger(__name__)
 
@@ -108,16 +108,19 @@ class PoolStats:
     dropped: list[str] = field(default_factory=list)
 
 
-class LazyDocs(Protocol):
-    """A shard's documents read only when the shard is dispatched (the driver holds only the shards in flight)."""
+@runtime_checkable
+class LazyShard(Protocol):
+    """A shard read only when it is dispatched, so the driver holds only the shards in flight."""
 
     def __len__(self) -> int: ...
 
-    def load(self) -> list[Document]: ...
+    def load(self) -> ShardInput: ...
 
 
-ShardJob = tuple[int, "list[Document] | LazyDocs"]
-"""``(shard index, documents)``: what the pool is given to run."""
+ShardJob = tuple[int, "ShardInput | LazyShard | Sequence[Any]"]
+"""``(shard index, payload)``: what the pool is given to run. The payload (or what a :class:`LazyShard` loads) goes to
+the actor's ``classify`` as it is: a :class:`~batch.corpus.shard.ShardInput` for the engine actor, any sized
+sequence for a test actor; ``len()`` of it is the shard's documents (its deadline)."""
 
 
 class RayCalls:
@@ -153,9 +156,9 @@ class RayCalls:
         """A reference to :meth:`EngineActor.info`: ready once the actor has started its engine."""
         return actor.info.remote()
 
-    def classify(self, actor: Any, docs: list[Document]) -> Any:
-        """A reference to the shard's result (:meth:`EngineActor.classify`)."""
-        return actor.classify.remote(docs)
+    def classify(self, actor: Any, payload: Any) -> Any:
+        """A reference to the shard's result (:meth:`EngineActor.classify` of a :class:`~batch.corpus.shard.ShardInput`)."""
+        return actor.classify.remote(payload)
 
     def shutdown(self, actor: Any) -> Any:
         """A reference to the actor's clean engine stop."""
@@ -216,7 +219,7 @@ class ShardPool:
         make_actor: creates the actor handle of one slot (``make_actor(slot)``, already
             ``.options(...).remote(...)``); a replacement actor gets the same slot.
         n_actors: pool size; at most one actor per shard.
-        shards: ``(shard index, documents)`` still to do (:data:`ShardJob`).
+        shards: ``(shard index, payload)`` still to do (:data:`ShardJob`).
         on_done: called in the driver with ``(index, what the actor returned)`` as each shard completes.
         max_shard_retries: re-runs allowed per shard.
         on_event: optional callback ``(event, detail)`` (see :func:`run_pool`).
@@ -414,9 +417,9 @@ class ShardPool:
         for slot in self.live():
             while self.queue and slot.load < IN_FLIGHT_PER_ACTOR:
                 shard = self.queue.popleft()
-                docs = shard[1].load() if hasattr(shard[1], "load") else shard[1]  # read when dispatched
-                ref = self.calls.classify(slot.actor, docs)
-                del docs  # the actor's copy is in Ray's object store; the driver keeps only the reference
+                payload = shard[1].load() if isinstance(shard[1], LazyShard) else shard[1]  # read when dispatched
+                ref = self.calls.classify(slot.actor, payload)
+                del payload  # the actor's copy is in Ray's object store; the driver keeps only the reference
                 self.inflight[ref] = Flight(slot.index, slot.generation, shard)
                 slot.load += 1
 
@@ -503,9 +506,9 @@ def run_pool(make_actor: Callable[[int], Any], n_actors: int, shards: Sequence[S
         make_actor: creates the actor handle of one slot (``make_actor(slot)``, already
             ``.options(...).remote(...)``); a replacement actor gets the same slot.
         n_actors: pool size.
-        shards: ``(shard index, documents)`` still to do; ``documents`` is a list, or an object with
-            ``len()`` and ``load()`` (:class:`LazyDocs`) that reads the list when the shard is dispatched
-            (the driver then holds only the shards in flight).
+        shards: ``(shard index, payload)`` still to do (:data:`ShardJob`); the payload is what the actor's
+            ``classify`` takes (a :class:`~batch.corpus.shard.ShardInput`), or a :class:`LazyShard` that reads it when
+            the shard is dispatched (the driver then holds only the shards in flight).
         on_done: called in the driver with ``(index, result)`` as each shard completes; ``result`` is
             what the actor's ``classify`` returned (a :class:`batch.corpus.shard.ShardOutput` from
             :class:`EngineActor`, result rows from a test actor).

@@ -21,7 +21,7 @@ from adapters._export_copy import redact
 from batch import layout as mf
 from batch.config import BatchConfig
 from batch.corpus.plan import CorpusPlan, plan_corpus, quick_fingerprint
-from batch.corpus.shard import ShardOutput
+from batch.corpus.shard import ShardInput, ShardOutput
 from batch.pool import local_ray as _ray_local
 from batch.run.adapter import BatchAdapter
 from batch.run.debris import remove_stale_temporaries
@@ -66,7 +66,7 @@ class _ShardRef:
     def __len__(self) -> int:
         return int(self.shard["n_docs"])
 
-    def load(self) -> Any:
+    def load(self) -> ShardInput:
         """The shard read from the corpus now: raw JSONL bytes or documents (:meth:`CorpusPlan.shard_payload`)."""
         return self.corpus.shard_payload(self.shard, self.max_doc_bytes)
 

@@ -37,9 +37,9 @@ def answer_actor(answers: dict[str, tuple[str, float]] | None = None) -> Any:
             self.review_below = classify_cfg.review_below_score
 
         def classify(self, shard: Any) -> Any:
-            from batch.corpus.shard import ShardOutput, as_documents
+            from batch.corpus.shard import ShardOutput
 
-            return ShardOutput.of([self.answer(d) for d in as_documents(shard, self.max_doc_bytes)])
+            return ShardOutput.of([self.answer(d) for d in shard.documents(self.max_doc_bytes)])
 
         def answer(self, doc: Any) -> Any:
             from classify.records import Result

@@ -127,7 +127,7 @@ def test_pilot_batch_and_serve_apply_the_card_temperature_identically(tmp_path, 
 
 def test_the_batch_actor_applies_the_temperature_in_lora_and_merged_mode(tmp_path, monkeypatch):
     import classify.engine as engine_mod
-    from batch.corpus.shard import RawShard
+    from batch.corpus.shard import ShardInput
     from batch.pool.actor import EngineActor
 
     monkeypatch.setattr(engine_mod, "build_engine", lambda *a, **k: Classifier(FakeLLM(), _scorer(), None, True))
@@ -136,10 +136,10 @@ def test_the_batch_actor_applies_the_temperature_in_lora_and_merged_mode(tmp_pat
     for adapter, temperature in ((handle, None), (None, handle.temperature)):  # LoRA mode, merged mode
         actor = EngineActor(None, None, ClassifyConfig(), adapter, "", temperature=temperature)
         try:
-            out = actor.classify(_docs())  # the shard file's bytes, as the driver writes them
+            out = actor.classify(ShardInput.of_documents(_docs()))  # the shard file's bytes, as the driver writes them
             assert json.loads(out.body.splitlines()[0])["score"] == expected and out.n_docs == 2
-            raw = RawShard("c.jsonl", "c.jsonl", 1, b"".join(json.dumps({"id": d.id, "text": d.text or ""}).encode() + b"\n"
-                                                            for d in _docs()), 2)
+            raw = ShardInput.of_jsonl("c.jsonl", "c.jsonl", 1, b"".join(json.dumps({"id": d.id, "text": d.text or ""}).encode()
+                                                                        + b"\n" for d in _docs()), 2)
             assert actor.classify(raw) == out  # a JSONL shard sent as raw bytes is parsed in the actor alike
         finally:
             actor.shutdown()

@@ -234,7 +234,7 @@ class _RecordingLLM:
 def test_pilot_batch_serve_and_training_build_identical_ids(tokenizer, pilot_config, bbc_texts):
     """The same document gives the same prompt ids on every path: what was trained is what is served."""
     from adapters._data import Row, tokenize
-    from batch.corpus.shard import RawShard
+    from batch.corpus.shard import ShardInput
     from batch.pool.actor import EngineActor
     from classify.documents import document_from_text
     from classify.engine import Classifier
@@ -255,7 +255,7 @@ def test_pilot_batch_serve_and_training_build_identical_ids(tokenizer, pilot_con
     actor.adapter, actor.temperature, actor.max_doc_bytes = None, None, cfg.max_doc_bytes
     actor.clf = Classifier(batch_llm, scorer, None, lora_enabled=False)
     body = "".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)).encode()
-    out = actor.classify(RawShard("c.jsonl", "c.jsonl", 1, body, len(texts)))
+    out = actor.classify(ShardInput.of_jsonl("c.jsonl", "c.jsonl", 1, body, len(texts)))
     assert out.n_docs == 3 and out.accepted == 3
 
     serve_llm = _RecordingLLM(first)  # the server's async engine
