@@ -5,7 +5,7 @@ checks it, and that there is no import circle); each sub-package's ``__init__`` 
 
 floor 0
 config.py    BatchConfig, RunConfig, CorpusConfig: the user-facing ``corpus`` and ``batch`` config sections
-runfiles.py  Manifest, ProgressFile: ``manifest.json`` and ``progress.json`` as pydantic models
+runfiles.py  Manifest, Shard, ProgressFile: ``manifest.json`` (and its shard plan) and ``progress.json`` as pydantic models
 layout.py    the run folder: file names (manifest.json, progress.json, shards/, results.*) and their readers
 floor 1
 corpus/      the corpus plan, format readers, shard bytes, duplicate ids, labels

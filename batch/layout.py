@@ -32,7 +32,7 @@ from typing import Any
 from batch.runfiles import (
     MANIFEST_VERSION as MANIFEST_VERSION,  # the layout version, defined with the model
 )
-from batch.runfiles import Manifest
+from batch.runfiles import Manifest, Shard
 from classify.errors import InputError, VerificationError
 from classify.files import ids_sha256
 from classify.records import Document, Result, read_results
@@ -53,7 +53,7 @@ RESUME_KEYS = ("corpus_fingerprint", "config_sha256", "model_fingerprint", "adap
 """Manifest fields that must be unchanged for a batch id to resume."""
 
 
-def plan_shards(docs: list[Document] | tuple[Document, ...], shard_docs: int) -> list[dict[str, Any]]:
+def plan_shards(docs: list[Document] | tuple[Document, ...], shard_docs: int) -> list[Shard]:
     """Cut the corpus into consecutive shards of ``shard_docs`` documents.
 
     Args:
@@ -61,13 +61,13 @@ def plan_shards(docs: list[Document] | tuple[Document, ...], shard_docs: int) ->
         shard_docs: documents per shard (the last one may be shorter).
 
     Returns:
-        One ``{index, start, n_docs, first_id, last_id, ids_sha256}`` per shard.
+        One :class:`~batch.runfiles.Shard` per shard (``index, start, n_docs, first_id, last_id, ids_sha256``).
     """
     plan = []
     for index, start in enumerate(range(0, len(docs), shard_docs)):
         ids = [d.id for d in docs[start:start + shard_docs]]
-        plan.append({"index": index, "start": start, "n_docs": len(ids), "first_id": ids[0],
-                     "last_id": ids[-1], "ids_sha256": ids_sha256(ids)})
+        plan.append(Shard(index=index, start=start, n_docs=len(ids), first_id=ids[0], last_id=ids[-1],
+                          ids_sha256=ids_sha256(ids)))
     return plan
 
 
@@ -100,7 +100,7 @@ def shard_files(run_dir: Path, version: int) -> Iterator[tuple[int, Path]]:
 
 def complete_shard_indexes(run_dir: Path, manifest: Manifest) -> list[int]:
     """Indexes of the planned shards whose file exists (a cheap listing; contents are checked by :func:`scan_done`)."""
-    planned = {s["index"] for s in manifest.shards}
+    planned = {s.index for s in manifest.shards}
     return [i for i, _ in shard_files(run_dir, manifest.version) if i in planned]
 
 
@@ -115,16 +115,16 @@ def result_lines(path: Path) -> Iterator[tuple[bytes, Result]]:
                     raise VerificationError(f"{path}:{n}: not valid JSON: {err}") from None
 
 
-def check_shard_ids(path: Path, shard: dict[str, Any], ids: list[str]) -> None:
+def check_shard_ids(path: Path, shard: Shard, ids: list[str]) -> None:
     """Refuse a shard file whose ids are not its planned ones.
 
     Raises:
         VerificationError: naming the file, the counts and the planned id range.
     """
-    if ids_sha256(ids) != shard["ids_sha256"]:
+    if ids_sha256(ids) != shard.ids_sha256:
         raise VerificationError(
-            f"{path}: its {len(ids)} ids differ from the planned shard ({shard['n_docs']} ids "
-            f"{shard['first_id']}..{shard['last_id']}); remove the file to redo the shard"
+            f"{path}: its {len(ids)} ids differ from the planned shard ({shard.n_docs} ids "
+            f"{shard.first_id}..{shard.last_id}); remove the file to redo the shard"
         )
 
 
@@ -141,7 +141,7 @@ def scan_done(run_dir: Path, manifest: Manifest) -> dict[int, dict[str, int]]:
     Raises:
         VerificationError: a shard file that is not in the plan, or whose ids differ from the plan.
     """
-    planned = {s["index"]: s for s in manifest.shards}
+    planned = {s.index: s for s in manifest.shards}
     done: dict[int, dict[str, int]] = {}
     for index, path in shard_files(run_dir, manifest.version):
         if index not in planned:
@@ -219,7 +219,7 @@ def check_resume(run_dir: Path, old: Manifest | Mapping[str, Any], new: Manifest
         )
 
 
-def completed_shards(run_dir: Path, plan: list[dict[str, Any]], version: int = 1) -> dict[int, list[Result]]:
+def completed_shards(run_dir: Path, plan: list[Shard], version: int = 1) -> dict[int, list[Result]]:
     """Read every complete shard file and check it holds exactly its planned ids (small runs; see :func:`scan_done`).
 
     Args:
@@ -233,16 +233,16 @@ def completed_shards(run_dir: Path, plan: list[dict[str, Any]], version: int = 1
     Raises:
         VerificationError: a shard file that is not in the plan, or whose ids differ from the plan.
     """
-    planned = {s["index"]: s for s in plan}
+    planned = {s.index: s for s in plan}
     done: dict[int, list[Result]] = {}
     for index, path in shard_files(run_dir, version):
         if index not in planned:
             raise VerificationError(f"{path}: not a shard of this batch's plan ({len(plan)} shards); remove it")
         rows = read_results(path)
-        if ids_sha256([r.id for r in rows]) != planned[index]["ids_sha256"]:
+        if ids_sha256([r.id for r in rows]) != planned[index].ids_sha256:
             raise VerificationError(
-                f"{path}: its {len(rows)} ids differ from the planned shard ({planned[index]['n_docs']} ids "
-                f"{planned[index]['first_id']}..{planned[index]['last_id']}); remove the file to redo the shard"
+                f"{path}: its {len(rows)} ids differ from the planned shard ({planned[index].n_docs} ids "
+                f"{planned[index].first_id}..{planned[index].last_id}); remove the file to redo the shard"
             )
         done[index] = rows
     return done

@@ -4,8 +4,10 @@ Both are pydantic models over the same JSON as before: a file is read with
 :meth:`Manifest.read` / :meth:`ProgressFile.read` and written with ``write``; the JSON holds
 exactly the keys that were read or set (``exclude_unset``), fields a later docpilot adds are
 kept (``extra="allow"``), and keys are sorted (:func:`classify.runrecords.write_json_atomic`).
-Nested parts whose layout belongs to another module (the corpus description and shard plan of
-:mod:`batch.corpus.plan`, the config sections, each attempt record) stay JSON objects.
+The shard plan is a list of :class:`Shard` (made by :func:`batch.corpus.plan.plan_corpus`, read by the
+run, the merge and ``status``); it lives here, beside the manifest that stores it, because every floor
+above reads it. Nested parts whose layout belongs to another module (the corpus description, the config
+sections, each attempt record) stay JSON objects.
 """
 
 from __future__ import annotations
@@ -40,6 +42,58 @@ class _RunFile(BaseModel):
         write_json_atomic(path, self.to_json())
 
 
+class Shard(_RunFile):
+    """One planned shard of ``manifest.json``: where its rows are in the corpus, how many, and which ids.
+
+    The JSON holds the keys a plan sets and no others (a missing key stays missing when the manifest is
+    written back): ``offset``/``end``/``bytes_sha256`` only for JSONL and CSV, ``files`` only for a
+    folder, ``dups``/``skip`` only for a shard with duplicated ids. A ``manifest_version`` 1 plan has
+    ``index, start, n_docs, first_id, last_id, ids_sha256`` (``start`` kept as an unknown key): it is
+    read (``status``) but never planned or resumed.
+
+    Attributes:
+        index: the shard's position in the plan (its file is :func:`batch.layout.shard_path` of it).
+        n_docs: distinct ids in the shard (its result rows), after duplicate folding.
+        ids_sha256: :func:`classify.files.ids_sha256` of those ids, in order (a shard file must match it).
+        first_id, last_id: its first and last id (for messages).
+        row: the key of its first row: JSONL line number (from 1), CSV/Parquet row index or folder file index (from 0).
+        n_rows: rows (lines, records, files) it spans, duplicates included.
+        bytes: the size of its documents' text in bytes (the plan's cut; the corpus's ``bytes``).
+        offset, end: JSONL and CSV: its byte range in the corpus file (whole lines or records).
+        bytes_sha256: JSONL and CSV: sha256 hex of that byte range (absent in plans made before the check).
+        files: a folder: its files, relative to the folder.
+        dups: row key (as a string) -> reject reason of a duplicated id's first occurrence.
+        skip: row keys left out: later occurrences of a duplicated id.
+    """
+
+    index: int
+    n_docs: int
+    ids_sha256: str | None = None
+    first_id: str | None = None
+    last_id: str | None = None
+    row: int = 0
+    n_rows: int = 0
+    bytes: int = 0
+    offset: int | None = None
+    end: int | None = None
+    bytes_sha256: str | None = None
+    files: list[str] | None = None
+    dups: dict[str, str] = {}
+    skip: list[int] = []
+
+    def fold_first(self, key: int, reason: str) -> None:
+        """Reject the row ``key`` (a duplicated id's first occurrence) with ``reason``."""
+        if "dups" not in self.model_fields_set:
+            self.dups = {}
+        self.dups[str(key)] = reason
+
+    def fold_later(self, key: int) -> None:
+        """Leave the row ``key`` out (a later occurrence of a duplicated id)."""
+        if "skip" not in self.model_fields_set:
+            self.skip = []
+        self.skip.append(key)
+
+
 class Manifest(_RunFile):
     """``manifest.json``: what a batch is (resume keys, shard plan, provenance) and one record per attempt.
 
@@ -57,7 +111,7 @@ class Manifest(_RunFile):
         adapter: ``name@version`` or ``None``; ``adapter_mode``, ``merged_model``: how engines ran it.
         pilot_gate: the gate record (``key``, ``passed``, ``override``, ``pilot_run_id``, ``checked_at``).
         shard_docs, shard_target_bytes: the plan's limits.
-        shards: the shard plan, one JSON object per shard (``index``, ``n_docs``, ``ids_sha256``, ...).
+        shards: the shard plan, one :class:`Shard` per shard.
         code, packages: provenance.
         attempts: one object per attempt (``started_at``, ``pid``, ``host``, then ``finished_at`` or
             ``failed_at`` and ``error``), appended by the driver.
@@ -80,7 +134,7 @@ class Manifest(_RunFile):
     pilot_gate: dict[str, Any] = {}
     shard_docs: int | None = None
     shard_target_bytes: int | None = None
-    shards: list[dict[str, Any]] = []
+    shards: list[Shard] = []
     code: dict[str, Any] | None = None
     packages: dict[str, Any] | None = None
     attempts: list[dict[str, Any]] = []

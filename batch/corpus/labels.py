@@ -90,11 +90,11 @@ def iter_labels(plan: CorpusPlan, column: str) -> Iterator[tuple[str, str | None
     if plan.format == "jsonl":
         name = escape_surrogates(path.name)
         for shard in plan.shards:
-            skip = set(shard.get("skip") or ())
+            skip = set(shard.skip)
             with path.open("rb") as fh:
-                fh.seek(shard["offset"])
-                data = fh.read(shard["end"] - shard["offset"])
-            for lineno, raw in enumerate(jsonl_lines(data), start=shard["row"]):
+                fh.seek(shard.offset)
+                data = fh.read(shard.end - shard.offset)
+            for lineno, raw in enumerate(jsonl_lines(data), start=shard.row):
                 if not raw.strip() or lineno in skip:
                     continue
                 doc_id, record, _ = jsonl_line_id(name, lineno, raw)
@@ -102,10 +102,9 @@ def iter_labels(plan: CorpusPlan, column: str) -> Iterator[tuple[str, str | None
     elif plan.format == "csv":
         r = plan.reading
         for shard in plan.shards:
-            skip = set(shard.get("skip") or ())
+            skip = set(shard.skip)
             for row in iter_csv_rows(path, r["text_column"], id_column=r["id_column"], id_prefix=r["id_prefix"],
-                                     offset=shard["offset"], first_index=shard["row"], max_rows=shard["n_rows"],
-                                     header=r["header"]):
+                                     offset=shard.offset, first_index=shard.row, max_rows=shard.n_rows, header=r["header"]):
                 if row.index not in skip:
                     yield row.doc_id, _label(row.values.get(column))
     elif plan.format == "parquet":
@@ -115,7 +114,7 @@ def iter_labels(plan: CorpusPlan, column: str) -> Iterator[tuple[str, str | None
 def _parquet_labels(plan: CorpusPlan, path: Path, column: str) -> Iterator[tuple[str, str | None]]:
     r = plan.reading
     pf, use_ids = parquet_columns(path, r["text_column"], r["id_column"])
-    skip = {k for s in plan.shards for k in (s.get("skip") or ())}
+    skip = {k for s in plan.shards for k in s.skip}
     name = escape_surrogates(path.name)
     columns = [column] + ([r["id_column"]] if use_ids else [])
     for row0, batch in iter_parquet_batches(pf, path, columns):  # bounded batches, whatever the row-group size

@@ -37,6 +37,7 @@ from batch.config import CorpusConfig
 from batch.corpus.ids import IdHashBuckets
 from batch.corpus.scan import csv_rows, detect_format, dir_rows, jsonl_rows, parquet_docs, parquet_rows
 from batch.corpus.shard import ShardInput, fold_shard, jsonl_documents
+from batch.runfiles import Manifest, Shard
 from classify.documents import read_file_document
 from classify.errors import InputError
 from classify.files import file_sha256, ids_sha256, special_kind
@@ -97,8 +98,8 @@ class CorpusPlan:
         fingerprint: ``sha256:<hex>`` over the corpus content (see the module docstring).
         input_rows: rows (lines, records, files) read, duplicates included.
         duplicate_rows: rows skipped because an earlier row has the same id.
-        shards: the shard plan, one dict per shard (``index, n_docs, n_rows, bytes, ids_sha256,
-            first_id, last_id``, the location keys of the format, ``dups`` and ``skip``).
+        shards: the shard plan, one :class:`batch.runfiles.Shard` per shard (``index, n_docs, n_rows, bytes,
+            ids_sha256, first_id, last_id``, the location keys of the format, ``dups`` and ``skip``).
         reading: format details the readers need again (CSV header, column names, id prefix).
     """
 
@@ -107,7 +108,7 @@ class CorpusPlan:
     fingerprint: str
     input_rows: int
     duplicate_rows: int
-    shards: list[dict[str, Any]]
+    shards: list[Shard]
     reading: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -121,16 +122,16 @@ class CorpusPlan:
                 "distinct_ids": self.distinct_ids, "duplicate_rows": self.duplicate_rows,
                 "fingerprint": self.fingerprint, "reading": self.reading,
                 "has_path_records": bool(self.reading.get("has_path_records", False)),
-                "bytes": sum(s["bytes"] for s in self.shards)}
+                "bytes": sum(s.bytes for s in self.shards)}
 
     @classmethod
-    def from_manifest(cls, manifest: dict[str, Any], path: str | None = None) -> CorpusPlan:
-        """The plan stored in a (version 2) manifest; ``path`` replaces the stored corpus path."""
-        c = manifest["corpus"]
+    def from_manifest(cls, manifest: Manifest, path: str | None = None) -> CorpusPlan:
+        """The plan stored in a (version 2) manifest (its shards, not copies); ``path`` replaces the stored corpus path."""
+        c = manifest.corpus
         return cls(path or c["path"], c["format"], c["fingerprint"], c["input_rows"], c["duplicate_rows"],
-                   manifest["shards"], c.get("reading") or {})
+                   manifest.shards, c.get("reading") or {})
 
-    def read_shard(self, shard: dict[str, Any], max_doc_bytes: int) -> list[Document]:
+    def read_shard(self, shard: Shard, max_doc_bytes: int) -> list[Document]:
         """The documents of one planned shard, in corpus order (duplicates folded as planned).
 
         Args:
@@ -138,11 +139,11 @@ class CorpusPlan:
             max_doc_bytes: size limit per document in bytes.
 
         Returns:
-            ``shard["n_docs"]`` documents.
+            ``shard.n_docs`` documents.
         """
-        return fold_shard(self._iter_shard(shard, max_doc_bytes), set(shard.get("skip") or ()), shard.get("dups") or {})
+        return fold_shard(self._iter_shard(shard, max_doc_bytes), set(shard.skip), shard.dups)
 
-    def shard_payload(self, shard: dict[str, Any], max_doc_bytes: int) -> ShardInput:
+    def shard_payload(self, shard: Shard, max_doc_bytes: int) -> ShardInput:
         """What the driver sends an engine actor for ``shard`` (:class:`batch.corpus.shard.ShardInput`): its raw
         bytes for a JSONL corpus (parsed by the actor), else :meth:`read_shard`'s documents.
 
@@ -155,11 +156,14 @@ class CorpusPlan:
         if self.format != "jsonl" or self.reading.get("has_path_records"):
             return ShardInput.of_documents(self.read_shard(shard, max_doc_bytes))
         path = Path(self.path)
-        return ShardInput.of_jsonl(escape_surrogates(path.name), str(path), shard["row"], self._byte_range(shard),
-                                   int(shard["n_docs"]), skip=frozenset(shard.get("skip") or ()),
-                                   dups=dict(shard.get("dups") or {}))
+        return ShardInput.of_jsonl(escape_surrogates(path.name), str(path), shard.row, self._byte_range(shard), shard.n_docs,
+                                   skip=frozenset(shard.skip), dups=dict(shard.dups))
 
-    def _byte_range(self, shard: dict[str, Any]) -> bytes:
+    def lazy(self, shard: Shard, max_doc_bytes: int) -> PendingShard:
+        """``shard`` as the pool is given it: read (:meth:`shard_payload`) only when it is dispatched."""
+        return PendingShard(self, shard, max_doc_bytes)
+
+    def _byte_range(self, shard: Shard) -> bytes:
         """The bytes of a JSONL or CSV shard (whole lines or records), checked against the plan's ``bytes_sha256``.
 
         Raises:
@@ -167,30 +171,29 @@ class CorpusPlan:
                 (:func:`check_shard_bytes`).
         """
         with Path(self.path).open("rb") as fh:
-            fh.seek(shard["offset"])
-            data = fh.read(shard["end"] - shard["offset"])
+            fh.seek(shard.offset)
+            data = fh.read(shard.end - shard.offset)
         check_shard_bytes(self.path, shard, data)
         return data
 
-    def _iter_shard(self, shard: dict[str, Any], max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
+    def _iter_shard(self, shard: Shard, max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
         path = Path(self.path)
         if self.format == "jsonl":
-            yield from jsonl_documents(path, escape_surrogates(path.name), shard["row"], self._byte_range(shard), max_doc_bytes)
+            yield from jsonl_documents(path, escape_surrogates(path.name), shard.row, self._byte_range(shard), max_doc_bytes)
         elif self.format == "csv":
             self._byte_range(shard)  # checked against the plan before its records are parsed
             r = self.reading
             for row in iter_csv_rows(path, r["text_column"], id_column=r["id_column"], id_prefix=r["id_prefix"],
-                                     offset=shard["offset"], first_index=shard["row"], max_rows=shard["n_rows"],
-                                     header=r["header"]):
+                                     offset=shard.offset, first_index=shard.row, max_rows=shard.n_rows, header=r["header"]):
                 yield row.index, csv_row_document(row, max_doc_bytes)
         elif self.format == "parquet":
-            yield from parquet_docs(path, self.reading, shard["row"], shard["n_rows"], max_doc_bytes)
+            yield from parquet_docs(path, self.reading, shard.row, shard.n_rows, max_doc_bytes)
         else:
-            for key, rel in enumerate(shard["files"], start=shard["row"]):
+            for key, rel in enumerate(shard.files or (), start=shard.row):
                 yield key, checked_id(read_file_document(rel, path / rel, max_doc_bytes))
 
 
-def check_shard_bytes(path: str | Path, shard: dict[str, Any], data: bytes) -> None:
+def check_shard_bytes(path: str | Path, shard: Shard, data: bytes) -> None:
     """Refuse a shard whose bytes are not those the plan hashed (a plan without ``bytes_sha256`` is not checked).
 
     Args:
@@ -202,26 +205,26 @@ def check_shard_bytes(path: str | Path, shard: dict[str, Any], data: bytes) -> N
         InputError: the corpus changed while the batch ran: the batch stops (resumable) before the shard is
             classified, so no result and no export claims a corpus it was not computed from.
     """
-    want = shard.get("bytes_sha256")
+    want = shard.bytes_sha256
     if want is None or hashlib.sha256(data).hexdigest() == want:
         return
     raise InputError(
-        f"corpus {path} changed while the batch ran: shard {shard['index']} (bytes {shard['offset']}..{shard['end']}, "
-        f"rows from {shard.get('first_id')!r}) no longer holds the bytes the plan read; nothing of it was classified. "
+        f"corpus {path} changed while the batch ran: shard {shard.index} (bytes {shard.offset}..{shard.end}, "
+        f"rows from {shard.first_id!r}) no longer holds the bytes the plan read; nothing of it was classified. "
         "Restore the corpus and rerun the same command (complete shards are kept), or start a new batch id for the "
         "edited corpus")
 
 
-def _hash_shard_ranges(where: Path, shards: list[dict[str, Any]]) -> None:
+def _hash_shard_ranges(where: Path, shards: list[Shard]) -> None:
     """Record ``bytes_sha256`` of each JSONL/CSV shard's byte range (one sequential read of the file)."""
     with where.open("rb") as fh:
         for shard in shards:
-            fh.seek(shard["offset"])
-            digest, left = hashlib.sha256(), shard["end"] - shard["offset"]
+            fh.seek(shard.offset)
+            digest, left = hashlib.sha256(), shard.end - shard.offset
             while left > 0 and (block := fh.read(min(left, 8 << 20))):
                 digest.update(block)
                 left -= len(block)
-            shard["bytes_sha256"] = digest.hexdigest()
+            shard.bytes_sha256 = digest.hexdigest()
 
 
 def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, path: str | Path | None = None,
@@ -265,7 +268,7 @@ def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, pat
     else:
         rows = dir_rows(where, digest)
     buckets = IdHashBuckets()
-    shards: list[dict[str, Any]] = []
+    shards: list[Shard] = []
     first_seq: list[int] = []  # row sequence number of each shard's first row
     seq = 0
     try:
@@ -295,12 +298,10 @@ def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, pat
             seq += 1
             start_pos, start_key = row.end, row.next_key
             if current["n_rows"] >= shard_docs or current["bytes"] >= shard_target_bytes:
-                _close(current, ids_digest, start_pos, fmt)
-                shards.append(current)
+                shards.append(_close(current, ids_digest, start_pos, fmt))
                 current = None
         if current is not None:
-            _close(current, ids_digest, start_pos or 0, fmt)
-            shards.append(current)
+            shards.append(_close(current, ids_digest, start_pos or 0, fmt))
         candidates = buckets.candidate_rows()
     finally:
         buckets.close()
@@ -314,11 +315,31 @@ def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, pat
     return plan
 
 
-def _close(shard: dict[str, Any], ids_digest: Any, end: int, fmt: str) -> None:
-    shard["n_docs"] = shard["n_rows"]
-    shard["ids_sha256"] = ids_digest.hexdigest()
+def _close(cut: dict[str, Any], ids_digest: Any, end: int, fmt: str) -> Shard:
+    """The planned :class:`Shard` of the rows counted in ``cut`` (the keys set there, and these: no other key is set)."""
     if fmt in ("jsonl", "csv"):
-        shard["end"] = end
+        cut["end"] = end
+    return Shard(**cut, n_docs=cut["n_rows"], ids_sha256=ids_digest.hexdigest())
+
+
+@dataclass
+class PendingShard:
+    """A planned shard that the pool reads only when it dispatches it (:meth:`CorpusPlan.lazy`).
+
+    ``len()`` is its documents (the pool's deadline); :meth:`load` reads it (:meth:`CorpusPlan.shard_payload`),
+    so the driver holds the text of the shards in flight and no more.
+    """
+
+    corpus: CorpusPlan
+    shard: Shard
+    max_doc_bytes: int
+
+    def __len__(self) -> int:
+        return self.shard.n_docs
+
+    def load(self) -> ShardInput:
+        """The shard read from the corpus now (raises as :meth:`CorpusPlan.shard_payload`)."""
+        return self.corpus.shard_payload(self.shard, self.max_doc_bytes)
 
 
 @dataclass(frozen=True)
@@ -393,19 +414,19 @@ def fold_duplicates(plan: CorpusPlan, candidates: list[int], first_seq: list[int
         reason = (f"duplicate id: given {len(occurrences)} times ({', '.join(sources)}; "
                   f"sha256 {', '.join(shas)}); give each document a unique id")
         first_shard, first_key, _ = occurrences[0]
-        plan.shards[first_shard].setdefault("dups", {})[str(first_key)] = reason
+        plan.shards[first_shard].fold_first(first_key, reason)
         for index, key, _ in occurrences[1:]:
-            plan.shards[index].setdefault("skip", []).append(key)
+            plan.shards[index].fold_later(key)
             touched.add(index)
         plan.duplicate_rows += len(occurrences) - 1
     for index in touched:  # recount the shards that lost rows, and their ids hash
         shard = plan.shards[index]
         ids = [d.id for d in plan.read_shard(shard, max_doc_bytes)]
-        shard["n_docs"] = len(ids)
-        shard["ids_sha256"] = ids_sha256(ids)
+        shard.n_docs = len(ids)
+        shard.ids_sha256 = ids_sha256(ids)
         if ids:
-            shard["first_id"], shard["last_id"] = ids[0], ids[-1]
-    if any(s["n_docs"] == 0 for s in plan.shards):  # every row of a shard was a later duplicate
-        plan.shards = [s for s in plan.shards if s["n_docs"]]
+            shard.first_id, shard.last_id = ids[0], ids[-1]
+    if any(s.n_docs == 0 for s in plan.shards):  # every row of a shard was a later duplicate
+        plan.shards = [s for s in plan.shards if s.n_docs]
         for i, shard in enumerate(plan.shards):
-            shard["index"] = i
+            shard.index = i

@@ -110,7 +110,8 @@ class PoolStats:
 
 @runtime_checkable
 class LazyShard(Protocol):
-    """A shard read only when it is dispatched, so the driver holds only the shards in flight."""
+    """A shard read only when it is dispatched, so the driver holds only the shards in flight
+    (:class:`batch.corpus.plan.PendingShard`)."""
 
     def __len__(self) -> int: ...
 

@@ -21,7 +21,7 @@ from adapters._export_copy import redact
 from batch import layout as mf
 from batch.config import BatchConfig
 from batch.corpus.plan import CorpusPlan, plan_corpus, quick_fingerprint
-from batch.corpus.shard import ShardInput, ShardOutput
+from batch.corpus.shard import ShardOutput
 from batch.pool import local_ray as _ray_local
 from batch.run.adapter import BatchAdapter
 from batch.run.debris import remove_stale_temporaries
@@ -57,20 +57,6 @@ def _init_ray() -> Any:
     return _ray_local.start(include_dashboard=False, object_store_memory=512 * 1024**2, log_to_driver=verbose_logs())
 
 
-class _ShardRef:
-    """A planned shard that the pool reads only when it dispatches it (``len()`` = its documents, for deadlines)."""
-
-    def __init__(self, corpus: CorpusPlan, shard: dict[str, Any], max_doc_bytes: int):
-        self.corpus, self.shard, self.max_doc_bytes = corpus, shard, max_doc_bytes
-
-    def __len__(self) -> int:
-        return int(self.shard["n_docs"])
-
-    def load(self) -> ShardInput:
-        """The shard read from the corpus now: raw JSONL bytes or documents (:meth:`CorpusPlan.shard_payload`)."""
-        return self.corpus.shard_payload(self.shard, self.max_doc_bytes)
-
-
 def plan_or_reuse(cfg: BatchConfig, where: Path, fmt: str, old: Manifest | None, batch_id: str) -> CorpusPlan:
     """The corpus plan: the stored one when the corpus bytes are unchanged (a resume), else a new planning pass.
 
@@ -87,7 +73,7 @@ def plan_or_reuse(cfg: BatchConfig, where: Path, fmt: str, old: Manifest | None,
         fingerprint = quick_fingerprint(where, fmt, old.corpus)
         if fingerprint is not None and fingerprint == old.corpus_fingerprint:
             log.info("batch %s: corpus unchanged (%s); reusing its shard plan", batch_id, fingerprint[:19])
-            return CorpusPlan.from_manifest({"corpus": old.corpus, "shards": old.shards}, str(where))
+            return CorpusPlan.from_manifest(old, str(where))
     t0 = time.monotonic()
     plan = plan_corpus(cfg.corpus, cfg.batch.shard_docs, cfg.batch.shard_target_bytes, where, cfg.classify.max_doc_bytes)
     log.info("planned %s: %d rows, %d distinct ids, %d shards in %.1f s", where, plan.input_rows, plan.distinct_ids,
@@ -221,7 +207,7 @@ class BatchRun:
         log.info("batch %s: %d distinct ids (%d input rows) in %d shards, run folder %s",
                  self.batch_id, corpus.distinct_ids, corpus.input_rows, len(manifest.shards), self.run_dir)
         done = mf.scan_done(self.run_dir, manifest)
-        pending = [s["index"] for s in manifest.shards if s["index"] not in done]
+        pending = [s.index for s in manifest.shards if s.index not in done]
         dest = self._export_dest()
         if not pending and (self.run_dir / mf.SUMMARY).is_file() and export_complete(dest):
             log.info("batch %s is already complete: %d shards; re-checking it, writing nothing", self.batch_id, len(done))
@@ -365,9 +351,9 @@ class BatchRun:
             n_actors = min(n_actors, len(pending))
             cls = self.engine_actor if self.engine_actor is not None else actor_class()
             handle = adapter.handle() if adapter else None
-            plan = {s["index"]: s for s in manifest.shards}
-            shards = [(i, _ShardRef(corpus, plan[i], cfg.classify.max_doc_bytes)) for i in pending]
-            per_engine = -(-sum(int(plan[i]["n_docs"]) for i in pending) // max(n_actors, 1))
+            plan = {s.index: s for s in manifest.shards}
+            shards = [(i, corpus.lazy(plan[i], cfg.classify.max_doc_bytes)) for i in pending]
+            per_engine = -(-sum(plan[i].n_docs for i in pending) // max(n_actors, 1))
             engine_cfg = _engine_for_workload(cfg.engine, per_engine, lora=handle is not None)
             bar = progress_bar(progress.total, progress.done, f"batch {self.batch_id}", disable=self.options.no_progress)
             lease = LeaseWatch(self.lease_ends_at, run_dir, self.batch_id)
@@ -387,9 +373,9 @@ class BatchRun:
             def on_done(index: int, out: ShardOutput | list[Any]) -> None:
                 hooks.stage("write")
                 if isinstance(out, ShardOutput):  # the shard file as the actor wrote it: check its ids, write it
-                    if out.ids_sha256 != plan[index]["ids_sha256"]:
+                    if out.ids_sha256 != plan[index].ids_sha256:
                         raise VerificationError(f"shard {index}: the engine actor returned {out.n_docs} results whose ids "
-                                                f"differ from the planned shard ({plan[index]['n_docs']} ids); nothing written")
+                                                f"differ from the planned shard ({plan[index].n_docs} ids); nothing written")
                     write_bytes_atomic(mf.shard_path(run_dir, index, manifest.version), out.body)
                     progress.shard_counted(out.n_docs, out.accepted, out.rejected, out.n_tokens)
                     n = out.n_docs

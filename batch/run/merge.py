@@ -219,10 +219,10 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
         pq_rows = _ParquetRows(tmp_parquet, review)
     counted = run_dir / RESULTS if not write else tmp_jsonl
     try:
-        paths = [shard_path(run_dir, shard["index"], version) for shard in manifest.shards]
+        paths = [shard_path(run_dir, shard.index, version) for shard in manifest.shards]
         for shard, path, (body, table, error) in zip(manifest.shards, paths, parsed_shards(paths, review), strict=True):
             if not path.is_file():
-                problems.append(f"shard {shard['index']} has no file ({shard['n_docs']} ids missing from results)")
+                problems.append(f"shard {shard.index} has no file ({shard.n_docs} ids missing from results)")
                 continue
             if error is not None:
                 raise error
@@ -296,7 +296,7 @@ def _check_export_fast(export_dir: Path, manifest: Manifest, summary: dict[str, 
     tally = Tally(manifest.categories)
     results = export_dir / RESULTS
     try:
-        paths = [shard_path(export_dir, shard["index"], manifest.version) for shard in manifest.shards]
+        paths = [shard_path(export_dir, shard.index, manifest.version) for shard in manifest.shards]
         with results.open("rb") as fh:
             for shard, path, (body, table, error) in zip(manifest.shards, paths, parsed_shards(paths, review), strict=True):
                 if error is not None or body is None or fh.read(len(body)) != body:
@@ -381,7 +381,7 @@ def _check_export_streaming(export_dir: Path, manifest: Manifest, summary: dict[
         with results.open("rb") as fh:
             merged = (Result.from_json(ln) for ln in fh if ln.strip())
             for shard in manifest.shards:
-                path = shard_path(export_dir, shard["index"], version)
+                path = shard_path(export_dir, shard.index, version)
                 ids = []
                 for _, row in result_lines(path):
                     ids.append(row.id)

@@ -58,7 +58,7 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
         known = sorted(p.name for p in (root or runs_dir()).glob("*") if (p / mf.MANIFEST).is_file())
         raise InputError(f"no batch {batch_id!r} under {run_dir.parent} (batches there: {known[-5:] or 'none'})")
     progress = ProgressFile.read(run_dir / mf.PROGRESS)
-    sizes = {s["index"]: s["n_docs"] for s in manifest.shards}
+    sizes = {s.index: s.n_docs for s in manifest.shards}
     complete = mf.complete_shard_indexes(run_dir, manifest)
     state = progress.state
     if state == "running" and _driver_alive(progress) is False:

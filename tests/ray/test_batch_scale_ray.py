@@ -85,7 +85,7 @@ def test_resume_with_half_the_shards_is_exactly_once_and_folders_stay_small(loca
     assert sorted(os.listdir(run / mf.SHARDS)) == ["000", "001", "002"]
     removed = manifest.shards[::2]
     for s in removed:
-        mf.shard_path(run, s["index"], 2).unlink()
+        mf.shard_path(run, s.index, 2).unlink()
     for name in (mf.RESULTS, mf.RESULTS_PARQUET, mf.SUMMARY):
         (run / name).unlink()
     import shutil

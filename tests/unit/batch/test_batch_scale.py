@@ -22,9 +22,9 @@ def test_shards_are_cut_by_bytes_with_a_document_cap(tmp_path):
     path = write_jsonl(tmp_path / "c.jsonl", news_rows(1000))  # ids d-00000..d-00999: every line has the same length
     line = len(json.dumps(news_rows(1)[0])) + 1
     by_bytes = plan_corpus(CorpusConfig(path=str(path)), 1000, 10 * line)
-    assert [s["n_docs"] for s in by_bytes.shards] == [10] * 100
+    assert [s.n_docs for s in by_bytes.shards] == [10] * 100
     by_docs = plan_corpus(CorpusConfig(path=str(path)), 7, 1 << 30)
-    assert [s["n_docs"] for s in by_docs.shards] == [7] * 142 + [6]
+    assert [s.n_docs for s in by_docs.shards] == [7] * 142 + [6]
     # every shard re-reads exactly its rows, and together they are the corpus
     docs = [d for s in by_bytes.shards for d in by_bytes.read_shard(s, 200_000)]
     assert [d.id for d in docs] == [r["id"] for r in news_rows(1000)]
@@ -37,7 +37,7 @@ def test_a_small_corpus_still_makes_enough_shards_for_every_actor(tmp_path):
     path = write_jsonl(tmp_path / "c.jsonl", news_rows(100))
     plan = plan_corpus(CorpusConfig(path=str(path)), 1000, 4 << 20)  # the default 4 MiB target: one shard before
     assert MIN_SHARDS <= len(plan.shards) <= 2 * MIN_SHARDS
-    assert sum(s["n_docs"] for s in plan.shards) == 100
+    assert sum(s.n_docs for s in plan.shards) == 100
 
 
 def test_duplicates_across_shards_one_rejected_row_at_the_first_occurrence(tmp_path):
@@ -51,7 +51,7 @@ def test_duplicates_across_shards_one_rejected_row_at_the_first_occurrence(tmp_p
     by_id = {d.id: d for d in docs}
     assert by_id["d-00002"].reject_reason.startswith("duplicate id: given 3 times (c.jsonl#L3, c.jsonl#L31, c.jsonl#L33;")
     assert by_id["d-00025"].reject_reason.startswith("duplicate id: given 2 times")
-    assert sum(s["n_docs"] for s in plan.shards) == 30
+    assert sum(s.n_docs for s in plan.shards) == 30
     assert [d.id for d in read_corpus(CorpusConfig(path=str(path)), 200_000).docs] == [d.id for d in docs]
 
 

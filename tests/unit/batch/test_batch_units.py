@@ -157,7 +157,7 @@ def test_completed_shards_checks_ids_and_merge_invariants(tmp_path, bbc_dir):
     spec = make_corpus(tmp_path / "c", bbc_dir, 6)
     corpus = read_corpus(CorpusConfig(path=str(spec["path"])), 200_000)
     plan = mf.plan_shards(corpus.docs, 4)
-    assert [s["n_docs"] for s in plan] == [4, 4, 4, 1] and plan[1]["start"] == 4
+    assert [s.n_docs for s in plan] == [4, 4, 4, 1] and plan[1].start == 4
     run = tmp_path / "run"
     mf.write_shard(run, 0, _rows(corpus.docs[0:4]))
     mf.write_shard(run, 2, _rows(corpus.docs[8:12], "rejected"))

@@ -15,6 +15,7 @@ import pytest
 
 from batch.config import CorpusConfig
 from batch.corpus.plan import plan_corpus
+from batch.runfiles import Shard
 from classify.errors import InputError
 from tests.support.corpora import edit_in_place, numbered_texts, write_texts
 
@@ -27,12 +28,12 @@ def test_a_same_length_edit_after_planning_stops_the_shard_that_holds_it(tmp_pat
     path = tmp_path / f"c{suffix}"
     write_texts(path, numbered_texts(N))
     plan = plan_corpus(CorpusConfig(path=str(path), id_column="id"), 40, 1 << 20)
-    assert plan.shards[0].get("bytes_sha256") or plan.reading.get("row_group_sha256")
+    assert plan.shards[0].bytes_sha256 or plan.reading.get("row_group_sha256")
     edit_in_place(path, row)
     key = row + 1 if suffix == ".jsonl" else row  # JSONL shards count lines from 1
 
     def touched(shard) -> bool:
-        first, last = shard["row"], shard["row"] + shard["n_rows"] - 1
+        first, last = shard.row, shard.row + shard.n_rows - 1
         if suffix == ".parquet":  # the row group holding the row is re-hashed: every shard reading it stops
             return first // 50 <= row // 50 <= last // 50
         return first <= key <= last
@@ -43,7 +44,7 @@ def test_a_same_length_edit_after_planning_stops_the_shard_that_holds_it(tmp_pat
             with pytest.raises(InputError, match="changed while the batch ran: .*nothing of it was classified"):
                 plan.read_shard(shard, 10_000)
         else:  # the other shards still read
-            assert len(plan.read_shard(shard, 10_000)) == shard["n_docs"]
+            assert len(plan.read_shard(shard, 10_000)) == shard.n_docs
 
 
 def test_a_plan_without_shard_hashes_is_still_read(tmp_path):
@@ -51,6 +52,6 @@ def test_a_plan_without_shard_hashes_is_still_read(tmp_path):
     path = tmp_path / "c.jsonl"
     write_texts(path, numbered_texts(N))
     plan = plan_corpus(CorpusConfig(path=str(path)), 40, 1 << 20)
-    for shard in plan.shards:
-        shard.pop("bytes_sha256")
+    plan.shards = [Shard.of({k: v for k, v in s.to_json().items() if k != "bytes_sha256"}) for s in plan.shards]
+    assert all(s.bytes_sha256 is None for s in plan.shards)
     assert sum(len(plan.read_shard(s, 10_000)) for s in plan.shards) == N

@@ -86,10 +86,10 @@ def test_lone_surrogate_rows_go_through_shard_writing_and_resume(tmp_path):
     plan = plan_shards(corpus.docs, 4)
     run = tmp_path / "run"
     for shard in plan:
-        docs = corpus.docs[shard["start"]:shard["start"] + shard["n_docs"]]
+        docs = corpus.docs[shard.start:shard.start + shard.n_docs]
         rows = [(Result.rejected(d, d.reject_reason) if d.reject_reason else
                  Result(id=d.id, status="accepted", category="tech", score=0.5)) for d in docs]
-        write_shard(run, shard["index"], rows)
+        write_shard(run, shard.index, rows)
     done = completed_shards(run, plan)  # re-reads every shard and checks its ids against the plan
     assert sum(len(rows) for rows in done.values()) == len(corpus.docs)
     for path in (run / "shards").glob("*.jsonl"):

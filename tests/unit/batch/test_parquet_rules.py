@@ -149,5 +149,5 @@ def test_rows_are_decoded_once_whatever_the_row_group_size(tmp_path, monkeypatch
     again = [d.id for d in plan.read_shard(shard, 10_000)]  # a retry of an earlier shard starts again, same rows
     assert again == [d.id for d in plan.read_shard(shard, 10_000)]
     first = plan.read_shard(plan.shards[0], 10_000)
-    assert first[0].id == "d000000" and len(first) == plan.shards[0]["n_docs"]
+    assert first[0].id == "d000000" and len(first) == plan.shards[0].n_docs
 

@@ -26,7 +26,7 @@ def test_a_manifest_read_and_written_back_is_byte_identical(tmp_path):
     write_json_atomic(run / mf.MANIFEST, OLD)  # how the driver wrote it before it was a model
     before = (run / mf.MANIFEST).read_bytes()
     manifest = mf.read_manifest(run)
-    assert manifest.version == 2 and manifest.categories == ["tech"] and manifest.shards[0]["n_docs"] == 3
+    assert manifest.version == 2 and manifest.categories == ["tech"] and manifest.shards[0].n_docs == 3
     assert manifest.adapter is None and "adapter" not in manifest.to_json()  # absent keys stay absent
     mf.write_manifest(run, manifest)
     assert (run / mf.MANIFEST).read_bytes() == before

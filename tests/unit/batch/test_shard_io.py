@@ -122,7 +122,7 @@ def test_a_raw_jsonl_shard_parses_to_the_documents_the_driver_would_read(tmp_pat
     assert len(plan.shards) >= 2
     for shard in plan.shards:
         payload = plan.shard_payload(shard, 10_000)
-        assert isinstance(payload, ShardInput) and payload.docs is None and len(payload) == shard["n_docs"]  # bytes
+        assert isinstance(payload, ShardInput) and payload.docs is None and len(payload) == shard.n_docs  # bytes
         assert payload.documents(10_000) == plan.read_shard(shard, 10_000)
 
 
@@ -138,7 +138,7 @@ def test_a_shard_reads_back_the_rows_the_plan_counted_whatever_its_carriage_retu
     plan = plan_corpus(CorpusConfig(path=str(corpus)), 1, 1 << 20)
     for shard in plan.shards:
         docs = plan.read_shard(shard, 10_000)
-        assert len(docs) == shard["n_docs"] and ids_sha256([d.id for d in docs]) == shard["ids_sha256"]
+        assert len(docs) == shard.n_docs and ids_sha256([d.id for d in docs]) == shard.ids_sha256
         assert plan.shard_payload(shard, 10_000).documents(10_000) == docs
     if body.startswith(b'{"id": "a", "text": "one"}'):
         assert [d.id for s in plan.shards for d in plan.read_shard(s, 10_000)] == ["a", "c", "d"]
