@@ -79,6 +79,7 @@ def test_the_fixture_covers_every_optional_shard_key(captured):
 @pytest.mark.parametrize("name", CORPORA)
 def test_an_earlier_manifest_loads_and_is_written_back_as_the_same_json(tmp_path, captured, name):
     from batch import layout as mf
+    from classify.runrecords import write_json_atomic
 
     run = tmp_path / "run"
     run.mkdir()
@@ -88,6 +89,9 @@ def test_an_earlier_manifest_loads_and_is_written_back_as_the_same_json(tmp_path
     assert [s.index for s in manifest.shards] == list(range(len(original["shards"])))
     mf.write_manifest(run, manifest)
     assert json.loads((run / mf.MANIFEST).read_text(encoding="utf-8")) == original  # absent keys stay absent, no null
+    again = tmp_path / "again.json"
+    write_json_atomic(again, original)  # how the driver wrote the plan before it was a model
+    assert (run / mf.MANIFEST).read_bytes() == again.read_bytes()
 
 
 @pytest.mark.parametrize("name", CORPORA)
