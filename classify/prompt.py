@@ -148,6 +148,15 @@ PLAIN_CACHE_WORDS = 200_000
 full; the ids never depend on it)."""
 
 
+def _latin1(text: str) -> bool:
+    """Whether every character of ``text`` is in U+0000..U+00FF."""
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _bytes_to_unicode() -> dict[int, str]:
     """The byte-level BPE alphabet (GPT-2's ``bytes_to_unicode``; the ``tokenizers`` ByteLevel pre-tokenizer's)."""
     keep = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
@@ -182,11 +191,12 @@ class _PlainByteLevel:
         letters = "".join(re.escape(c) for c in chars if unicodedata.category(c).startswith("L"))
         digits = "".join(re.escape(c) for c in chars if unicodedata.category(c).startswith("N"))
         blank = re.escape(space)
-        self.pattern = re.compile(rf"'s|'t|'re|'ve|'m|'ll|'d| ?[{letters}]+| ?[{digits}]+| ?[^{blank}{letters}{digits}]+"
+        # GPT-2's 's|'t|'re|'ve|'m|'ll|'d written '(?:s|t|...): the same matches in the same order, a quarter faster
+        self.pattern = re.compile(rf"'(?:s|t|re|ve|m|ll|d)| ?[{letters}]+| ?[{digits}]+| ?[^{blank}{letters}{digits}]+"
                                   rf"|[{blank}]+(?![^{blank}])|[{blank}]+")
         self.byte_char = _bytes_to_unicode()
         self.model = fast.model
-        self.cache: dict[str, list[int]] = {}
+        self.cache: dict[str, tuple[int, ...]] = {}
 
     @classmethod
     def for_tokenizer(cls, fast: Any) -> _PlainByteLevel | None:
@@ -237,7 +247,7 @@ class _PlainByteLevel:
                     ids = cache.get(word)
                     if ids is None:
                         mapped = "".join([byte_char[b] for b in word.encode("utf-8")])
-                        ids = cache[word] = [t.id for t in tokenize(mapped)]
+                        ids = cache[word] = tuple([t.id for t in tokenize(mapped)])  # untracked by the GC
                     found[k] = ids
         return list(chain.from_iterable(found))  # type: ignore[arg-type]
 
@@ -380,12 +390,13 @@ class PromptBuilder:
         ratios: list[float] = []
         for i, text in enumerate(texts):
             pos, step, got = 0, first, []
+            ascii_only = text.isascii()
             while True:
                 end = _space_cut(text, pos, step)
                 if end < 0 and pos:
                     step *= 4
                     end = _space_cut(text, pos, step)
-                if end < 0 or (end > pos and max(text[pos:end]) > "\xff"):
+                if end < 0 or not (ascii_only or _latin1(text[pos:end])):
                     rest.append(i)
                     break
                 got += plain.ids(text, pos, end)
