@@ -271,3 +271,19 @@ def test_pilot_batch_serve_and_training_build_identical_ids(tokenizer, pilot_con
         assert [p["prompt_token_ids"] for p in recorded] == expected  # ids, never text vLLM would tokenize again
     assert training == expected
     assert json.loads(out.body.splitlines()[0])["n_tokens"] == len(expected[0])
+
+
+def test_the_python_byte_level_path_gives_the_rust_tokenizers_ids(tokenizer, bbc_texts, second_tokenizer):
+    """Latin-1 documents take the Python byte-level path (cached word ids): the same ids as the Rust batch path,
+    for news, long, mixed-script, special-string and random Latin-1 documents; a Metaspace tokenizer has no such path."""
+    rng = random.Random(7)
+    alphabet = [chr(i) for i in range(256)] + list("\u20ac\u2014\u201c\u201d\u2019\u3000") + [" word", " 12", "'ll"] * 30
+    random_docs = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 1500))) for _ in range(400)]
+    texts = (bbc_texts[1][:200] + [(t + " ") * 3 for t in bbc_texts[1][:40]] + _odd_documents() + random_docs
+             + [FORGED * 40, "\u00a3" * 3000, "b " * 3000, "x" * 300 + " y" * 2000])
+    for budget in (256, 16, 2000):
+        builder = PromptBuilder(tokenizer, ClassifyConfig(max_doc_tokens=budget))
+        assert builder._plain is not None
+        assert builder.document_ids(texts) == builder._chunked_ids(texts), budget
+        assert builder.document_ids(texts) == builder._chunked_ids(texts), budget  # the word cache filled
+    assert PromptBuilder(second_tokenizer, ClassifyConfig(max_doc_tokens=64))._plain is None
