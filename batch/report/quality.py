@@ -19,13 +19,10 @@ Definitions (the pilot's own ``accuracy`` check uses the same ones):
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
-
-from classify.scoring import needs_review
 
 REJECT_LABEL = "reject"
 """A pilot label meaning "this document must be rejected"."""
@@ -65,90 +62,91 @@ class QualityTally:
         self.side = {True: [0, 0], False: [0, 0]}  # below threshold? -> [labelled accepted, correct]
 
     def add(self, row: Mapping[str, Any], label: str | None = None) -> None:
-        """Count one result row (``status``, ``category``, ``score``, optional ``review``) and its label.
+        """Count one result row and its label (:meth:`add_rows` of one row)."""
+        self.add_rows([row], [label])
 
-        ``label`` is ``None`` for an unlabelled document; a label outside the categories (and not
-        ``reject``) is counted apart (``labels_outside_categories``), not scored.
-        """
-        self.total += 1
-        accepted = row.get("status") == "accepted"
-        predicted = row.get("category") if accepted and row.get("category") in self.categories else REJECTED
-        self.distribution[predicted] += 1
-        score = row.get("score")
-        b = None
-        if accepted and isinstance(score, int | float):
-            b = min(int(score * SCORE_BINS), SCORE_BINS - 1)
-            self.hist[b] += 1
-        flagged = row.get("review")
-        if flagged is None and accepted:
-            flagged = needs_review(score, self.threshold)
-        if accepted and flagged:
-            self.review[predicted] += 1
-        if label is None or label == "":
-            self.unlabelled += 1
-            return
-        if label not in self.categories and label != REJECT_LABEL:
-            if len(self.odd_labels) < MAX_ODD_LABELS or label in self.odd_labels:
-                self.odd_labels[label] += 1
-            return
-        self.confusion[(label, predicted)] += 1
-        if label == REJECT_LABEL or not accepted:
-            return
-        correct = predicted == label
-        if b is not None:
-            self.hist_labelled[b] += 1
-            self.hist_correct[b] += correct
-        if self.threshold is not None:
-            side = self.side[bool(flagged)]
-            side[0] += 1
-            side[1] += correct
+    def add_rows(self, rows: Iterable[Mapping[str, Any]], labels: Iterable[str | None] | None = None) -> None:
+        """Count result rows held in memory (the pilot's; ``status``, ``category``, ``score``, optional ``review``)
+        and their labels: :meth:`add_table` over a table of those columns (a score that is not a number counts
+        as no score)."""
+        import pyarrow as pa
 
-    def add_unlabelled_table(self, table: Any) -> None:
-        """Count the rows of an Arrow table or record batch of results (``status``, ``category``, ``score``,
-        optional ``review``) as unlabelled documents: the counts :meth:`add` gives row by row, with Arrow
-        kernels (a batch of millions of rows is tallied in seconds). Rows of unusual values (a score that is
-        not a number in [0, 1]) are counted by :meth:`add` instead.
+        rows = list(rows)
+
+        def number(v: Any) -> float | None:
+            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+        table = pa.table({"status": pa.array([r.get("status") for r in rows], pa.string()),
+                          "category": pa.array([r.get("category") for r in rows], pa.string()),
+                          "score": pa.array([number(r.get("score")) for r in rows], pa.float64()),
+                          "review": pa.array([r.get("review") for r in rows], pa.bool_())})
+        self.add_table(table, None if labels is None else list(labels))
+
+    def add_table(self, table: Any, labels: list[str | None] | None = None) -> None:
+        """Count the rows of an Arrow table or record batch of results and their labels, with Arrow kernels.
+
+        ``label`` ``None`` or ``""`` is an unlabelled document; a label outside the categories (and not
+        ``reject``) is counted apart (``labels_outside_categories``, at most :data:`MAX_ODD_LABELS` kinds),
+        not scored. A score outside [0, 1] falls in the first or last bin; a NaN score is no score.
 
         Args:
-            table: a ``pyarrow.Table`` or ``pyarrow.RecordBatch`` with at least ``status``.
+            table: a ``pyarrow.Table`` or ``pyarrow.RecordBatch`` with ``status`` and optionally ``category``,
+                ``score`` (a numeric column; any other type counts as no score) and ``review``.
+            labels: one label per row, in order, or ``None`` (every row unlabelled).
         """
-        import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
         n = table.num_rows
         names = table.schema.names
-        score = table.column("score") if "score" in names else pa.nulls(n, pa.float64())
-        if not (pa.types.is_floating(score.type) or pa.types.is_integer(score.type) or pa.types.is_null(score.type)):
-            score = None
-        else:
-            score = pc.cast(score, pa.float64())
-            lo_hi = pc.min_max(score).as_py()
-            if pc.sum(pc.is_nan(score)).as_py() or (lo_hi["min"] is not None and (lo_hi["min"] < 0 or lo_hi["max"] > 1)):
-                score = None
-        if score is None:
-            for row in table.to_pylist():
-                self.add(row)
-            return
-        category = table.column("category") if "category" in names else pa.nulls(n, pa.string())
-        accepted = pc.fill_null(pc.equal(table.column("status"), "accepted"), False)
+        column = dict(zip(names, table.columns, strict=True))
+        score = column.get("score", pa.nulls(n, pa.float64()))
+        if not (pa.types.is_floating(score.type) or pa.types.is_integer(score.type)):
+            score = pa.nulls(n, pa.float64())
+        score = pc.cast(score, pa.float64())
+        category = column.get("category", pa.nulls(n, pa.string()))
+        accepted = pc.fill_null(pc.equal(column["status"], "accepted"), False)
         known = pc.and_(accepted, pc.fill_null(pc.is_in(category, value_set=pa.array(self.categories, pa.string())), False))
         predicted = pc.if_else(known, category, REJECTED)
-        for item in pc.value_counts(predicted).to_pylist():
-            self.distribution[item["values"]] += item["counts"]
-        scored = pc.and_(accepted, pc.is_valid(score))
-        bins = np.minimum((pc.filter(score, scored).to_numpy(zero_copy_only=False) * SCORE_BINS).astype(np.int64),
-                          SCORE_BINS - 1)
-        for b, count in enumerate(np.bincount(bins, minlength=SCORE_BINS).tolist()):
-            self.hist[b] += count
-        flagged = table.column("review") if "review" in names else pa.nulls(n, pa.bool_())
+        self._count(self.distribution, predicted)
+        binned = pc.and_(accepted, pc.fill_null(pc.invert(pc.is_nan(score)), False))
+        bins = pc.if_else(binned, pc.max_element_wise(pc.min_element_wise(
+            pc.cast(pc.floor(pc.multiply(score, float(SCORE_BINS))), pa.int64(), safe=False), SCORE_BINS - 1), 0), None)
+        self._bin(self.hist, bins)
+        flagged = column.get("review", pa.nulls(n, pa.bool_()))
         if self.threshold is not None:  # an accepted row without a flag: needs_review(score, threshold)
             flagged = pc.coalesce(flagged, pc.fill_null(pc.less(score, self.threshold), True))
         flagged = pc.and_(accepted, pc.fill_null(flagged, False))
-        for item in pc.value_counts(pc.filter(predicted, flagged)).to_pylist():
-            self.review[item["values"]] += item["counts"]
+        self._count(self.review, pc.filter(predicted, flagged))
         self.total += n
-        self.unlabelled += n
+        label = pa.array(labels if labels is not None else [None] * n, pa.string())
+        unlabelled = pc.fill_null(pc.equal(label, ""), True)
+        self.unlabelled += pc.sum(unlabelled).as_py() or 0
+        allowed = pc.fill_null(pc.is_in(label, value_set=pa.array([*self.categories, REJECT_LABEL], pa.string())), False)
+        for item in pc.value_counts(pc.filter(label, pc.and_(pc.invert(unlabelled), pc.invert(allowed)))).to_pylist():
+            if len(self.odd_labels) < MAX_ODD_LABELS or item["values"] in self.odd_labels:
+                self.odd_labels[item["values"]] += item["counts"]
+        for item in pc.value_counts(pc.filter(pc.binary_join_element_wise(label, predicted, "\x00"), allowed)).to_pylist():
+            lab, pred = item["values"].split("\x00")
+            self.confusion[(lab, pred)] += item["counts"]
+        scored = pc.and_(pc.and_(allowed, pc.fill_null(pc.not_equal(label, REJECT_LABEL), False)), accepted)
+        correct = pc.and_(scored, pc.fill_null(pc.equal(predicted, label), False))
+        self._bin(self.hist_labelled, pc.filter(bins, scored))
+        self._bin(self.hist_correct, pc.filter(bins, correct))
+        if self.threshold is not None:
+            for side, rows in ((True, flagged), (False, pc.invert(flagged))):
+                self.side[side][0] += pc.sum(pc.and_(scored, rows)).as_py() or 0
+                self.side[side][1] += pc.sum(pc.and_(correct, rows)).as_py() or 0
+
+    @staticmethod
+    def _count(counter: Counter[str], values: Any) -> None:
+        for item in pc_value_counts(values):
+            counter[item["values"]] += item["counts"]
+
+    @staticmethod
+    def _bin(hist: list[int], bins: Any) -> None:
+        for item in pc_value_counts(bins.drop_null()):
+            hist[item["values"]] += item["counts"]
 
     @property
     def labelled(self) -> int:
@@ -210,6 +208,13 @@ class QualityTally:
         return rep
 
 
+def pc_value_counts(values: Any) -> list[dict[str, Any]]:
+    """``pyarrow.compute.value_counts`` as ``[{"values", "counts"}]``, in order of first appearance."""
+    import pyarrow.compute as pc
+
+    return pc.value_counts(values).to_pylist()
+
+
 def _ratio(a: int, b: int) -> float | None:
     return round(a / b, 4) if b else None
 
@@ -218,15 +223,15 @@ def tally_rows(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, str] | No
                review_below_score: float | None = None) -> QualityTally:
     """A :class:`QualityTally` over in-memory rows (the pilot), labels looked up by id."""
     tally = QualityTally(categories, review_below_score)
-    for row in rows:
-        tally.add(row, (labels or {}).get(str(row.get("id"))))
+    rows = list(rows)
+    tally.add_rows(rows, [(labels or {}).get(str(row.get("id"))) for row in rows])
     return tally
 
 
 def tally_results_file(results: Path, labels: Iterator[tuple[str, str | None]] | None, categories: Iterable[str],
                        review_below_score: float | None = None) -> tuple[QualityTally, str | None]:
-    """Stream ``results.jsonl`` (read from the ``results.parquet`` beside it when there is one) beside the
-    corpus labels, which come in the same order.
+    """Stream the merged results (``results.parquet`` beside ``results.jsonl``, the same rows) beside the corpus
+    labels, which come in the same order.
 
     Args:
         results: the merged ``results.jsonl`` (one row per distinct id, corpus order).
@@ -237,36 +242,35 @@ def tally_results_file(results: Path, labels: Iterator[tuple[str, str | None]] |
 
     Returns:
         ``(tally, problem)``: ``problem`` says why the labels were dropped (an id out of step, or a
-        count that differs), else ``None``; the tally then holds the rows without labels.
+        count that differs), else ``None``; the tally then holds the rows without labels (the results
+        are read a second time, without labels).
     """
     tally = QualityTally(categories, review_below_score)
-    plain = QualityTally(categories, review_below_score)
-    problem = None
     n = 0
     for batch in _result_batches(results):
-        if isinstance(batch, list):
-            for row in batch:
-                plain.add(row)
-        else:
-            plain.add_unlabelled_table(batch)
-        if labels is not None and problem is None:
-            for row in batch if isinstance(batch, list) else batch.to_pylist():
-                pair = next(labels, None)
-                if pair is None or pair[0] != row.get("id"):
-                    problem = f"corpus labels out of step with results at row {n}: {pair and pair[0]!r} != {row.get('id')!r}"
-                    break
-                tally.add(row, pair[1])
-                n += 1
-    if labels is not None and problem is None and next(labels, None) is not None:
+        if labels is None:
+            tally.add_table(batch)
+            continue
+        ids = batch.column("id").to_pylist()
+        pairs = [pair for _, pair in zip(ids, labels, strict=False)]
+        for i, rid in enumerate(ids):
+            pair = pairs[i] if i < len(pairs) else None
+            if pair is None or pair[0] != rid:
+                problem = f"corpus labels out of step with results at row {n + i}: {pair and pair[0]!r} != {rid!r}"
+                return tally_results_file(results, None, categories, review_below_score)[0], problem
+        tally.add_table(batch, [label for _, label in pairs])
+        n += len(ids)
+    if labels is not None and next(labels, None) is not None:
         problem = "the corpus yields more labelled rows than results.jsonl holds"
-    return (plain if labels is None or problem else tally), problem
+        return tally_results_file(results, None, categories, review_below_score)[0], problem
+    return tally, None
 
 
 def _result_batches(results: Path) -> Iterator[Any]:
-    """The rows of ``results.jsonl`` in order: Arrow record batches of ``id``, ``status``, ``category``,
-    ``score`` (and ``review``) read from the ``results.parquet`` merged beside it when there is one (the same
-    rows in the same order, :func:`batch.run.merge.merge_results`; Arrow decodes it far faster), else lists of
-    row dicts read from the JSON lines."""
+    """The rows of the merged results in order, as Arrow record batches of ``id``, ``status``, ``category``,
+    ``score`` (and ``review``): read from the ``results.parquet`` merged beside ``results.jsonl``
+    (:func:`batch.run.merge.merge_results`), or from ``results.jsonl`` itself (:func:`batch.run.arrow.read_rows`,
+    64k lines at a time) when there is none."""
     from batch.layout import RESULTS_PARQUET, streaming_parquet
 
     parquet = results.with_name(RESULTS_PARQUET)
@@ -275,16 +279,11 @@ def _result_batches(results: Path) -> Iterator[Any]:
         names = [c for c in ("id", "status", "category", "score", "review") if c in pf.schema_arrow.names]
         yield from pf.iter_batches(batch_size=65_536, columns=names)
         return
-    rows: list[Mapping[str, Any]] = []
+    from batch.run.arrow import read_rows
+
     with results.open("rb") as fh:
-        for line in fh:
-            if line.strip():
-                rows.append(json.loads(line))
-            if len(rows) >= 65_536:
-                yield rows
-                rows = []
-    if rows:
-        yield rows
+        while chunk := b"".join(line for _, line in zip(range(65_536), fh, strict=False)):
+            yield read_rows(chunk, b'"review"' in chunk, str(results))[1]
 
 
 def quality_table(report: Mapping[str, Any]) -> str:

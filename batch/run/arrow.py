@@ -1,21 +1,24 @@
-"""The columnar fast path of the merge and of the export re-check (Arrow's C++ JSON reader, no per-row Python).
+"""The one columnar pass over result rows: shard files parsed by Arrow, counted with Arrow kernels, compared as tables.
 
-A shard file is parsed whole by ``pyarrow.json.read_json`` with the results schema; its rows are
-counted with Arrow compute kernels into the same :class:`classify.accounting.Ledger` counts the
-per-row reader gives, and the table goes to ``results.parquet`` as it is. Whenever a shard does
-not fit the fast path (a line that is not a clean result row of the schema, a blank line, a row
-the accounting check would flag), :func:`shard_table` or :func:`tally_table` says so and the
-caller takes the per-row path, which names the problem exactly as before.
+A shard file (or a slice of ``results.jsonl``) is parsed whole by ``pyarrow.json.read_json`` with the
+results schema (:func:`read_rows`); a file Arrow's reader refuses as it is (a blank line, a missing last
+newline, a field of another type, an unknown field, a row without ``id``) is normalized line by line
+into the same table, or refused naming the line. The merge (:func:`batch.run.merge.merge_results`), the
+accounting (:meth:`batch.run.merge.Tally.add_table`), the quality report
+(:meth:`batch.report.quality.QualityTally.add_table`) and the export re-check
+(:func:`batch.run.merge.check_export_rows`) all take these tables: there is no second, per-row path.
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from batch.layout import RESULT_COLUMNS
+from classify.errors import VerificationError
 
 REVIEW_COLUMN = ("review", "bool_")
 """The extra ``results.parquet`` column of a batch with ``classify.review_below_score`` (null on rejected rows)."""
@@ -33,25 +36,13 @@ def results_schema(review: bool = False) -> Any:
     return pa.schema([(name, getattr(pa, kind)()) for name, kind in (*RESULT_COLUMNS, *([REVIEW_COLUMN] if review else []))])
 
 
-def shard_table(body: bytes, review: bool) -> Any | None:
-    """Parse a shard file's bytes into an Arrow table of results, or ``None`` when the fast path does not apply.
-
-    ``None``: a line that is not JSON or not an object of the schema's fields and types, an unknown
-    field, a blank line, a missing last newline, or a null ``id``/``status``/``n_chars``/``n_tokens``.
-
-    Args:
-        body: the file's bytes.
-        review: the batch has ``classify.review_below_score`` (rows may carry ``review``).
-
-    Returns:
-        A ``pyarrow.Table`` with :func:`results_schema`'s columns, one row per line, or ``None``.
-    """
+def _arrow_table(body: bytes, schema: Any) -> Any | None:
+    """``body`` parsed by Arrow's JSON reader as it is, or ``None`` when the reader or the schema refuses it."""
     import pyarrow as pa
     import pyarrow.json as pj
 
     if not body.endswith(b"\n"):
         return None
-    schema = results_schema(review)
     try:
         table = pj.read_json(pa.BufferReader(body),
                              read_options=pj.ReadOptions(block_size=max(1 << 20, len(body) + 1)),
@@ -65,29 +56,75 @@ def shard_table(body: bytes, review: bool) -> Any | None:
     return table.combine_chunks()
 
 
+def read_rows(body: bytes, review: bool, name: str = "<rows>") -> tuple[bytes, Any]:
+    """The result rows of a shard file's (or a ``results.jsonl`` slice's) bytes, as JSON lines and as a table.
+
+    Arrow parses the bytes whole when they are clean lines of the schema (the batch's own files always
+    are). Otherwise each non-blank line is read as :meth:`classify.records.Result.from_json` does (a bad
+    record kept as read, unknown fields dropped, so the accounting check names what is wrong) and the
+    table built from those rows; the lines are the non-blank lines, each ending in a newline.
+
+    Args:
+        body: the file's bytes (lines split on ``\\n`` only).
+        review: the batch has ``classify.review_below_score`` (rows may carry ``review``).
+        name: the file, for messages.
+
+    Returns:
+        ``(lines, table)``: the bytes to copy into ``results.jsonl`` (``body`` itself when clean) and a
+        ``pyarrow.Table`` of :func:`results_schema`'s columns, one row per line.
+
+    Raises:
+        VerificationError: ``"{name}:{n}: not valid JSON: ..."`` for a line that is not JSON, or
+            ``"{name}:{n}: not a result row: ..."`` for a field whose value does not fit its column.
+    """
+    import pyarrow as pa
+
+    from classify.records import Result
+
+    schema = results_schema(review)
+    table = _arrow_table(body, schema)
+    if table is not None:
+        return body, table
+    lines, rows = [], []
+    for n, line in enumerate(body.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = Result.from_json(line)
+        except json.JSONDecodeError as err:
+            raise VerificationError(f"{name}:{n}: not valid JSON: {err}") from None
+        values = {field: getattr(row, field, None) for field in schema.names}
+        try:
+            pa.Table.from_pylist([values], schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
+            raise VerificationError(f"{name}:{n}: not a result row: {err}") from None
+        lines.append(line + b"\n")
+        rows.append(values)
+    return b"".join(lines), pa.Table.from_pylist(rows, schema=schema)
+
+
 READ_AHEAD = 4
 """Shard files read and parsed ahead of the one being counted (:func:`parsed_shards`)."""
 
 
-def parsed_shards(paths: Iterable[Path], review: bool) -> Iterator[tuple[bytes | None, Any | None, OSError | None]]:
-    """Each shard file's ``(bytes, shard_table(bytes) or None, None)``, in order; ``(None, None, error)`` when it
-    cannot be read.
+def parsed_shards(paths: Iterable[Path], review: bool) -> Iterator[tuple[bytes, Any] | Exception]:
+    """Each shard file's :func:`read_rows` ``(lines, table)``, in order, or the ``OSError`` /
+    :class:`VerificationError` that reading it raised.
 
     Up to :data:`READ_AHEAD` files are read and parsed ahead on two threads (Arrow's JSON reader releases
     the GIL), so a second core parses while the caller counts and writes; memory holds those few shards.
 
     Args:
         paths: the shard files, in plan order.
-        review: the batch has ``classify.review_below_score`` (:func:`shard_table`).
+        review: the batch has ``classify.review_below_score`` (:func:`read_rows`).
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    def load(path: Path) -> tuple[bytes | None, Any | None, OSError | None]:
+    def load(path: Path) -> tuple[bytes, Any] | Exception:
         try:
-            body = path.read_bytes()
-        except OSError as err:
-            return None, None, err
-        return body, shard_table(body, review), None
+            return read_rows(path.read_bytes(), review, str(path))
+        except (OSError, VerificationError) as err:
+            return err
 
     todo = iter(paths)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="docpilot-shard-read") as pool:
@@ -100,43 +137,23 @@ def parsed_shards(paths: Iterable[Path], review: bool) -> Iterator[tuple[bytes |
             yield done.result()
 
 
-def tally_table(tally: Any, table: Any) -> list[str] | None:
-    """Count a shard table into ``tally`` (a :class:`batch.run.merge.Tally`) as ``tally.add`` would, row by row.
+def first_difference(a: Any, b: Any) -> int | None:
+    """The first row at which two tables of the same schema differ (nulls equal nulls), or ``None``.
 
-    Returns:
-        The table's ids (for the plan's ``ids_sha256``), or ``None``, counting nothing, when a row would be
-        a problem for the accounting check (a status other than accepted/rejected, an accepted category
-        outside the allowed ones, a rejection without a reason): the caller then counts row by row.
+    Args:
+        a, b: ``pyarrow.Table`` s; rows past the shorter one count as different.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    status, category, reason = table.column("status"), table.column("category"), table.column("reason")
-    accepted, rejected = pc.equal(status, "accepted"), pc.equal(status, "rejected")
-    allowed = pa.array(tally.categories, pa.string())
-    n_acc, n_rej = pc.sum(accepted).as_py() or 0, pc.sum(rejected).as_py() or 0
-    if n_acc + n_rej != table.num_rows:
+    if a.num_rows == b.num_rows and a.equals(b):
         return None
-    acc_cats = pc.filter(category, accepted)
-    if acc_cats.null_count or (len(acc_cats) and not pc.all(pc.is_in(acc_cats, value_set=allowed)).as_py()):
-        return None
-    rej_reasons = pc.filter(reason, rejected)
-    if rej_reasons.null_count or (len(rej_reasons) and pc.any(pc.equal(rej_reasons, "")).as_py()):
-        return None
-    ids = table.column("id").to_pylist()
-    tally.ids.add_many(ids, tally.total)
-    tally.total += table.num_rows
-    tally.accepted += n_acc
-    tally.rejected += n_rej
-    for item in pc.value_counts(acc_cats).to_pylist():  # first-seen order, as Counter updates keep
-        tally.per_category[item["values"]] += item["counts"]
-    for item in pc.value_counts(category.drop_null()).to_pylist():
-        if item["values"] in tally.by_category:
-            tally.by_category[item["values"]] += item["counts"]
-    for text in rej_reasons.to_pylist():
-        tally.reasons[text.split(":")[0]] += 1
-    tally.n_tokens += pc.sum(table.column("n_tokens")).as_py() or 0
-    return ids
+    n = min(a.num_rows, b.num_rows)
+    lo, hi = 0, n  # the first differing row lies in [lo, hi]: halve the slices compared
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a.slice(lo, mid + 1 - lo).equals(b.slice(lo, mid + 1 - lo)):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 class RowMatcher:
@@ -153,24 +170,30 @@ class RowMatcher:
         self.have = 0
         self.row = 0
 
-    def take(self, table: Any) -> str | None:
-        """Compare the next ``table.num_rows`` rows of the file with ``table``: ``None`` when equal, else what differs."""
+    def take(self, table: Any) -> tuple[int, dict[str, Any] | None] | None:
+        """Compare the next ``table.num_rows`` rows of the file with ``table``.
+
+        Returns:
+            ``None`` when equal, else ``(row of table, the file's row there or None past its end)``.
+        """
         import pyarrow as pa
 
         while self.have < table.num_rows:
             batch = next(self.batches, None)
             if batch is None:
-                return f"the Parquet file ends before row {self.row + table.num_rows}"
+                break
             self.pending.append(batch)
             self.have += batch.num_rows
-        got = pa.Table.from_batches(self.pending).combine_chunks()
-        if not got.slice(0, table.num_rows).equals(table):
-            return f"rows {self.row}..{self.row + table.num_rows - 1} differ"
+        got = pa.Table.from_batches(self.pending).combine_chunks() if self.pending else table.slice(0, 0)
+        mine = got.slice(0, table.num_rows)
+        at = first_difference(mine, table)
+        if at is not None:
+            return at, (mine.slice(at, 1).to_pylist()[0] if at < mine.num_rows else None)
         rest = got.slice(table.num_rows)
         self.pending, self.have = ([*rest.to_batches()] if rest.num_rows else []), rest.num_rows
         self.row += table.num_rows
         return None
 
-    def finish(self) -> str | None:
-        """``None`` when the file holds no row past those compared."""
-        return "the Parquet file has more rows" if self.have or next(self.batches, None) is not None else None
+    def finish(self) -> bool:
+        """Whether the file holds no row past those compared."""
+        return not self.have and next(self.batches, None) is None

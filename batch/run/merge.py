@@ -1,15 +1,13 @@
-"""Merging a batch's shard files into ``results.jsonl`` + ``results.parquet``, and re-checking a copy.
+"""Merging a batch's shard files into ``results.jsonl`` + ``results.parquet``, and re-checking a copy: one columnar pass.
 
-Merging and checking stream: one shard file at a time, ids checked against the plan's per-shard
-``ids_sha256`` (:func:`batch.layout.check_shard_ids`) and for uniqueness with
-:class:`batch.corpus.plan.IdHashBuckets`; every result is counted and checked by the one accounting
-check (:class:`classify.accounting.Ledger`). The run folder layout is :mod:`batch.layout`'s.
-
-The re-check of a copied run folder (:func:`check_export`, then :func:`check_export_rows`): fast path
-(every shard clean): ``results.jsonl`` is compared byte for byte with the shard files in plan order,
-each shard is counted by Arrow (:func:`batch.run.arrow.tally_table`) and ``results.parquet`` is compared
-with the shards' tables batch by batch. Any difference sends the check down the per-row path, which
-names the first differing row, file and field. Both read one shard (and one Parquet batch) at a time.
+Both stream one shard file at a time, parsed into an Arrow table (:func:`batch.run.arrow.read_rows`):
+ids are checked against the plan's per-shard ``ids_sha256`` (:func:`batch.layout.check_shard_ids`) and
+for uniqueness with :class:`batch.corpus.plan.IdHashBuckets`; every row is counted and checked by the one
+accounting check (:class:`Tally`, Arrow kernels, the rules of :class:`classify.accounting.Ledger`).
+The merge writes each shard's lines and table; the re-check of a copied run folder
+(:func:`check_export`) compares ``results.jsonl`` with the shard files' bytes and ``results.parquet``
+with their tables, and words the first differing row, file and field. The run folder layout is
+:mod:`batch.layout`'s.
 """
 
 from __future__ import annotations
@@ -28,18 +26,10 @@ from batch.layout import (
     RESULTS_PARQUET,
     SUMMARY,
     check_shard_ids,
-    result_lines,
     shard_path,
     streaming_parquet,
 )
-from batch.run.arrow import (
-    REVIEW_COLUMN,
-    RowMatcher,
-    has_review,
-    parsed_shards,
-    results_schema,
-    tally_table,
-)
+from batch.run.arrow import REVIEW_COLUMN, RowMatcher, has_review, parsed_shards, read_rows, results_schema
 from batch.runfiles import Manifest
 from classify.accounting import Ledger, account, recount_mismatches
 from classify.errors import VerificationError
@@ -104,8 +94,8 @@ def check_export(export_dir: Path) -> list[str]:
 
 
 class Tally(Ledger):
-    """:class:`classify.accounting.Ledger` with the batch's id-uniqueness check on disk (the streaming form of
-    :func:`summarize` and :func:`check_results`; at most 100 problems kept).
+    """:class:`classify.accounting.Ledger` counted a table at a time, with the batch's id-uniqueness check on
+    disk (the streaming form of :func:`summarize` and :func:`check_results`; at most 100 problems kept).
 
     Args:
         categories: the allowed categories.
@@ -117,10 +107,48 @@ class Tally(Ledger):
 
         self.ids = IdHashBuckets()
 
-    def add(self, r: Result) -> None:
-        """Count one result and note what is wrong with it."""
-        self.ids.add(str(r.id), self.total)
-        super().add(r)
+    def add_table(self, table: Any) -> list[str]:
+        """Count a table of result rows (:func:`batch.run.arrow.results_schema`) as :meth:`Ledger.add` counts
+        each row, with Arrow kernels; the rows the accounting check flags (a status other than accepted or
+        rejected, an accepted category outside the allowed ones, a rejection without a reason) are noted in
+        row order with :func:`classify.accounting.row_problem`'s words.
+
+        Args:
+            table: a ``pyarrow.Table`` with at least ``id``, ``status``, ``category``, ``reason``, ``n_tokens``.
+
+        Returns:
+            The table's ids, in order (for the plan's ``ids_sha256``).
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        status, category, reason = table.column("status"), table.column("category"), table.column("reason")
+        accepted = pc.fill_null(pc.equal(status, "accepted"), False)
+        rejected = pc.fill_null(pc.equal(status, "rejected"), False)
+        allowed = pc.fill_null(pc.is_in(category, value_set=pa.array(self.categories, pa.string())), False)
+        rej_reasons = pc.filter(pc.fill_null(reason, ""), rejected)
+        bad = pc.or_(pc.invert(pc.or_(accepted, rejected)),
+                     pc.or_(pc.and_(accepted, pc.invert(allowed)),
+                            pc.and_(rejected, pc.equal(pc.fill_null(reason, ""), ""))))
+        ids = table.column("id").to_pylist()
+        self.ids.add_many([str(i) for i in ids], self.total)
+        self.total += table.num_rows
+        self.accepted += pc.sum(accepted).as_py() or 0
+        self.rejected += pc.sum(rejected).as_py() or 0
+        for item in pc.value_counts(pc.filter(category, accepted)).to_pylist():  # first-seen order, as Counter keeps
+            self.per_category[item["values"]] += item["counts"]
+        for item in pc.value_counts(pc.filter(category, allowed)).to_pylist():
+            self.by_category[item["values"]] += item["counts"]
+        for item in pc.value_counts(rej_reasons).to_pylist():
+            self.reasons[item["values"].split(":")[0]] += item["counts"]
+        self.n_tokens += pc.sum(table.column("n_tokens")).as_py() or 0
+        if pc.any(bad).as_py():
+            for row in pc.filter(table, bad).to_pylist():
+                r = Result.model_construct(**{k: row.get(k) for k in ("id", "status", "category", "reason")})
+                kind = (self.bad_category if r.status == "accepted" else self.no_reason if r.status == "rejected"
+                        else self.bad_status)
+                self._note(kind, r)
+        return ids
 
     def duplicate_ids(self, results: Path) -> list[str]:
         """Ids given more than once among the counted rows; ``results`` (the JSONL just counted) is re-read
@@ -139,141 +167,135 @@ class Tally(Ledger):
         """The counts of :func:`summarize`."""
         return _summary_counts(self, corpus, duplicate_ids)
 
+    def check(self, manifest: Manifest, results: Path) -> tuple[list[str], list[str]]:
+        """The batch-wide checks once every row is counted: ``(duplicate ids, problems)``.
 
-class _ParquetRows:
-    """Rows appended in batches to a Parquet file (one row group per ~64k rows); ``review``: add that column."""
+        Problems: the duplicate ids, the per-row problems, and accepted + rejected against the corpus's
+        distinct ids. ``results``: the JSONL file holding the counted rows, in order.
+        """
+        duplicates = self.duplicate_ids(results) if results.is_file() else []
+        problems = list(self.problems)
+        if duplicates:
+            problems.insert(0, f"duplicate ids in results: {duplicates[:10]}{' ...' if len(duplicates) > 10 else ''}")
+        if self.accepted + self.rejected != manifest.corpus["distinct_ids"]:
+            problems.append(f"accepted + rejected = {self.accepted + self.rejected} "
+                            f"!= corpus distinct ids {manifest.corpus['distinct_ids']}")
+        return duplicates, problems
 
-    def __init__(self, path: Path, review: bool = False):
+
+def _shard_paths(run_dir: Path, manifest: Manifest) -> list[Path]:
+    return [shard_path(run_dir, shard.index, manifest.version) for shard in manifest.shards]
+
+
+class _Outputs:
+    """``results.jsonl`` and ``results.parquet`` written under temporary names (one Parquet row group per
+    ~64k rows), fsynced and renamed by :meth:`commit`; :meth:`discard` removes them."""
+
+    def __init__(self, run_dir: Path, review: bool):
         import pyarrow.parquet as pq
 
-        self.schema = results_schema(review)
-        self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
-        self.columns: dict[str, list[Any]] = {name: [] for name in self.schema.names}
-        self.tables: list[Any] = []  # whole shards (fast path) and converted row columns, in order
+        fd, name = tempfile.mkstemp(prefix=f".{RESULTS}.", suffix=".tmp", dir=run_dir)
+        self.run_dir, self.jsonl_path, self.jsonl = run_dir, Path(name), os.fdopen(fd, "wb")
+        self.parquet_path = run_dir / f".{RESULTS_PARQUET}.tmp"
+        self.parquet = pq.ParquetWriter(self.parquet_path, results_schema(review), compression="zstd")
+        self.tables: list[Any] = []
         self.rows = 0
 
-    def add(self, r: Result) -> None:
-        for name, col in self.columns.items():
-            col.append(getattr(r, name))
-        if len(self.columns["id"]) >= 65_536:
-            self.flush()
+    def add(self, lines: bytes, table: Any) -> None:
+        import pyarrow as pa
 
-    def add_table(self, table: Any) -> None:
-        """Append a shard table of :func:`results_schema` (after the rows added before it)."""
-        self._columns_to_table()
+        self.jsonl.write(lines)
         self.tables.append(table)
         self.rows += table.num_rows
         if self.rows >= 65_536:
-            self.flush()
-
-    def _columns_to_table(self) -> None:
-        import pyarrow as pa
-
-        if self.columns["id"]:
-            self.tables.append(pa.table(self.columns, schema=self.schema))
-            self.rows += len(self.columns["id"])
-            self.columns = {name: [] for name in self.columns}
-
-    def flush(self) -> None:
-        import pyarrow as pa
-
-        self._columns_to_table()
-        if self.tables:
-            self.writer.write_table(pa.concat_tables(self.tables))
+            self.parquet.write_table(pa.concat_tables(self.tables))
             self.tables, self.rows = [], 0
 
     def close(self) -> None:
-        self.flush()
-        self.writer.close()
+        import pyarrow as pa
+
+        if self.tables:
+            self.parquet.write_table(pa.concat_tables(self.tables))
+            self.tables = []
+        self.jsonl.flush()
+        os.fsync(self.jsonl.fileno())
+        self.jsonl.close()
+        self.parquet.close()
+
+    def commit(self) -> None:
+        with self.parquet_path.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(self.jsonl_path, self.run_dir / RESULTS)
+        os.replace(self.parquet_path, self.run_dir / RESULTS_PARQUET)
+
+    def discard(self) -> None:
+        for closing in (self.jsonl.close, self.parquet.close):
+            try:  # closed before the unlink, so a full disk gets its space back (an open file keeps it)
+                closing()
+            except Exception:  # noqa: BLE001 - a full disk fails the close's last write too
+                pass
+        self.jsonl_path.unlink(missing_ok=True)
+        self.parquet_path.unlink(missing_ok=True)
 
 
 def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tuple[dict[str, Any], list[str]]:
     """Merge the shard files in plan order into ``results.jsonl`` and ``results.parquet``, in bounded memory.
 
-    Each shard file is read once, its ids checked against the plan's ``ids_sha256`` (so no id is
-    missing or unknown), every row checked (status, category, reason) and counted, and copied to
-    both result files; ids are checked for uniqueness across the whole batch with 64-bit hashes on
-    disk. Both files are written to temporary names, fsynced and renamed, so a crash leaves no half file.
+    Each shard file is read once and parsed into a table (:func:`batch.run.arrow.read_rows`), its ids
+    checked against the plan's ``ids_sha256`` (so no id is missing or unknown), its rows checked (status,
+    category, reason) and counted (:meth:`Tally.add_table`), and its lines and table copied to both result
+    files; ids are checked for uniqueness across the whole batch with 64-bit hashes on disk. Both files
+    are written to temporary names, fsynced and renamed, so a crash leaves no half file.
 
     Args:
         run_dir: the run folder.
-        manifest: its manifest (version 2).
+        manifest: its manifest.
         write: ``False``: only check and count (a finished batch re-checked, nothing written).
 
     Returns:
         ``(summary counts as :func:`summarize`, problems)``; problems empty = every invariant holds.
 
     Raises:
-        VerificationError: a shard file whose ids differ from its plan.
+        VerificationError: a shard file whose ids differ from its plan, or a line that is not a result row.
+        OSError: a shard file that exists but cannot be read.
     """
-    version = manifest.version
     tally = Tally(manifest.categories)
-    problems: list[str] = []
-    review = has_review(manifest)
-    tmp_jsonl = tmp_parquet = None
-    out = pq_rows = None
-    if write:
-        fd, name = tempfile.mkstemp(prefix=f".{RESULTS}.", suffix=".tmp", dir=run_dir)
-        tmp_jsonl, out = Path(name), os.fdopen(fd, "wb")
-        tmp_parquet = run_dir / f".{RESULTS_PARQUET}.tmp"
-        pq_rows = _ParquetRows(tmp_parquet, review)
-    counted = run_dir / RESULTS if not write else tmp_jsonl
+    missing: list[str] = []
+    out = _Outputs(run_dir, has_review(manifest)) if write else None
     try:
-        paths = [shard_path(run_dir, shard.index, version) for shard in manifest.shards]
-        for shard, path, (body, table, error) in zip(manifest.shards, paths, parsed_shards(paths, review), strict=True):
+        paths = _shard_paths(run_dir, manifest)
+        for shard, path, parsed in zip(manifest.shards, paths, parsed_shards(paths, has_review(manifest)), strict=True):
             if not path.is_file():
-                problems.append(f"shard {shard.index} has no file ({shard.n_docs} ids missing from results)")
+                missing.append(f"shard {shard.index} has no file ({shard.n_docs} ids missing from results)")
                 continue
-            if error is not None:
-                raise error
-            ids = tally_table(tally, table) if table is not None else None
-            if ids is not None:  # columnar: the bytes are the rows, Arrow counted them
-                if out is not None and pq_rows is not None:
-                    out.write(body)
-                    pq_rows.add_table(table)
-            else:
-                ids = []
-                for line, row in result_lines(path):
-                    ids.append(row.id)
-                    tally.add(row)
-                    if out is not None and pq_rows is not None:
-                        out.write(line if line.endswith(b"\n") else line + b"\n")
-                        pq_rows.add(row)
-            check_shard_ids(path, shard, ids)
-        if out is not None and pq_rows is not None:
-            out.flush()
-            os.fsync(out.fileno())
+            if isinstance(parsed, Exception):
+                raise parsed
+            lines, table = parsed
+            check_shard_ids(path, shard, tally.add_table(table))
+            if out is not None:
+                out.add(lines, table)
+        if out is not None:
             out.close()
-            pq_rows.close()
-        duplicates = tally.duplicate_ids(counted) if counted and counted.is_file() else []
+        duplicates, problems = tally.check(manifest, out.jsonl_path if out is not None else run_dir / RESULTS)
+        problems = [*problems[:1], *missing, *problems[1:]] if duplicates else [*missing, *problems]
     except BaseException:
         if out is not None:
-            for closing in (out.close, pq_rows.writer.close if pq_rows is not None else None):
-                try:  # closed before the unlink, so a full disk gets its space back (an open file keeps it)
-                    if closing is not None:
-                        closing()
-                except Exception:  # noqa: BLE001 - a full disk fails the close's last write too
-                    pass
-            Path(tmp_jsonl).unlink(missing_ok=True)  # type: ignore[arg-type]
-            Path(tmp_parquet).unlink(missing_ok=True)  # type: ignore[arg-type]
+            out.discard()
         tally.ids.close()
         raise
-    if duplicates:
-        problems.insert(0, f"duplicate ids in results: {duplicates[:10]}{' ...' if len(duplicates) > 10 else ''}")
-    problems += tally.problems
-    if tally.accepted + tally.rejected != manifest.corpus["distinct_ids"]:
-        problems.append(f"accepted + rejected = {tally.accepted + tally.rejected} "
-                        f"!= corpus distinct ids {manifest.corpus['distinct_ids']}")
-    if write and tmp_jsonl is not None and tmp_parquet is not None:
-        with tmp_parquet.open("rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp_jsonl, run_dir / RESULTS)
-        os.replace(tmp_parquet, run_dir / RESULTS_PARQUET)
+    if out is not None:
+        out.commit()
     return tally.summary(manifest.corpus, duplicates), problems
 
 
 def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, Any]) -> list[str]:
     """Re-read a copied run folder's shards, ``results.jsonl`` and ``results.parquet`` against its summary.
+
+    One pass, a shard at a time: the shard file is parsed (:func:`batch.run.arrow.read_rows`) and its ids
+    checked against the plan; the same number of rows of ``results.jsonl`` must be the same bytes (else
+    they are parsed and each row that differs as a record is named, at most 10); the ``results.jsonl`` rows
+    are counted (:class:`Tally`) and compared with the next rows of ``results.parquet``
+    (:class:`batch.run.arrow.RowMatcher`, the first difference named).
 
     Args:
         export_dir: the copy.
@@ -283,55 +305,114 @@ def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, A
     Returns:
         Problems; empty when every row, count and file agrees.
     """
-    fast = _check_export_fast(export_dir, manifest, summary)
-    return fast if fast is not None else _check_export_streaming(export_dir, manifest, summary)
-
-
-def _check_export_fast(export_dir: Path, manifest: Manifest, summary: dict[str, Any]) -> list[str] | None:
-    """The columnar check, or ``None`` when any shard or file needs the per-row check to name a problem."""
-    review = has_review(manifest)
-    matcher = _parquet_matcher(export_dir / RESULTS_PARQUET, manifest, review)
-    if matcher is False:
-        return None
-    tally = Tally(manifest.categories)
     results = export_dir / RESULTS
+    review = has_review(manifest)
+    tally = Tally(manifest.categories)
+    parquet = _ParquetCheck(export_dir / RESULTS_PARQUET, review)
+    problems: list[str] = []
+    shard_rows = 0
     try:
-        paths = [shard_path(export_dir, shard.index, manifest.version) for shard in manifest.shards]
+        paths = _shard_paths(export_dir, manifest)
         with results.open("rb") as fh:
-            for shard, path, (body, table, error) in zip(manifest.shards, paths, parsed_shards(paths, review), strict=True):
-                if error is not None or body is None or fh.read(len(body)) != body:
-                    return _abandon(tally)
-                ids = tally_table(tally, table) if table is not None else None
-                if ids is None or (matcher is not None and matcher.take(table) is not None):
-                    return _abandon(tally)
-                check_shard_ids(path, shard, ids)
-            if fh.read(1) or (matcher is not None and matcher.finish() is not None):
-                return _abandon(tally)
+            for shard, path, parsed in zip(manifest.shards, paths, parsed_shards(paths, review), strict=True):
+                if isinstance(parsed, Exception):
+                    raise parsed
+                lines, table = parsed
+                check_shard_ids(path, shard, table.column("id").to_pylist())
+                copied, copied_table = _copied_rows(fh, lines, table, review)
+                if copied_table is not table:
+                    problems += _differing_rows(lines, copied, tally.total, path.relative_to(export_dir),
+                                                10 - len(problems))
+                parquet.take(copied_table, copied)
+                tally.add_table(copied_table)
+                shard_rows += table.num_rows
+            rest, rest_table = read_rows(fh.read(), review, str(results))
+            if rest_table.num_rows:
+                parquet.take(rest_table, rest)
+                tally.add_table(rest_table)
         duplicates = tally.duplicate_ids(results)
-    except (OSError, VerificationError):
-        return _abandon(tally)
-    problems = [f"duplicate ids in results: {duplicates[:10]}"] if duplicates else []
+    except (OSError, VerificationError) as err:
+        tally.ids.close()
+        return [f"cannot read the copy: {err}"]
+    if duplicates:
+        problems.append(f"duplicate ids in results: {duplicates[:10]}")
     problems += _recount(tally, manifest, summary, duplicates)
-    return None if problems else []  # problems: the per-row check words them (and finds any other)
+    if shard_rows != tally.total:
+        problems.append(f"shard files hold {shard_rows} rows but results.jsonl {tally.total}")
+    return problems + parquet.finish()
 
 
-def _parquet_matcher(parquet: Path, manifest: Manifest, review: bool) -> RowMatcher | None | bool:
-    """A :class:`RowMatcher` over ``results.parquet``; ``None`` when the copy needs none (a version 1 folder
-    without one), ``False`` when the file is unreadable or has other columns (the per-row check words it)."""
-    if manifest.version < 2 and not parquet.exists():
-        return None
-    try:
-        pf = streaming_parquet(parquet)
-    except Exception:  # noqa: BLE001 - pyarrow's errors
-        return False
-    if pf.schema_arrow.names != [name for name, _ in RESULT_COLUMNS] + ([REVIEW_COLUMN[0]] if review else []):
-        return False
-    return RowMatcher(pf.iter_batches(batch_size=65_536))
+def _copied_rows(fh: Any, lines: bytes, table: Any, review: bool) -> tuple[bytes, Any]:
+    """The next rows of ``results.jsonl`` (open as ``fh``) that should be the shard's ``lines``: when they are the
+    same bytes, ``lines`` and the shard's own ``table`` (the caller tests ``is``); else as many non-blank lines
+    (fewer at the end of the file), parsed by :func:`batch.run.arrow.read_rows`."""
+    start = fh.tell()
+    if fh.read(len(lines)) == lines:
+        return lines, table
+    fh.seek(start)
+    want, got = lines.count(b"\n"), []
+    while len(got) < want and (line := fh.readline()):
+        if line.strip():
+            got.append(line if line.endswith(b"\n") else line + b"\n")
+    body = b"".join(got)
+    return read_rows(body, review, RESULTS) if got else (b"", read_rows(b"", review)[1])
 
 
-def _abandon(tally: Tally) -> None:
-    tally.ids.close()
-    return None
+def _differing_rows(lines: bytes, copied: bytes, first_row: int, shard_file: Path, room: int) -> list[str]:
+    """``"results.jsonl row N differs from <shard file>"`` for each copied line that is another record than the
+    shard file's (at most ``room``; a line that differs only in its JSON spelling is the same record)."""
+    out: list[str] = []
+    for n, (mine, theirs) in enumerate(zip(lines.splitlines(), copied.splitlines(), strict=False)):
+        if len(out) >= room:
+            break
+        if mine != theirs and Result.from_json(mine) != Result.from_json(theirs):
+            out.append(f"{RESULTS} row {first_row + n} differs from {shard_file}")
+    return out
+
+
+class _ParquetCheck:
+    """``results.parquet`` compared with the ``results.jsonl`` rows, a table at a time; the first problem is kept
+    (later tables are not compared).
+
+    Args:
+        path: the copy's ``results.parquet``.
+        review: the batch has the ``review`` column.
+    """
+
+    def __init__(self, path: Path, review: bool):
+        self.problem: str | None = None
+        self.matcher: RowMatcher | None = None
+        try:
+            pf = streaming_parquet(path)
+        except Exception as err:  # noqa: BLE001 - pyarrow's errors
+            self.problem = f"{RESULTS_PARQUET}: cannot read: {err}"
+            return
+        names = [name for name, _ in RESULT_COLUMNS] + ([REVIEW_COLUMN[0]] if review else [])
+        if pf.schema_arrow.names != names:
+            self.problem = f"{RESULTS_PARQUET}: columns {pf.schema_arrow.names} != {names}"
+            return
+        self.matcher = RowMatcher(pf.iter_batches(batch_size=65_536))
+
+    def take(self, table: Any, lines: bytes) -> None:
+        """Compare the next ``table.num_rows`` rows of the file with ``table`` (``lines``: the same rows as JSON)."""
+        if self.problem is not None or self.matcher is None:
+            return
+        row = self.matcher.row
+        diff = self.matcher.take(table)
+        if diff is None:
+            return
+        at, prow = diff
+        if prow is None:
+            self.problem = f"{RESULTS_PARQUET} has fewer rows ({row + at}) than {RESULTS}"
+        else:
+            jrow = json.loads(lines.splitlines()[at])
+            self.problem = f"{RESULTS_PARQUET} row {row + at} differs from {RESULTS}: {prow} != {jrow}"
+
+    def finish(self) -> list[str]:
+        """The problem found, or that the file holds rows past ``results.jsonl``'s."""
+        if self.problem is None and self.matcher is not None and not self.matcher.finish():
+            self.problem = f"{RESULTS_PARQUET} has more rows than {RESULTS} ({self.matcher.row} there)"
+        return [self.problem] if self.problem else []
 
 
 def _recount(tally: Tally, manifest: Manifest, summary: dict[str, Any], duplicates: list[str]) -> list[str]:
@@ -341,68 +422,4 @@ def _recount(tally: Tally, manifest: Manifest, summary: dict[str, Any], duplicat
     if recount["accepted"] + recount["rejected"] != manifest.corpus["distinct_ids"]:
         problems.append(f"accepted + rejected = {recount['accepted'] + recount['rejected']} "
                         f"!= corpus distinct ids {manifest.corpus['distinct_ids']}")
-    return problems
-
-
-def _parquet_equals_jsonl(parquet: Path, jsonl: Path) -> list[str]:
-    """Compare ``results.parquet`` with ``results.jsonl`` row for row, streaming both."""
-    try:
-        pf = streaming_parquet(parquet)
-    except Exception as err:  # noqa: BLE001 - pyarrow's errors
-        return [f"{RESULTS_PARQUET}: cannot read: {err}"]
-    names = [name for name, _ in RESULT_COLUMNS]
-    if pf.schema_arrow.names == [*names, REVIEW_COLUMN[0]]:  # a batch with classify.review_below_score
-        names.append(REVIEW_COLUMN[0])
-    if pf.schema_arrow.names != names:
-        return [f"{RESULTS_PARQUET}: columns {pf.schema_arrow.names} != {names}"]
-    with jsonl.open("rb") as fh:
-        lines = (json.loads(ln) for ln in fh if ln.strip())
-        n = 0
-        for batch in pf.iter_batches(batch_size=65_536):
-            for prow in batch.to_pylist():
-                jrow = next(lines, None)
-                if jrow is None:
-                    return [f"{RESULTS_PARQUET} has more rows than {RESULTS} ({n} there)"]
-                if {k: jrow.get(k) for k in names} != prow:
-                    return [f"{RESULTS_PARQUET} row {n} differs from {RESULTS}: {prow} != {jrow}"]
-                n += 1
-        if next(lines, None) is not None:
-            return [f"{RESULTS_PARQUET} has fewer rows ({n}) than {RESULTS}"]
-    return []
-
-
-def _check_export_streaming(export_dir: Path, manifest: Manifest, summary: dict[str, Any]) -> list[str]:
-    problems: list[str] = []
-    version = manifest.version
-    tally = Tally(manifest.categories)
-    shard_rows = 0
-    results = export_dir / RESULTS
-    try:
-        with results.open("rb") as fh:
-            merged = (Result.from_json(ln) for ln in fh if ln.strip())
-            for shard in manifest.shards:
-                path = shard_path(export_dir, shard.index, version)
-                ids = []
-                for _, row in result_lines(path):
-                    ids.append(row.id)
-                    shard_rows += 1
-                    copied = next(merged, None)
-                    if copied is not None:
-                        tally.add(copied)
-                        if copied != row and len(problems) < 10:
-                            problems.append(f"{RESULTS} row {tally.total - 1} differs from {path.relative_to(export_dir)}")
-                check_shard_ids(path, shard, ids)
-            for copied in merged:
-                tally.add(copied)
-        duplicates = tally.duplicate_ids(results)
-    except (OSError, json.JSONDecodeError, VerificationError) as err:
-        tally.ids.close()
-        return [f"cannot read the copy: {err}"]
-    if duplicates:
-        problems.append(f"duplicate ids in results: {duplicates[:10]}")
-    problems += _recount(tally, manifest, summary, duplicates)
-    if shard_rows != tally.total:
-        problems.append(f"shard files hold {shard_rows} rows but results.jsonl {tally.total}")
-    if version >= 2 or (export_dir / RESULTS_PARQUET).exists():
-        problems += _parquet_equals_jsonl(export_dir / RESULTS_PARQUET, results)
     return problems

@@ -34,11 +34,11 @@ from pathlib import Path
 hook = sys.argv[1]
 if hook == "merge":
     import batch.run.merge as m
-    real = m._ParquetRows.close
+    real = m._Outputs.close
     def close(self):
         real(self)
         os.kill(os.getpid(), signal.SIGKILL)  # both temporary result files are on disk
-    m._ParquetRows.close = close
+    m._Outputs.close = close
 elif hook == "export":
     import classify.export as e
     def write(path, data):

@@ -278,9 +278,9 @@ def _broken_merge(monkeypatch):
     import batch.run.merge
 
     def full_disk(self):
-        raise OSError(28, "No space left on device", str(self.path) if hasattr(self, "path") else "results.parquet")
+        raise OSError(28, "No space left on device", str(self.parquet_path))
 
-    monkeypatch.setattr(batch.run.merge._ParquetRows, "close", full_disk)
+    monkeypatch.setattr(batch.run.merge._Outputs, "close", full_disk)
 
 
 def _broken_shard_writer(monkeypatch):

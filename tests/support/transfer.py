@@ -14,7 +14,7 @@ from adapters.registry import Registry
 from batch import layout as mf
 from batch.config import BatchConfig, CorpusConfig, results_config, results_config_sha256
 from batch.corpus.plan import read_corpus
-from batch.run.merge import check_export, summarize
+from batch.run.merge import check_export, merge_results, summarize
 from classify.records import Result
 from tests.support.corpora import make_corpus
 from tests.support.s3server import moto_s3
@@ -74,11 +74,12 @@ def batch_run(tmp_path: Path, bbc_dir: Path) -> Path:
     mf.write_manifest(run, {"corpus": corpus.describe(), "corpus_fingerprint": corpus.fingerprint,
                             "config": results_config(cfg), "config_sha256": results_config_sha256(cfg),
                             "model": {"path": "/m"}, "model_fingerprint": "sha256:m", "adapter": None,
-                            "adapter_sha256": None, "shards": mf.plan_shards(corpus.docs, 8)})
+                            "adapter_sha256": None, "shards": mf.plan_shards(corpus.docs, 8),
+                            "manifest_version": mf.MANIFEST_VERSION})
     rows = [Result(id=d.id, status="accepted", category="tech", n_tokens=3) for d in corpus.docs]
-    mf.write_shard(run, 0, rows[:8])
-    mf.write_shard(run, 1, rows[8:])
-    (run / mf.RESULTS).write_text("".join(json.dumps(r.row()) + "\n" for r in rows))
+    mf.write_shard(run, 0, rows[:8], mf.MANIFEST_VERSION)
+    mf.write_shard(run, 1, rows[8:], mf.MANIFEST_VERSION)
+    assert merge_results(run, mf.read_manifest(run))[1] == []  # results.jsonl + results.parquet
     (run / mf.SUMMARY).write_text(json.dumps(summarize(rows, corpus.describe(), ["tech"])))
     assert check_export(run) == []
     return run

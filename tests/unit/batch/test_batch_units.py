@@ -12,9 +12,10 @@ import pytest
 from batch import layout as mf
 from batch.config import BatchConfig, CorpusConfig, load_batch_config, results_config_sha256
 from batch.corpus.plan import read_corpus
-from batch.run.merge import check_export, check_results, summarize
+from batch.run.merge import check_export, check_results, merge_results, summarize
 from batch.run.status import batch_status
 from batch.run.status import main as status_main
+from batch.runfiles import Manifest
 from classify.config import PilotConfig, load_config
 from classify.errors import ConfigError, InputError, VerificationError
 from classify.records import Result
@@ -199,12 +200,12 @@ def test_check_export_recounts_the_copy(tmp_path, bbc_dir):
     corpus = read_corpus(CorpusConfig(path=str(spec["path"])), 200_000)
     cfg = BatchConfig(batch={"shard_docs": 8})
     run = tmp_path / "run"
-    manifest = _manifest(corpus, cfg)
+    manifest = {**_manifest(corpus, cfg), "manifest_version": mf.MANIFEST_VERSION}
     mf.write_manifest(run, manifest)
     rows = _rows(corpus.docs[:8]) + _rows(corpus.docs[8:], "rejected")
-    mf.write_shard(run, 0, rows[:8])
-    mf.write_shard(run, 1, rows[8:])
-    (run / "results.jsonl").write_text("".join(json.dumps(r.row()) + "\n" for r in rows))
+    mf.write_shard(run, 0, rows[:8], mf.MANIFEST_VERSION)
+    mf.write_shard(run, 1, rows[8:], mf.MANIFEST_VERSION)
+    assert merge_results(run, Manifest.of(manifest))[1] == []  # results.jsonl + results.parquet
     summary = summarize(rows, corpus.describe(), ["tech"])
     (run / "summary.json").write_text(json.dumps(summary))
     assert summary["accepted"] + summary["rejected"] == len(corpus.docs) and summary["duplicate_rows"] == 1

@@ -347,8 +347,8 @@ def test_labels_out_of_step_are_dropped_with_the_reason(tmp_path):
 
 
 @pytest.mark.parametrize("threshold", [None, 0.6])
-def test_arrow_tally_counts_as_the_per_row_tally(threshold):
-    """``add_unlabelled_table`` (Arrow kernels, the batch path) gives the counts of ``add`` row by row."""
+def test_a_results_table_is_counted_in_slices_as_a_whole(threshold):
+    """``add_table`` (Arrow kernels) gives the same report over any slicing of the rows, and the counts by hand."""
     import pyarrow as pa
 
     from batch.report.quality import QualityTally
@@ -364,20 +364,27 @@ def test_arrow_tally_counts_as_the_per_row_tally(threshold):
         {"id": "g", "status": "accepted", "category": "sport", "score": 0.0, "review": None},
         {"id": "h", "status": "accepted", "category": "sport", "score": 0.55, "review": None},
     ]
-    per_row, arrow = QualityTally(cats, threshold), QualityTally(cats, threshold)
-    for row in rows:
-        per_row.add(row)
+    labels = ["sport", "sport", "business", None, "tech", "tech", "reject", "odd"]
     schema = pa.schema([("id", pa.string()), ("status", pa.string()), ("category", pa.string()),
                         ("score", pa.float64()), ("review", pa.bool_())])
     table = pa.Table.from_pylist(rows, schema=schema)
-    arrow.add_unlabelled_table(table.slice(0, 3))
-    arrow.add_unlabelled_table(table.slice(3))
-    assert arrow.report() == per_row.report()
-    assert arrow.report()["distribution"]["rejected"] == 2 and sum(arrow.hist) == 6
+    whole, sliced, in_memory = QualityTally(cats, threshold), QualityTally(cats, threshold), QualityTally(cats, threshold)
+    whole.add_table(table, labels)
+    sliced.add_table(table.slice(0, 3), labels[:3])
+    sliced.add_table(table.slice(3), labels[3:])
+    in_memory.add_rows(rows, labels)
+    rep = whole.report()
+    assert rep == sliced.report() == in_memory.report()
+    assert rep["distribution"] == {"business": 1, "sport": 3, "tech": 2, "rejected": 2} and sum(whole.hist) == 6
+    assert whole.hist[19] == 2 and whole.hist[0] == 1 and whole.hist[6] == 1  # 0.97 and 1.0, 0.0, 0.31
+    lab = rep["labelled"]
+    assert (lab["documents"], lab["correct"], lab["unlabelled"], lab["labels_outside_categories"]) == (5, 1, 1, {"odd": 1})
+    assert lab["confusion"]["counts"][3] == [0, 1, 0, 0] and lab.get("planned_rejects") == 1  # reject -> sport
     if threshold is not None:  # b flagged by its record; d (no score), e, g and h (scores under 0.6) by the threshold
-        assert arrow.report()["review"]["flagged"] == 5
-    odd = pa.Table.from_pylist([{"id": "x", "status": "accepted", "category": "tech", "score": 1.5}])
-    slow, fast = QualityTally(cats, threshold), QualityTally(cats, threshold)
-    slow.add(odd.to_pylist()[0])
-    fast.add_unlabelled_table(odd)  # a score outside [0, 1]: counted row by row, as before
-    assert fast.report() == slow.report()
+        assert rep["review"]["flagged"] == 5
+        assert lab["by_review"]["above"]["documents"] + lab["by_review"]["below"]["documents"] == 4
+    odd = pa.Table.from_pylist([{"id": "x", "status": "accepted", "category": "tech", "score": 1.5},
+                                {"id": "y", "status": "accepted", "category": "tech", "score": float("nan")}])
+    out = QualityTally(cats, threshold)
+    out.add_table(odd)  # a score over 1 falls in the last bin, NaN in none
+    assert out.hist[19] == 1 and sum(out.hist) == 1 and out.total == 2

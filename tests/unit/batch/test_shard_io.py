@@ -12,8 +12,9 @@ import pytest
 from batch.config import CorpusConfig
 from batch.corpus.plan import plan_corpus
 from batch.corpus.shard import ShardInput, ShardOutput
-from batch.run.arrow import RowMatcher, results_schema, shard_table, tally_table
+from batch.run.arrow import RowMatcher, read_rows, results_schema
 from batch.run.merge import Tally
+from classify.errors import VerificationError
 from classify.files import ids_sha256
 from classify.records import Result
 from classify.runrecords import jsonl_body
@@ -32,6 +33,7 @@ def _rows() -> list[Result]:
 
 
 def _per_row(rows: list[Result]) -> Tally:
+    """The per-row rules of :class:`classify.accounting.Ledger` (what the columnar tally must count)."""
     tally = Tally(CATS)
     for r in rows:
         tally.add(r)
@@ -39,33 +41,48 @@ def _per_row(rows: list[Result]) -> Tally:
 
 
 def _state(t: Tally) -> dict:
-    return {"counts": t.counts(), "per_category": list(t.per_category.items()), "problems": t.problems, "ids": t.ids.count}
+    return {"counts": t.counts(), "per_category": list(t.per_category.items()), "problems": t.problems}
 
 
-def test_arrow_tally_counts_exactly_what_the_row_by_row_tally_counts():
+def test_arrow_tally_counts_exactly_what_the_row_by_row_ledger_counts():
     rows = _rows()
     body = jsonl_body([r.row() for r in rows])
-    table = shard_table(body, review=False)
-    assert table is not None and table.num_rows == 5
+    lines, table = read_rows(body, review=False)
+    assert lines is body and table.num_rows == 5
     fast = Tally(CATS)
-    assert tally_table(fast, table) == [r.id for r in rows]
-    assert _state(fast) == _state(_per_row(rows))
+    assert fast.add_table(table) == [r.id for r in rows]
+    assert _state(fast) == _state(_per_row(rows)) and fast.ids.count == 5
     assert fast.counts()["by_category"] == {"business": 0, "sport": 2, "tech": 1}
     assert fast.counts()["reject_reasons"] == {"empty document": 1, "over size limit": 1}
 
 
-@pytest.mark.parametrize("edit", [
-    lambda b: b.replace(b"\n", b"\n\n", 1),  # a blank line
-    lambda b: b[:-1],  # no last newline
-    lambda b: b.replace(b'"n_chars": 5', b'"n_chars": "5"'),  # a wrong type
-    lambda b: b.replace(b'"id": "a"', b'"id": "a", "extra": 1'),  # an unknown field
-    lambda b: b.replace(b'"id": "a", ', b""),  # no id
-    lambda b: b.replace(b"{", b"[", 1),  # not an object
+@pytest.mark.parametrize(("edit", "field", "value"), [
+    (lambda b: b.replace(b"\n", b"\n\n", 1), None, None),  # a blank line
+    (lambda b: b[:-1], None, None),  # no last newline
+    (lambda b: b.replace(b'"id": "a", ', b'"extra": 1, "id": "a", '), None, None),  # an unknown field: dropped
+    (lambda b: b.replace(b'"id": "a", ', b""), "id", None),  # no id
+    (lambda b: b.replace(b'"n_tokens": 7', b'"n_tokens": null'), "n_tokens", None),
 ])
-def test_a_shard_off_the_fast_path_is_left_to_the_per_row_reader(edit):
+def test_a_shard_arrow_refuses_as_it_is_is_read_line_by_line_into_the_same_table(edit, field, value):
+    rows = _rows()
+    body = jsonl_body([r.row() for r in rows])
+    clean_lines, clean = read_rows(body, review=False)
+    lines, table = read_rows(edit(body), review=False)
+    assert lines.count(b"\n") == 5 and lines.endswith(b"\n") and b"\n\n" not in lines
+    if field is None:
+        assert table.equals(clean)
+    else:
+        assert table.column(field)[0].as_py() == value and table.slice(1).equals(clean.slice(1))
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda b: b.replace(b"{", b"[", 1), "not valid JSON"),
+    (lambda b: b.replace(b'"n_chars": 5', b'"n_chars": "five"'), "not a result row"),
+])
+def test_a_line_that_is_no_result_row_is_refused_naming_the_line(edit, words):
     body = jsonl_body([r.row() for r in _rows()])
-    assert shard_table(body, review=False) is not None
-    assert shard_table(edit(body), review=False) is None
+    with pytest.raises(VerificationError, match=rf"^s.jsonl:1: {words}"):
+        read_rows(edit(body), review=False, name="s.jsonl")
 
 
 @pytest.mark.parametrize("bad", [
@@ -75,28 +92,29 @@ def test_a_shard_off_the_fast_path_is_left_to_the_per_row_reader(edit):
     {"status": "rejected", "reason": ""},
     {"status": "rejected", "reason": None, "category": None},
 ])
-def test_a_row_the_accounting_check_flags_sends_the_shard_to_the_per_row_tally(bad):
+def test_a_row_the_accounting_check_flags_is_counted_and_named_as_the_ledger_does(bad):
     rows = [r.row() for r in _rows()]
     rows[3] = {**rows[3], **bad}
-    table = shard_table(jsonl_body(rows), review=False)
-    assert table is not None
+    rows[1] = {**rows[1], **bad}
+    _, table = read_rows(jsonl_body(rows), review=False)
     tally = Tally(CATS)
-    assert tally_table(tally, table) is None
-    assert tally.total == 0 and tally.ids.count == 0  # nothing was counted
+    assert tally.add_table(table) == [r["id"] for r in rows]
+    expected = _per_row([Result.from_json(json.dumps(r)) for r in rows])
+    assert _state(tally) == _state(expected) and len(tally.problems) == 2 and tally.total == 5
 
 
 def test_review_column_rows_parse_with_the_review_schema():
     rows = [Result(id="a", status="accepted", category="tech", score=0.3, review=True),
             Result(id="b", status="rejected", reason="empty document")]
     body = jsonl_body([r.row() for r in rows])
-    assert shard_table(body, review=False) is None  # `review` is not a column of a batch without the threshold
-    table = shard_table(body, review=True)
+    assert read_rows(body, review=False)[1].schema.names == results_schema(False).names  # `review` dropped
+    _, table = read_rows(body, review=True)
     assert table.column("review").to_pylist() == [True, None]
 
 
 def test_row_matcher_follows_parquet_batches_across_shard_boundaries(tmp_path):
     rows = [Result(id=f"d{i}", status="accepted", category="tech", score=0.5, n_tokens=i).row() for i in range(10)]
-    tables = [shard_table(jsonl_body(rows[a:b]), review=False) for a, b in ((0, 3), (3, 4), (4, 10))]
+    tables = [read_rows(jsonl_body(rows[a:b]), review=False)[1] for a, b in ((0, 3), (3, 4), (4, 10))]
     path = tmp_path / "r.parquet"
     pq.write_table(pa.concat_tables(tables), path, row_group_size=4)
 
@@ -104,11 +122,11 @@ def test_row_matcher_follows_parquet_batches_across_shard_boundaries(tmp_path):
         matcher = RowMatcher(pq.ParquetFile(path).iter_batches(batch_size=4))
         return next((d for t in tables_ if (d := matcher.take(t)) is not None), None) or matcher.finish()
 
-    assert compare(tables) is None
+    assert compare(tables) is True
     changed = [*rows[:6], {**rows[6], "score": 0.25}, *rows[7:]]
-    other = [shard_table(jsonl_body(changed[a:b]), review=False) for a, b in ((0, 3), (3, 4), (4, 10))]
-    assert compare(other) == "rows 4..9 differ"
-    assert compare(tables[:2]) == "the Parquet file has more rows"
+    other = [read_rows(jsonl_body(changed[a:b]), review=False)[1] for a, b in ((0, 3), (3, 4), (4, 10))]
+    assert compare(other) == (2, {**rows[6], "review": None} if "review" in rows[6] else rows[6])
+    assert compare(tables[:2]) is False  # the file has more rows
     assert results_schema(False).names == pq.ParquetFile(path).schema_arrow.names
 
 
