@@ -7,6 +7,7 @@ floor 0
 config.py    BatchConfig, RunConfig, CorpusConfig: the user-facing ``corpus`` and ``batch`` config sections
 runfiles.py  Manifest, Shard, ProgressFile: ``manifest.json`` (and its shard plan) and ``progress.json`` as pydantic models
 layout.py    the run folder: file names (manifest.json, progress.json, shards/, results.*) and their readers
+rows.py      result rows as Arrow tables: the results schema, the one columnar reader and row matcher
 floor 1
 corpus/      the corpus plan, format readers, shard bytes, duplicate ids, labels
 plan/        ``docpilot plan``: the lot order summary, per-card memory fit and the lots file (lease end)

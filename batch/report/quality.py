@@ -269,7 +269,7 @@ def tally_results_file(results: Path, labels: Iterator[tuple[str, str | None]] |
 def _result_batches(results: Path) -> Iterator[Any]:
     """The rows of the merged results in order, as Arrow record batches of ``id``, ``status``, ``category``,
     ``score`` (and ``review``): read from the ``results.parquet`` merged beside ``results.jsonl``
-    (:func:`batch.run.merge.merge_results`), or from ``results.jsonl`` itself (:func:`batch.run.arrow.read_rows`,
+    (:func:`batch.run.merge.merge_results`), or from ``results.jsonl`` itself (:func:`batch.rows.read_rows`,
     64k lines at a time) when there is none."""
     from batch.layout import RESULTS_PARQUET, streaming_parquet
 
@@ -279,7 +279,7 @@ def _result_batches(results: Path) -> Iterator[Any]:
         names = [c for c in ("id", "status", "category", "score", "review") if c in pf.schema_arrow.names]
         yield from pf.iter_batches(batch_size=65_536, columns=names)
         return
-    from batch.run.arrow import read_rows
+    from batch.rows import read_rows
 
     with results.open("rb") as fh:
         while chunk := b"".join(line for _, line in zip(range(65_536), fh, strict=False)):

@@ -7,7 +7,6 @@ adapter.py      resolve_adapter: the adapter a batch runs with, checked against 
 manifest.py     build_manifest: a new batch's manifest.json (its model: batch.runfiles.Manifest)
 progress.py     the progress bar and log redirection
 merge.py        merge_results, check_export, Tally: shards -> results.jsonl + results.parquet, and their re-check
-arrow.py        the Arrow tables the merge and the re-check read
 lease.py        lease_check, stop_the_meter: the lease clock and the stop after a verified wrap-up
 status.py       batch_status: ``docpilot status`` from another shell
 submit.py       ``docpilot submit``: the batch as a Ray job

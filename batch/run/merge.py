@@ -1,6 +1,6 @@
 """Merging a batch's shard files into ``results.jsonl`` + ``results.parquet``, and re-checking a copy: one columnar pass.
 
-Both stream one shard file at a time, parsed into an Arrow table (:func:`batch.run.arrow.read_rows`):
+Both stream one shard file at a time, parsed into an Arrow table (:func:`batch.rows.read_rows`):
 ids are checked against the plan's per-shard ``ids_sha256`` (:func:`batch.layout.check_shard_ids`) and
 for uniqueness with :class:`batch.corpus.plan.IdHashBuckets`; every row is counted and checked by the one
 accounting check (:class:`Tally`, Arrow kernels, the rules of :class:`classify.accounting.Ledger`).
@@ -29,7 +29,7 @@ from batch.layout import (
     shard_path,
     streaming_parquet,
 )
-from batch.run.arrow import REVIEW_COLUMN, RowMatcher, has_review, parsed_shards, read_rows, results_schema
+from batch.rows import REVIEW_COLUMN, RowMatcher, has_review, parsed_shards, read_rows, results_schema
 from batch.runfiles import Manifest
 from classify.accounting import Ledger, account, recount_mismatches
 from classify.errors import VerificationError
@@ -76,10 +76,10 @@ def _summary_counts(ledger: Ledger, corpus: dict[str, Any], duplicate_ids: list[
 def check_export(export_dir: Path) -> list[str]:
     """Recompute the summary invariants from an export copy (for :func:`classify.export.verify_export`).
 
-    Streams the copy (one shard file and one results line at a time): ids unique (hashes on disk);
+    Streams the copy (one shard file at a time, :func:`check_export_rows`): ids unique (hashes on disk);
     each shard file holds exactly its planned ids; ``results.jsonl`` is the shard files' rows in plan
     order; accepted + rejected == total == distinct ids of the corpus; summary counts equal the
-    recount; ``results.parquet`` equals ``results.jsonl`` row for row (required from manifest version 2).
+    recount; ``results.parquet`` equals ``results.jsonl`` row for row.
 
     Returns:
         Problems found (empty list = verified).
@@ -108,7 +108,7 @@ class Tally(Ledger):
         self.ids = IdHashBuckets()
 
     def add_table(self, table: Any) -> list[str]:
-        """Count a table of result rows (:func:`batch.run.arrow.results_schema`) as :meth:`Ledger.add` counts
+        """Count a table of result rows (:func:`batch.rows.results_schema`) as :meth:`Ledger.add` counts
         each row, with Arrow kernels; the rows the accounting check flags (a status other than accepted or
         rejected, an accepted category outside the allowed ones, a rejection without a reason) are noted in
         row order with :func:`classify.accounting.row_problem`'s words.
@@ -177,10 +177,14 @@ class Tally(Ledger):
         problems = list(self.problems)
         if duplicates:
             problems.insert(0, f"duplicate ids in results: {duplicates[:10]}{' ...' if len(duplicates) > 10 else ''}")
-        if self.accepted + self.rejected != manifest.corpus["distinct_ids"]:
-            problems.append(f"accepted + rejected = {self.accepted + self.rejected} "
-                            f"!= corpus distinct ids {manifest.corpus['distinct_ids']}")
-        return duplicates, problems
+        return duplicates, problems + self.balance(manifest)
+
+    def balance(self, manifest: Manifest) -> list[str]:
+        """``"accepted + rejected = N != corpus distinct ids M"`` when the counted rows do not cover the corpus."""
+        distinct = manifest.corpus["distinct_ids"]
+        if self.accepted + self.rejected == distinct:
+            return []
+        return [f"accepted + rejected = {self.accepted + self.rejected} != corpus distinct ids {distinct}"]
 
 
 def _shard_paths(run_dir: Path, manifest: Manifest) -> list[Path]:
@@ -241,7 +245,7 @@ class _Outputs:
 def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tuple[dict[str, Any], list[str]]:
     """Merge the shard files in plan order into ``results.jsonl`` and ``results.parquet``, in bounded memory.
 
-    Each shard file is read once and parsed into a table (:func:`batch.run.arrow.read_rows`), its ids
+    Each shard file is read once and parsed into a table (:func:`batch.rows.read_rows`), its ids
     checked against the plan's ``ids_sha256`` (so no id is missing or unknown), its rows checked (status,
     category, reason) and counted (:meth:`Tally.add_table`), and its lines and table copied to both result
     files; ids are checked for uniqueness across the whole batch with 64-bit hashes on disk. Both files
@@ -291,11 +295,11 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
 def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, Any]) -> list[str]:
     """Re-read a copied run folder's shards, ``results.jsonl`` and ``results.parquet`` against its summary.
 
-    One pass, a shard at a time: the shard file is parsed (:func:`batch.run.arrow.read_rows`) and its ids
+    One pass, a shard at a time: the shard file is parsed (:func:`batch.rows.read_rows`) and its ids
     checked against the plan; the same number of rows of ``results.jsonl`` must be the same bytes (else
     they are parsed and each row that differs as a record is named, at most 10); the ``results.jsonl`` rows
     are counted (:class:`Tally`) and compared with the next rows of ``results.parquet``
-    (:class:`batch.run.arrow.RowMatcher`, the first difference named).
+    (:class:`batch.rows.RowMatcher`, the first difference named).
 
     Args:
         export_dir: the copy.
@@ -345,7 +349,7 @@ def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, A
 def _copied_rows(fh: Any, lines: bytes, table: Any, review: bool) -> tuple[bytes, Any]:
     """The next rows of ``results.jsonl`` (open as ``fh``) that should be the shard's ``lines``: when they are the
     same bytes, ``lines`` and the shard's own ``table`` (the caller tests ``is``); else as many non-blank lines
-    (fewer at the end of the file), parsed by :func:`batch.run.arrow.read_rows`."""
+    (fewer at the end of the file), parsed by :func:`batch.rows.read_rows`."""
     start = fh.tell()
     if fh.read(len(lines)) == lines:
         return lines, table
@@ -419,7 +423,4 @@ def _recount(tally: Tally, manifest: Manifest, summary: dict[str, Any], duplicat
     problems = list(tally.problems)
     recount = tally.summary(manifest.corpus, duplicates)
     problems += recount_mismatches(summary, recount, ("total", "accepted", "rejected", "input_rows", "duplicate_rows"))
-    if recount["accepted"] + recount["rejected"] != manifest.corpus["distinct_ids"]:
-        problems.append(f"accepted + rejected = {recount['accepted'] + recount['rejected']} "
-                        f"!= corpus distinct ids {manifest.corpus['distinct_ids']}")
-    return problems
+    return problems + tally.balance(manifest)

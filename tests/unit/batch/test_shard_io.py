@@ -12,7 +12,7 @@ import pytest
 from batch.config import CorpusConfig
 from batch.corpus.plan import plan_corpus
 from batch.corpus.shard import ShardInput, ShardOutput
-from batch.run.arrow import RowMatcher, read_rows, results_schema
+from batch.rows import RowMatcher, read_rows, results_schema
 from batch.run.merge import Tally
 from classify.errors import VerificationError
 from classify.files import ids_sha256

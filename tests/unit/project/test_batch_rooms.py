@@ -18,7 +18,7 @@ BATCH = Path(importlib.util.find_spec("batch").submodule_search_locations[0])
 ROOT = BATCH.parent
 
 FLOORS = {
-    "config": 0, "runfiles": 0, "layout": 0,  # the user's config sections and the run-folder contract
+    "config": 0, "runfiles": 0, "layout": 0, "rows": 0,  # the user's config sections and the run-folder contract
     "corpus": 1, "plan": 1,  # the corpus and its shard plan; the lot plan and the lots file
     "pool": 2, "report": 2,  # the Ray pool; the quality report
     "run": 3,  # a batch run: driver, attempt, merge, export, status, lease, detach, wrap-up
