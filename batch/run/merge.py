@@ -119,35 +119,37 @@ class Tally(Ledger):
         Returns:
             The table's ids, in order (for the plan's ``ids_sha256``).
         """
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         status, category, reason = table.column("status"), table.column("category"), table.column("reason")
-        accepted = pc.fill_null(pc.equal(status, "accepted"), False)
-        rejected = pc.fill_null(pc.equal(status, "rejected"), False)
-        allowed = pc.fill_null(pc.is_in(category, value_set=pa.array(self.categories, pa.string())), False)
-        rej_reasons = pc.filter(pc.fill_null(reason, ""), rejected)
-        bad = pc.or_(pc.invert(pc.or_(accepted, rejected)),
-                     pc.or_(pc.and_(accepted, pc.invert(allowed)),
-                            pc.and_(rejected, pc.equal(pc.fill_null(reason, ""), ""))))
-        ids = table.column("id").to_pylist()
-        self.ids.add_many([str(i) for i in ids], self.total)
+        accepted, rejected = pc.equal(status, "accepted"), pc.equal(status, "rejected")
+        n_acc, n_rej = pc.sum(accepted).as_py() or 0, pc.sum(rejected).as_py() or 0
+        column = table.column("id")
+        ids = column.to_pylist()
+        self.ids.add_many(ids if not column.null_count else [str(i) for i in ids], self.total)
         self.total += table.num_rows
-        self.accepted += pc.sum(accepted).as_py() or 0
-        self.rejected += pc.sum(rejected).as_py() or 0
+        self.accepted += n_acc
+        self.rejected += n_rej
+        flagged = n_acc + n_rej != table.num_rows
         for item in pc.value_counts(pc.filter(category, accepted)).to_pylist():  # first-seen order, as Counter keeps
             self.per_category[item["values"]] += item["counts"]
-        for item in pc.value_counts(pc.filter(category, allowed)).to_pylist():
-            self.by_category[item["values"]] += item["counts"]
-        for item in pc.value_counts(rej_reasons).to_pylist():
-            self.reasons[item["values"].split(":")[0]] += item["counts"]
+            flagged = flagged or item["values"] not in self.by_category
+        for item in pc.value_counts(category).to_pylist():
+            if item["values"] in self.by_category:
+                self.by_category[item["values"]] += item["counts"]
+        for item in pc.value_counts(pc.filter(reason, rejected)).to_pylist():
+            self.reasons[(item["values"] or "").split(":")[0]] += item["counts"]
+            flagged = flagged or not item["values"]
         self.n_tokens += pc.sum(table.column("n_tokens")).as_py() or 0
-        if pc.any(bad).as_py():
-            for row in pc.filter(table, bad).to_pylist():
-                r = Result.model_construct(**{k: row.get(k) for k in ("id", "status", "category", "reason")})
-                kind = (self.bad_category if r.status == "accepted" else self.no_reason if r.status == "rejected"
-                        else self.bad_status)
-                self._note(kind, r)
+        if flagged:  # name each flagged row, in row order (few rows: Python over them alone)
+            from classify.accounting import row_problem
+
+            for row in table.select(["id", "status", "category", "reason"]).to_pylist():
+                r = Result.model_construct(**row)
+                if row_problem(r, self.categories) is not None:
+                    kind = (self.bad_category if r.status == "accepted" else self.no_reason if r.status == "rejected"
+                            else self.bad_status)
+                    self._note(kind, r)
         return ids
 
     def duplicate_ids(self, results: Path) -> list[str]:
@@ -322,13 +324,15 @@ def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, A
                 if isinstance(parsed, Exception):
                     raise parsed
                 lines, table = parsed
-                check_shard_ids(path, shard, table.column("id").to_pylist())
                 copied, copied_table = _copied_rows(fh, lines, table, review)
                 if copied_table is not table:
+                    check_shard_ids(path, shard, table.column("id").to_pylist())
                     problems += _differing_rows(lines, copied, tally.total, path.relative_to(export_dir),
                                                 10 - len(problems))
                 parquet.take(copied_table, copied)
-                tally.add_table(copied_table)
+                ids = tally.add_table(copied_table)
+                if copied_table is table:  # the same rows: their ids are the shard file's
+                    check_shard_ids(path, shard, ids)
                 shard_rows += table.num_rows
             rest, rest_table = read_rows(fh.read(), review, str(results))
             if rest_table.num_rows:
