@@ -92,14 +92,14 @@ def test_csv_shards_by_byte_offsets_with_multiline_records(tmp_path):
 
 
 def test_a_version_1_run_folder_is_refused_with_a_clear_message(tmp_path):
-    from batch.config import BatchConfig
-    from batch.run.attempt import plan_or_reuse
-    from batch.runfiles import Manifest
+    from batch import layout as mf
     from classify.errors import InputError
+    from classify.runrecords import write_json_atomic
 
-    corpus = write_jsonl(tmp_path / "c.jsonl", news_rows(3))
-    with pytest.raises(InputError, match=r"batch old was started by an earlier docpilot \(run folder manifest_version 1"):
-        plan_or_reuse(BatchConfig(), corpus, "jsonl", Manifest(shards=[], corpus={}), "old")
+    write_json_atomic(tmp_path / "old" / mf.MANIFEST, {"batch_id": "old", "shards": [], "corpus": {}})
+    with pytest.raises(InputError, match=r"batch old was made by an earlier docpilot \(run folder manifest_version 1, "
+                                         r".*\(manifest_version 2\) and cannot resume it"):
+        mf.read_manifest(tmp_path / "old", "resume")  # as the driver reads it (BatchRun._run)
 
 
 def test_the_instant_engine_cannot_be_selected_by_config_or_cli():

@@ -33,7 +33,7 @@ def pod(tmp_path, monkeypatch, bbc_dir):
     shutil.copytree(finished, unfinished)
     for name in (mf.RESULTS, mf.SUMMARY, "results.parquet"):
         (unfinished / name).unlink(missing_ok=True)
-    shard1 = mf.shard_path(unfinished, 1, mf.read_manifest(unfinished).version)
+    shard1 = mf.shard_path(unfinished, 1)
     shard1.unlink()  # shard 1 of 2 not written yet
     pilot = runs / "20261201T000000Z-pilot-abcdef12"  # a pilot is a batch run folder plus its decision
     shutil.copytree(finished, pilot)
