@@ -139,3 +139,8 @@ def planned_shards(path: Path | str, shard_docs: int, max_doc_bytes: int = 200_0
 
     plan = plan_corpus(CorpusConfig(path=str(path)), shard_docs, 1 << 62, None, max_doc_bytes)
     return [(s, plan.read_shard(s, max_doc_bytes)) for s in plan.shards]
+
+
+def output_rows(out: object) -> list[dict]:
+    """The result rows of a :class:`batch.corpus.shard.ShardOutput` (its shard file's lines), in order."""
+    return [json.loads(line) for line in out.body.splitlines() if line.strip()]  # type: ignore[attr-defined]
