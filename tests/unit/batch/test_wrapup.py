@@ -100,6 +100,17 @@ def test_a_tampered_copy_fails_the_wrap_up_names_it_and_does_not_stop_the_lease(
     assert "FAILED batch" in capsys.readouterr().out
 
 
+def test_a_version_1_batch_folder_fails_the_wrap_up_with_the_earlier_docpilot_message(pod, tmp_path):
+    old = pod["runs"] / "b-old"
+    old.mkdir()
+    (old / mf.MANIFEST).write_text(json.dumps({"batch_id": "b-old", "corpus": {"distinct_ids": 1}, "shards": []}))
+    with pytest.raises(VerificationError, match=r"MISSING or failed their re-check: batch b-old: EarlierRunFolder: "
+                                                r"batch b-old was made by an earlier docpilot"):
+        _wrap(pod, tmp_path / "offpod")
+    record, _ = _record(pod)
+    assert [i["name"] for i in record["items"] if not i["verified"]] == ["b-old"] and _stops(pod) == 0
+
+
 @pytest.mark.usefixtures("lease_s3")
 def test_wrap_up_to_s3_an_interrupted_upload_fails_and_a_rerun_completes_and_stops_once(pod, monkeypatch):
     from classify import storage
