@@ -14,8 +14,8 @@ Layout of ``runs/<batch-id>/``::
 A shard file exists only when its shard is complete (temporary file, fsync, rename), so a
 resumed batch runs exactly the shards without a file: every id lands in exactly one shard file.
 Shard files are grouped 1,000 to a folder, so no folder of a run holds more than about 1,000 files.
-Run folders of ``manifest_version`` 1 (``shards/NNNNN.jsonl``, a plan of positions in a corpus
-read into memory) are still read by ``docpilot status`` and the export re-check, but not resumed.
+Run folders of an earlier layout (``manifest_version`` 1: ``shards/NNNNN.jsonl``, a plan of positions
+in a corpus read into memory) are refused by every reader (:func:`batch.runfiles.earlier_run_folder`).
 
 This module holds the layout, the shard plan and shard files, and the manifest's resume rules
 (``manifest.json`` and ``progress.json`` themselves are :mod:`batch.runfiles` models); merging the
@@ -32,10 +32,10 @@ from typing import Any
 from batch.runfiles import (
     MANIFEST_VERSION as MANIFEST_VERSION,  # the layout version, defined with the model
 )
-from batch.runfiles import Manifest, Shard
+from batch.runfiles import EarlierRunFolder, Manifest, Shard, earlier_run_folder
 from classify.errors import InputError, VerificationError
 from classify.files import ids_sha256
-from classify.records import Document, Result, read_results
+from classify.records import Result
 from classify.runrecords import write_jsonl_atomic
 
 MANIFEST = "manifest.json"
@@ -53,55 +53,27 @@ RESUME_KEYS = ("corpus_fingerprint", "config_sha256", "model_fingerprint", "adap
 """Manifest fields that must be unchanged for a batch id to resume."""
 
 
-def plan_shards(docs: list[Document] | tuple[Document, ...], shard_docs: int) -> list[Shard]:
-    """Cut the corpus into consecutive shards of ``shard_docs`` documents.
-
-    Args:
-        docs: one document per distinct id, in corpus order.
-        shard_docs: documents per shard (the last one may be shorter).
-
-    Returns:
-        One :class:`~batch.runfiles.Shard` per shard (``index, start, n_docs, first_id, last_id, ids_sha256``).
-    """
-    plan = []
-    for index, start in enumerate(range(0, len(docs), shard_docs)):
-        ids = [d.id for d in docs[start:start + shard_docs]]
-        plan.append(Shard(index=index, start=start, n_docs=len(ids), first_id=ids[0], last_id=ids[-1],
-                          ids_sha256=ids_sha256(ids)))
-    return plan
+def shard_path(run_dir: Path, index: int) -> Path:
+    """The file of shard ``index``: ``shards/GGG/NNNNNN.jsonl`` (``GGG`` = ``index // 1000``)."""
+    return run_dir / SHARDS / f"{index // SHARDS_PER_FOLDER:03d}" / f"{index:06d}.jsonl"
 
 
-def shard_path(run_dir: Path, index: int, version: int = 1) -> Path:
-    """The file of shard ``index``: ``shards/GGG/NNNNNN.jsonl`` (version 2) or ``shards/NNNNN.jsonl`` (version 1)."""
-    if version >= 2:
-        return run_dir / SHARDS / f"{index // SHARDS_PER_FOLDER:03d}" / f"{index:06d}.jsonl"
-    return run_dir / SHARDS / f"{index:05d}.jsonl"
-
-
-def manifest_version(manifest: Manifest | Mapping[str, Any]) -> int:
-    """The run folder layout of a manifest (1 when the field is absent: the first layout)."""
-    return Manifest.of(manifest).version
-
-
-def shard_files(run_dir: Path, version: int) -> Iterator[tuple[int, Path]]:
+def shard_files(run_dir: Path) -> Iterator[tuple[int, Path]]:
     """``(index, path)`` of every shard file in a run folder (temporary files skipped), in index order."""
     folder = run_dir / SHARDS
     if not folder.is_dir():
         return
     found = []
-    if version >= 2:
-        for group in sorted(folder.iterdir()):
-            if group.is_dir() and group.name.isdigit():
-                found += [(int(p.stem), p) for p in group.glob("*.jsonl") if p.stem.isdigit()]
-    else:
-        found = [(int(p.stem), p) for p in folder.glob("*.jsonl") if p.stem.isdigit()]
+    for group in sorted(folder.iterdir()):
+        if group.is_dir() and group.name.isdigit():
+            found += [(int(p.stem), p) for p in group.glob("*.jsonl") if p.stem.isdigit()]
     yield from sorted(found)
 
 
 def complete_shard_indexes(run_dir: Path, manifest: Manifest) -> list[int]:
     """Indexes of the planned shards whose file exists (a cheap listing; contents are checked by :func:`scan_done`)."""
     planned = {s.index for s in manifest.shards}
-    return [i for i, _ in shard_files(run_dir, manifest.version) if i in planned]
+    return [i for i, _ in shard_files(run_dir) if i in planned]
 
 
 def result_lines(path: Path) -> Iterator[tuple[bytes, Result]]:
@@ -143,7 +115,7 @@ def scan_done(run_dir: Path, manifest: Manifest) -> dict[int, dict[str, int]]:
     """
     planned = {s.index: s for s in manifest.shards}
     done: dict[int, dict[str, int]] = {}
-    for index, path in shard_files(run_dir, manifest.version):
+    for index, path in shard_files(run_dir):
         if index not in planned:
             raise VerificationError(f"{path}: not a shard of this batch's plan ({len(planned)} shards); remove it")
         ids, accepted, rejected = [], 0, 0
@@ -156,9 +128,22 @@ def scan_done(run_dir: Path, manifest: Manifest) -> dict[int, dict[str, int]]:
     return done
 
 
-def read_manifest(run_dir: Path) -> Manifest | None:
-    """The run folder's manifest, or ``None`` when the folder has none yet."""
-    return Manifest.read(run_dir / MANIFEST)
+def read_manifest(run_dir: Path, doing: str = "read") -> Manifest | None:
+    """The run folder's manifest, or ``None`` when the folder has none yet.
+
+    Args:
+        run_dir: the run folder.
+        doing: what the caller would do with it, a verb for the refusal of an earlier layout (``"resume"``).
+
+    Raises:
+        InputError: a damaged manifest (:meth:`batch.runfiles.Manifest.read`).
+        EarlierRunFolder: a run folder of an earlier layout (:func:`batch.runfiles.earlier_run_folder`,
+            naming the folder when its manifest names no batch).
+    """
+    try:
+        return Manifest.read(run_dir / MANIFEST)
+    except EarlierRunFolder as err:
+        raise earlier_run_folder(err.batch_id or run_dir.name, err.version, doing) from None
 
 
 def write_manifest(run_dir: Path, manifest: Manifest | Mapping[str, Any]) -> None:
@@ -219,48 +204,18 @@ def check_resume(run_dir: Path, old: Manifest | Mapping[str, Any], new: Manifest
         )
 
 
-def completed_shards(run_dir: Path, plan: list[Shard], version: int = 1) -> dict[int, list[Result]]:
-    """Read every complete shard file and check it holds exactly its planned ids (small runs; see :func:`scan_done`).
-
-    Args:
-        run_dir: the run folder.
-        plan: the manifest's shard plan.
-        version: the run folder's layout.
-
-    Returns:
-        ``{shard index: its results}`` for the shards whose file exists.
-
-    Raises:
-        VerificationError: a shard file that is not in the plan, or whose ids differ from the plan.
-    """
-    planned = {s.index: s for s in plan}
-    done: dict[int, list[Result]] = {}
-    for index, path in shard_files(run_dir, version):
-        if index not in planned:
-            raise VerificationError(f"{path}: not a shard of this batch's plan ({len(plan)} shards); remove it")
-        rows = read_results(path)
-        if ids_sha256([r.id for r in rows]) != planned[index].ids_sha256:
-            raise VerificationError(
-                f"{path}: its {len(rows)} ids differ from the planned shard ({planned[index].n_docs} ids "
-                f"{planned[index].first_id}..{planned[index].last_id}); remove the file to redo the shard"
-            )
-        done[index] = rows
-    return done
-
-
-def write_shard(run_dir: Path, index: int, rows: list[Result], version: int = 1) -> Path:
+def write_shard(run_dir: Path, index: int, rows: list[Result]) -> Path:
     """Write one complete shard atomically (temporary file, fsync, rename).
 
     Args:
         run_dir: the run folder.
         index: the shard's index in the plan.
         rows: its results (one JSON line each: :meth:`classify.records.Result.row`, keys sorted).
-        version: the run folder's layout (:func:`manifest_version`).
 
     Returns:
         The shard file's path.
     """
-    path = shard_path(run_dir, index, version)
+    path = shard_path(run_dir, index)
     write_jsonl_atomic(path, (r.row() for r in rows))
     return path
 

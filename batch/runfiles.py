@@ -16,13 +16,45 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from classify.errors import InputError
 from classify.runrecords import write_json_atomic
 
 MANIFEST_VERSION = 2
-"""The run folder layout this docpilot writes (``shards/GGG/NNNNNN.jsonl``, a corpus plan read in streams)."""
+"""The run folder layout this docpilot writes and reads (``shards/GGG/NNNNNN.jsonl``, a corpus plan read in streams)."""
+
+
+class EarlierRunFolder(InputError):
+    """A run folder written by an earlier docpilot (``manifest_version`` below :data:`MANIFEST_VERSION`): not read.
+
+    Attributes:
+        batch_id: the batch named in its manifest (``None`` when it names none).
+        version: its ``manifest_version`` (1 when the field is absent).
+    """
+
+    def __init__(self, message: str, batch_id: str | None, version: int):
+        super().__init__(message)
+        self.batch_id, self.version = batch_id, version
+
+
+def earlier_run_folder(batch_id: str | None, version: int, doing: str = "read") -> EarlierRunFolder:
+    """The one refusal of a run folder of an earlier layout (resume, ``docpilot status``, the export re-check).
+
+    Args:
+        batch_id: the batch (run folder name), or ``None`` when the manifest does not say.
+        version: its ``manifest_version`` (1 when the field is absent: the first layout).
+        doing: what is refused, a verb (``"resume"``, ``"read"``).
+
+    Returns:
+        The error to raise, naming the batch, both layouts and what to do instead.
+    """
+    what = f"batch {batch_id}" if batch_id else "this run folder"
+    return EarlierRunFolder(
+        f"{what} was made by an earlier docpilot (run folder manifest_version {version}, "
+        f"shards/NNNNN.jsonl over a corpus read whole); this version plans and reads corpora in streams "
+        f"(manifest_version {MANIFEST_VERSION}) and cannot {doing} it. Use the docpilot that made it "
+        "(its complete shards stay in the folder), or start a new batch id", batch_id, version)
 
 
 class _RunFile(BaseModel):
@@ -47,9 +79,7 @@ class Shard(_RunFile):
 
     The JSON holds the keys a plan sets and no others (a missing key stays missing when the manifest is
     written back): ``offset``/``end``/``bytes_sha256`` only for JSONL and CSV, ``files`` only for a
-    folder, ``dups``/``skip`` only for a shard with duplicated ids. A ``manifest_version`` 1 plan has
-    ``index, start, n_docs, first_id, last_id, ids_sha256`` (``start`` kept as an unknown key): it is
-    read (``status``) but never planned or resumed.
+    folder, ``dups``/``skip`` only for a shard with duplicated ids.
 
     Attributes:
         index: the shard's position in the plan (its file is :func:`batch.layout.shard_path` of it).
@@ -98,7 +128,8 @@ class Manifest(_RunFile):
     """``manifest.json``: what a batch is (resume keys, shard plan, provenance) and one record per attempt.
 
     Attributes:
-        manifest_version: the run folder layout (absent in the first layout: :attr:`version` is 1).
+        manifest_version: the run folder layout, :data:`MANIFEST_VERSION` (absent in the first layout, which
+            is refused: :func:`earlier_run_folder`).
         batch_id: the run folder's name.
         created_at: UTC ISO 8601.
         corpus: :meth:`batch.corpus.plan.CorpusPlan.describe` (``path``, ``format``, ``input_rows``,
@@ -139,9 +170,17 @@ class Manifest(_RunFile):
     packages: dict[str, Any] | None = None
     attempts: list[dict[str, Any]] = []
 
+    @model_validator(mode="after")
+    def _current_layout(self) -> Manifest:
+        """Refuse a manifest of an earlier layout (:class:`EarlierRunFolder`, raised as is: not a ``ValueError``)."""
+        version = int(self.manifest_version or 1)
+        if version < MANIFEST_VERSION:
+            raise earlier_run_folder(self.batch_id, version)
+        return self
+
     @property
     def version(self) -> int:
-        """The run folder layout (1 when ``manifest_version`` is absent: the first layout)."""
+        """The run folder layout (:data:`MANIFEST_VERSION` or later: an earlier one does not validate)."""
         return int(self.manifest_version or 1)
 
     @property
@@ -159,6 +198,7 @@ class Manifest(_RunFile):
 
         Raises:
             InputError: a damaged file (not JSON, not an object, or fields of the wrong type), named.
+            EarlierRunFolder: a manifest of an earlier layout (:func:`earlier_run_folder`).
         """
         if not path.is_file():
             return None

@@ -89,7 +89,7 @@ def _child(corpus: str, work: str, batch_id: str, host: str = "0") -> None:
     n_shards = len(manifest.shards)
     # a resume with half the shards done: every other shard file, the results and the export removed
     for s in manifest.shards[::2]:
-        mf.shard_path(run, s.index, manifest.version).unlink()
+        mf.shard_path(run, s.index).unlink()
     for name in (mf.RESULTS, mf.RESULTS_PARQUET, mf.SUMMARY):
         (run / name).unlink(missing_ok=True)
     shutil.rmtree(summary["export_dir"])

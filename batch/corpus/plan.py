@@ -19,9 +19,10 @@ again to compare the real ids. A duplicated id becomes ONE rejected row at its f
 naming every occurrence (source and sha256); the later occurrences are skipped when their shard
 is read (the plan lists them), so every distinct id is one result row.
 
-The corpus fingerprint covers the content: sha256 over the file's bytes (JSONL, CSV, Parquet;
-plus every file a JSONL ``path`` record names), or over ``relative path, file sha256`` for each
-file of a folder. A resume that finds the same fingerprint reuses the stored plan.
+The corpus fingerprint covers the content: sha256 over the file's bytes (JSONL; plus every file a
+JSONL ``path`` record names), over the file's sha256 hex (CSV, Parquet:
+:func:`batch.corpus.scan.tabular_fingerprint`), or over ``relative path, file sha256`` for each file of
+a folder. A resume that finds the same fingerprint reuses the stored plan.
 """
 
 from __future__ import annotations
@@ -35,7 +36,15 @@ from typing import Any
 
 from batch.config import CorpusConfig
 from batch.corpus.ids import IdHashBuckets
-from batch.corpus.scan import csv_rows, detect_format, dir_rows, jsonl_rows, parquet_docs, parquet_rows
+from batch.corpus.scan import (
+    csv_rows,
+    detect_format,
+    dir_rows,
+    jsonl_rows,
+    parquet_docs,
+    parquet_rows,
+    tabular_fingerprint,
+)
 from batch.corpus.shard import ShardInput, fold_shard, jsonl_documents
 from batch.runfiles import Manifest, Shard
 from classify.documents import read_file_document
@@ -76,14 +85,21 @@ def quick_fingerprint(where: Path, fmt: str, described: dict[str, Any]) -> str |
     """The corpus fingerprint without planning, when the format allows it (else ``None``).
 
     JSONL without ``path`` records, CSV and Parquet are fingerprinted by their bytes alone, so a
-    resume checks the corpus in one sequential read and reuses the stored plan.
+    resume checks the corpus in one sequential read and reuses the stored plan. The value is the
+    planning pass's (:func:`plan_corpus`): ``sha256:<file sha256>`` for JSONL,
+    :func:`batch.corpus.scan.tabular_fingerprint` of it for CSV and Parquet.
 
     Args:
         where: the corpus path.
         fmt: its format.
         described: the stored manifest's ``corpus`` entry (``has_path_records`` for JSONL).
+
+    Returns:
+        ``sha256:<hex>``, or ``None`` for a folder or a JSONL file with ``path`` records (those need a plan).
     """
-    if fmt in ("csv", "parquet") or (fmt == "jsonl" and not described.get("has_path_records", True)):
+    if fmt in ("csv", "parquet"):
+        return tabular_fingerprint(file_sha256(where))
+    if fmt == "jsonl" and not described.get("has_path_records", True):
         return f"sha256:{file_sha256(where)}"
     return None
 

@@ -306,11 +306,24 @@ def fast_line_id(raw: bytes) -> str | None:
     return escape_surrogates(str(value))
 
 
+def tabular_fingerprint(file_sha: str) -> str:
+    """The corpus fingerprint of a CSV or Parquet file: ``sha256:`` + sha256 of its bytes' sha256 hex.
+
+    The one form of both the planning pass (:func:`csv_rows`, :func:`parquet_rows` feed ``file_sha`` to the
+    plan's digest) and the resume's quick check (:func:`batch.corpus.plan.quick_fingerprint`), so a resumed
+    CSV or Parquet batch whose file is unchanged reuses its stored plan.
+
+    Args:
+        file_sha: sha256 hex of the whole file (:func:`classify.files.file_sha256`).
+    """
+    return f"sha256:{hashlib.sha256(file_sha.encode()).hexdigest()}"
+
+
 def csv_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, Any]) -> Iterator[Row]:
     header, data_offset = csv_header(path)
     reading.update(header=header, data_offset=data_offset, text_column=cfg.text_column, id_column=cfg.id_column,
                    id_prefix=cfg.id_prefix or path.stem)
-    digest.update(file_sha256(path).encode())
+    digest.update(file_sha256(path).encode())  # the plan's fingerprint is then tabular_fingerprint(file sha256)
     for row in iter_csv_rows(path, cfg.text_column, id_column=cfg.id_column, id_prefix=reading["id_prefix"]):
         yield Row(row.index, row.doc_id, row.text_bytes or 1, row.end)
 
@@ -321,7 +334,7 @@ def parquet_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, 
     pf, use_ids = parquet_columns(path, cfg.text_column, cfg.id_column)
     reading.update(text_column=cfg.text_column, id_column=cfg.id_column, id_prefix=escape_surrogates(cfg.id_prefix or path.stem))
     file_sha, reading["row_group_sha256"] = parquet_ranges_sha256(path, parquet_ranges(pf, path))
-    digest.update(file_sha.encode())
+    digest.update(file_sha.encode())  # the plan's fingerprint is then tabular_fingerprint(file_sha)
     name = escape_surrogates(path.name)
     columns = [cfg.text_column] + ([cfg.id_column] if use_ids else [])
     for row0, batch in iter_parquet_batches(pf, path, columns):

@@ -511,8 +511,8 @@ def run_pool(make_actor: Callable[[int], Any], n_actors: int, shards: Sequence[S
             ``classify`` takes (a :class:`~batch.corpus.shard.ShardInput`), or a :class:`LazyShard` that reads it when
             the shard is dispatched (the driver then holds only the shards in flight).
         on_done: called in the driver with ``(index, result)`` as each shard completes; ``result`` is
-            what the actor's ``classify`` returned (a :class:`batch.corpus.shard.ShardOutput` from
-            :class:`EngineActor`, result rows from a test actor).
+            what the actor's ``classify`` returned (the batch run takes a :class:`batch.corpus.shard.ShardOutput`
+            only, as :class:`EngineActor` returns; the pool passes it on unread).
         max_shard_retries: re-runs allowed per shard.
         on_event: optional callback ``(event, detail)`` for ``actor-ready`` (with :meth:`EngineActor.info`),
             ``retry`` (progress file) and ``slot-dropped`` (``{"slot", "reason"}``).

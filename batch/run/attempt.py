@@ -39,7 +39,6 @@ from classify.errors import InputError, VerificationError
 from classify.export import export_complete, export_run
 from classify.model import ModelRef
 from classify.paths import exports_dir, verbose_logs
-from classify.records import Result
 from classify.runrecords import utc_now, write_bytes_atomic, write_json_atomic
 
 if TYPE_CHECKING:
@@ -60,15 +59,12 @@ def _init_ray() -> Any:
 def plan_or_reuse(cfg: BatchConfig, where: Path, fmt: str, old: Manifest | None, batch_id: str) -> CorpusPlan:
     """The corpus plan: the stored one when the corpus bytes are unchanged (a resume), else a new planning pass.
 
+    ``old`` is a manifest of the current layout (one of an earlier layout is refused when it is read:
+    :func:`batch.layout.read_manifest` with ``doing="resume"``).
+
     Raises:
-        InputError: ``old`` is a run folder of an earlier layout (``manifest_version`` 1), which is not resumed.
+        InputError: as :func:`batch.corpus.plan.plan_corpus`.
     """
-    if old is not None and old.version < mf.MANIFEST_VERSION:
-        raise InputError(
-            f"batch {batch_id} was started by an earlier docpilot (run folder manifest_version {old.version}, "
-            f"shards/NNNNN.jsonl over a corpus read whole); this version plans and reads corpora in streams "
-            f"(manifest_version {mf.MANIFEST_VERSION}) and cannot resume it. Finish it with the docpilot that started it, "
-            "or start a new batch id (its complete shards stay readable: `docpilot status` and the export re-check)")
     if old is not None and old.corpus.get("format") == fmt:
         fingerprint = quick_fingerprint(where, fmt, old.corpus)
         if fingerprint is not None and fingerprint == old.corpus_fingerprint:
@@ -200,7 +196,7 @@ class BatchRun:
         self.lease_ends_at = lease_end(self.options.lots_config, self.options.lease_ends)
         remove_stale_temporaries(self.run_dir, self._export_dest())  # a killed attempt's debris (this process holds the lock)
         self._stage("plan")
-        old = mf.read_manifest(self.run_dir)
+        old = mf.read_manifest(self.run_dir, "resume")  # an earlier layout is refused (EarlierRunFolder)
         corpus = self.corpus_plan or plan_or_reuse(self.cfg, self.corpus_path, self.corpus_format, old, self.batch_id)
         new = build_manifest(self.batch_id, self.cfg, corpus, self.model, adapter=self.adapter, gate=self.gate_record)
         manifest = new if old is None else self._resumable(old, new)
@@ -370,24 +366,17 @@ class BatchRun:
                 elif name == "retry":
                     progress.update(last_error=detail["error"], retries=progress.retries + 1)
 
-            def on_done(index: int, out: ShardOutput | list[Any]) -> None:
+            def on_done(index: int, out: ShardOutput) -> None:
                 hooks.stage("write")
-                if isinstance(out, ShardOutput):  # the shard file as the actor wrote it: check its ids, write it
-                    if out.ids_sha256 != plan[index].ids_sha256:
-                        raise VerificationError(f"shard {index}: the engine actor returned {out.n_docs} results whose ids "
-                                                f"differ from the planned shard ({plan[index].n_docs} ids); nothing written")
-                    write_bytes_atomic(mf.shard_path(run_dir, index, manifest.version), out.body)
-                    progress.shard_counted(out.n_docs, out.accepted, out.rejected, out.n_tokens)
-                    n = out.n_docs
-                else:
-                    results = [Result.of(r) for r in out]  # rows as dicts (test actors; the engine actor sends bytes)
-                    mf.write_shard(run_dir, index, results, manifest.version)
-                    progress.shard_done(results)
-                    n = len(results)
-                hooks.shard_written(index, n)
+                if out.ids_sha256 != plan[index].ids_sha256:  # the shard file as the actor wrote it: check its ids
+                    raise VerificationError(f"shard {index}: the engine actor returned {out.n_docs} results whose ids "
+                                            f"differ from the planned shard ({plan[index].n_docs} ids); nothing written")
+                write_bytes_atomic(mf.shard_path(run_dir, index), out.body)
+                progress.shard_counted(out.n_docs, out.accepted, out.rejected, out.n_tokens)
+                hooks.shard_written(index, out.n_docs)
                 hooks.stage("classify")
                 lease.tick(progress, bar)
-                bar.update(n)
+                bar.update(out.n_docs)
 
             actor_model, actor_fingerprint = (adapter.engine_model(cfg.model, manifest.model_fingerprint) if adapter
                                               else (cfg.model, manifest.model_fingerprint))

@@ -32,7 +32,7 @@ from batch.layout import (
 from batch.rows import REVIEW_COLUMN, RowMatcher, has_review, parsed_shards, read_rows, results_schema
 from batch.runfiles import Manifest
 from classify.accounting import Ledger, account, recount_mismatches
-from classify.errors import VerificationError
+from classify.errors import InputError, VerificationError
 from classify.records import Result
 
 
@@ -87,8 +87,8 @@ def check_export(export_dir: Path) -> list[str]:
     try:
         manifest = Manifest.of(json.loads((export_dir / MANIFEST).read_text(encoding="utf-8")))
         summary = json.loads((export_dir / SUMMARY).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:  # json.JSONDecodeError and pydantic's ValidationError are ValueErrors
-        return [f"cannot read the copy: {err}"]
+    except (OSError, ValueError, InputError) as err:  # JSONDecodeError and ValidationError are ValueErrors; an
+        return [f"cannot read the copy: {err}"]  # earlier layout is batch.runfiles.EarlierRunFolder (an InputError)
 
     return check_export_rows(export_dir, manifest, summary)
 
@@ -190,7 +190,7 @@ class Tally(Ledger):
 
 
 def _shard_paths(run_dir: Path, manifest: Manifest) -> list[Path]:
-    return [shard_path(run_dir, shard.index, manifest.version) for shard in manifest.shards]
+    return [shard_path(run_dir, shard.index) for shard in manifest.shards]
 
 
 class _Outputs:

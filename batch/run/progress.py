@@ -19,7 +19,6 @@ from tqdm import tqdm
 
 from batch.layout import PROGRESS
 from batch.runfiles import ProgressFile
-from classify.records import Result
 from classify.runrecords import utc_now
 
 SAVE_EVERY_S = 2.0
@@ -71,13 +70,9 @@ class Progress:
         self._t0 = time.monotonic()
         self.save()
 
-    def shard_done(self, rows: list[Result]) -> None:
-        """Count a shard completed in this attempt; save when the last save is :data:`SAVE_EVERY_S` old."""
-        self.shard_counted(len(rows), sum(r.status == "accepted" for r in rows), sum(r.status == "rejected" for r in rows),
-                           sum(int(r.n_tokens or 0) for r in rows))
-
     def shard_counted(self, n_docs: int, accepted: int, rejected: int, n_tokens: int) -> None:
-        """:meth:`shard_done` from counts (a shard whose results the actor counted); tokens are prompt tokens."""
+        """Count a shard completed in this attempt from the counts its actor made (tokens are prompt tokens); save
+        when the last save is :data:`SAVE_EVERY_S` old."""
         self.done += n_docs
         self.accepted += accepted
         self.rejected += rejected

@@ -20,7 +20,7 @@ from typing import Any
 
 from batch import layout as mf
 from batch.run.lease import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check
-from batch.runfiles import ProgressFile
+from batch.runfiles import EarlierRunFolder, ProgressFile
 from classify.errors import InputError
 from classify.paths import runs_dir
 
@@ -49,6 +49,7 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
 
     Raises:
         InputError: no such batch, or a folder that is not a batch run.
+        EarlierRunFolder: a run folder made by an earlier docpilot (:func:`batch.runfiles.earlier_run_folder`).
     """
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", batch_id):  # the batch-id rule of `docpilot batch`
         raise InputError(f"batch id must be a run folder name (letters, digits, '.', '_', '-'), got {batch_id!r}")
@@ -236,6 +237,7 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
 
     Raises:
         InputError: no such run folder.
+        EarlierRunFolder: a run folder made by an earlier docpilot.
     """
     import time
 
@@ -253,6 +255,8 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
             ended = read_exit(run_dir)
             try:
                 st = batch_status(batch_id, root)
+            except EarlierRunFolder:
+                raise  # never readable: waiting would not change it
             except InputError:
                 st = None  # not planned yet (or a training job's folder): no counts to draw
             if st is not None and st["total"] is not None:

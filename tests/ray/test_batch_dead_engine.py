@@ -17,6 +17,7 @@ from classify.errors import EngineError
 from classify.records import Document
 from tests.support.corpora import (
     fake_shards,
+    output_rows,
 )
 
 
@@ -33,14 +34,18 @@ class StuckOrFailingActor:
     def info(self) -> dict:
         return {"pid": os.getpid(), "procs": []}
 
-    def classify(self, docs: list[Document]) -> list[dict]:
+    def classify(self, docs: list[Document]) -> object:
         if docs[0].id == "d-0004" and not self.marker.exists():
             self.marker.touch()
             if self.mode == "hang":
                 time.sleep(3600)  # an engine that stopped answering
             if self.mode == "raise":
                 raise EngineError("vLLM generate failed: EngineDeadError: engine core died")
-        return [{"id": d.id, "status": "accepted", "category": "tech", "n_tokens": 1} for d in docs]
+        # what the engine actor returns, imported in the Ray worker
+        from batch.corpus.shard import ShardOutput
+        from classify.records import Result
+
+        return ShardOutput.of([Result(id=d.id, status="accepted", category="tech", n_tokens=1) for d in docs])
 
     def shutdown(self) -> None:
         pass
@@ -60,9 +65,9 @@ def test_a_stuck_or_failing_engine_is_replaced_and_its_shard_retried_whole(local
     stats = run_pool(lambda slot: remote.remote(str(tmp_path), mode), 1, fake_shards(), done.__setitem__, 2,
                      deadlines=Deadlines(shard_base_s=1.0, shard_per_doc_s=0.5, actor_start_s=20.0))
     assert time.monotonic() - t0 < 120
-    ids = [r["id"] for i in sorted(done) for r in done[i]]
+    ids = [r["id"] for i in sorted(done) for r in output_rows(done[i])]
     assert ids == [f"d-{i:04d}" for i in range(12)]  # each id exactly once, none rejected with an engine error
-    assert all(r["status"] == "accepted" for rows in done.values() for r in rows)
+    assert all(r["status"] == "accepted" for out in done.values() for r in output_rows(out))
     assert stats.retries == 1 and stats.actors_started == 2
     assert message in stats.errors[0]
 

@@ -15,6 +15,7 @@ import pytest
 
 from classify.errors import EngineError
 from classify.records import Document
+from tests.support.corpora import output_rows
 
 NOWHERE = {"lost-node": 1}
 """A custom resource no node offers: an actor asking for it is never placed (like one waiting for a lost node)."""
@@ -30,12 +31,16 @@ class StandInActor:
     def info(self) -> dict:
         return {"pid": os.getpid(), "procs": []}
 
-    def classify(self, docs: list[Document]) -> list[dict]:
+    def classify(self, docs: list[Document]) -> object:
         if docs[0].id == self.die_on and not self.marker.exists():
             self.marker.touch()
             os._exit(1)
         time.sleep(0.5)  # slower than Ray needs to report a death, so the lost shards are requeued mid-batch
-        return [{"id": d.id, "status": "accepted", "category": "tech", "n_tokens": 1} for d in docs]
+        # what the engine actor returns, imported in the Ray worker
+        from batch.corpus.shard import ShardOutput
+        from classify.records import Result
+
+        return ShardOutput.of([Result(id=d.id, status="accepted", category="tech", n_tokens=1) for d in docs])
 
 
 def _shards(n: int = 6) -> list[tuple[int, list[Document]]]:
@@ -54,7 +59,7 @@ def test_a_slot_whose_actor_cannot_be_placed_is_dropped_and_the_others_finish(lo
                      2, _shards(), done.__setitem__, 2, on_event=lambda name, detail: events.append(name),
                      deadlines=Deadlines(shard_base_s=30, shard_per_doc_s=0, actor_start_s=600, actor_place_s=3))
     assert sorted(done) == list(range(6)) and time.monotonic() - t0 < 120
-    assert sorted(r["id"] for rows in done.values() for r in rows) == [f"d-{i:04d}" for i in range(24)]
+    assert sorted(r["id"] for out in done.values() for r in output_rows(out)) == [f"d-{i:04d}" for i in range(24)]
     assert len(stats.dropped) == 1 and stats.dropped[0].startswith("slot 1: ") and "could not be placed" in stats.dropped[0]
     assert stats.retries == 0 and stats.errors == [] and "slot-dropped" in events
 
@@ -76,7 +81,7 @@ def test_a_lost_actors_replacement_that_cannot_be_placed_is_dropped(local_ray, t
     stats = run_pool(make_actor, 2, _shards(10), done.__setitem__, 2,
                      deadlines=Deadlines(shard_base_s=30, shard_per_doc_s=0, actor_start_s=600, actor_place_s=3))
     assert sorted(done) == list(range(10))
-    ids = [r["id"] for rows in done.values() for r in rows]
+    ids = [r["id"] for out in done.values() for r in output_rows(out)]
     assert sorted(ids) == [f"d-{i:04d}" for i in range(40)] and len(ids) == len(set(ids))
     assert stats.retries == 1 and stats.errors[0].startswith("shard 2: ")  # slot 1 runs shards 2 and 3 first
     assert stats.actors_started == 3 and len(stats.dropped) == 1

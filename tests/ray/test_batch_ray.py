@@ -18,7 +18,7 @@ import pytest
 
 from classify.errors import EngineError
 from classify.records import Document
-from tests.support.corpora import PLANTED, ROOT, fake_shards, make_corpus, write_config
+from tests.support.corpora import PLANTED, ROOT, fake_shards, make_corpus, output_rows, write_config
 
 
 class FakeEngineActor:
@@ -31,13 +31,17 @@ class FakeEngineActor:
     def info(self) -> dict:
         return {"pid": os.getpid(), "procs": []}
 
-    def classify(self, docs: list[Document]) -> list[dict]:
+    def classify(self, docs: list[Document]) -> object:
         if docs[0].id == "d-0004":
             marker = self.marker_dir / "died-once"
             if self.always_die or not marker.exists():
                 marker.touch()
                 os.kill(os.getpid(), signal.SIGKILL)  # an actor lost mid-shard
-        return [{"id": d.id, "status": "accepted", "category": "tech", "n_tokens": 1} for d in docs]
+        # what the engine actor returns, imported in the Ray worker
+        from batch.corpus.shard import ShardOutput
+        from classify.records import Result
+
+        return ShardOutput.of([Result(id=d.id, status="accepted", category="tech", n_tokens=1) for d in docs])
 
     def shutdown(self) -> None:
         pass
@@ -50,7 +54,7 @@ def test_pool_retries_a_killed_actors_shard_on_a_fresh_actor(local_ray, tmp_path
     done: dict[int, list] = {}
     stats = run_pool(lambda slot: remote.remote(str(tmp_path)), 2, fake_shards(), done.__setitem__, 2)
     assert sorted(done) == [0, 1, 2]
-    ids = [r["id"] for i in sorted(done) for r in done[i]]
+    ids = [r["id"] for i in sorted(done) for r in output_rows(done[i])]
     assert ids == [f"d-{i:04d}" for i in range(12)]  # each id exactly once
     assert stats.retries >= 1 and stats.actors_started >= 3
     assert "ActorDiedError" in stats.errors[0] or "RayActorError" in stats.errors[0]

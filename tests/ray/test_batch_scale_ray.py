@@ -80,7 +80,7 @@ def test_resume_with_half_the_shards_is_exactly_once_and_folders_stay_small(loca
     assert sorted(os.listdir(run / mf.SHARDS)) == ["000", "001", "002"]
     removed = manifest.shards[::2]
     for s in removed:
-        mf.shard_path(run, s.index, 2).unlink()
+        mf.shard_path(run, s.index).unlink()
     for name in (mf.RESULTS, mf.RESULTS_PARQUET, mf.SUMMARY):
         (run / name).unlink()
     import shutil
@@ -132,7 +132,7 @@ def test_a_shard_whose_returned_ids_differ_from_the_plan_is_never_written(local_
     with pytest.raises(VerificationError, match=r"shard 0: the engine actor returned 15 results whose ids differ from the "
                                                 r"planned shard \(16 ids\); nothing written"):
         run_batch(args, _engine_actor=local_ray.remote(max_restarts=0, max_task_retries=0)(_dropping_actor()))
-    assert not mf.shard_path(tmp_path / "runs" / "drop", 0, 2).exists()
+    assert not mf.shard_path(tmp_path / "runs" / "drop", 0).exists()
     again = run_batch(args, _engine_actor=remote_class())  # the same batch id resumes and finishes exactly once
     assert again["total"] == 2000 and again["accepted"] + again["rejected"] == 2000
 

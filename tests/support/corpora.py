@@ -125,3 +125,22 @@ def edit_in_place(path: Path, row: int) -> None:
     with path.open("r+b") as fh:
         fh.seek(at)
         fh.write(b"Shares ROSE")
+
+
+def planned_shards(path: Path | str, shard_docs: int, max_doc_bytes: int = 200_000) -> list[tuple]:
+    """The shard plan of a corpus as the batch makes it (:func:`batch.corpus.plan.plan_corpus`, cut every
+    ``shard_docs`` rows), with each shard's documents.
+
+    Returns:
+        ``[(Shard, [Document, ...]), ...]`` in plan order.
+    """
+    from batch.config import CorpusConfig
+    from batch.corpus.plan import plan_corpus
+
+    plan = plan_corpus(CorpusConfig(path=str(path)), shard_docs, 1 << 62, None, max_doc_bytes)
+    return [(s, plan.read_shard(s, max_doc_bytes)) for s in plan.shards]
+
+
+def output_rows(out: object) -> list[dict]:
+    """The result rows of a :class:`batch.corpus.shard.ShardOutput` (its shard file's lines), in order."""
+    return [json.loads(line) for line in out.body.splitlines() if line.strip()]  # type: ignore[attr-defined]

@@ -14,9 +14,10 @@ from adapters.registry import Registry
 from batch import layout as mf
 from batch.config import BatchConfig, CorpusConfig, results_config, results_config_sha256
 from batch.corpus.plan import read_corpus
-from batch.run.merge import check_export, merge_results, summarize
+from batch.run.merge import check_export, merge_results
+from batch.runfiles import Manifest
 from classify.records import Result
-from tests.support.corpora import make_corpus
+from tests.support.corpora import make_corpus, planned_shards
 from tests.support.s3server import moto_s3
 
 FP = "sha256:" + "0" * 64
@@ -71,15 +72,17 @@ def batch_run(tmp_path: Path, bbc_dir: Path) -> Path:
     corpus = read_corpus(CorpusConfig(path=str(spec["path"])), 200_000)
     cfg = BatchConfig(batch={"shard_docs": 8})
     run = tmp_path / "runs" / "b-s3"
-    mf.write_manifest(run, {"corpus": corpus.describe(), "corpus_fingerprint": corpus.fingerprint,
-                            "config": results_config(cfg), "config_sha256": results_config_sha256(cfg),
-                            "model": {"path": "/m"}, "model_fingerprint": "sha256:m", "adapter": None,
-                            "adapter_sha256": None, "shards": mf.plan_shards(corpus.docs, 8),
-                            "manifest_version": mf.MANIFEST_VERSION})
-    rows = [Result(id=d.id, status="accepted", category="tech", n_tokens=3) for d in corpus.docs]
-    mf.write_shard(run, 0, rows[:8], mf.MANIFEST_VERSION)
-    mf.write_shard(run, 1, rows[8:], mf.MANIFEST_VERSION)
-    assert merge_results(run, mf.read_manifest(run))[1] == []  # results.jsonl + results.parquet
-    (run / mf.SUMMARY).write_text(json.dumps(summarize(rows, corpus.describe(), ["tech"])))
+    planned = planned_shards(spec["path"], 8)
+    manifest = Manifest.of({"manifest_version": mf.MANIFEST_VERSION, "corpus": corpus.describe(),
+                            "corpus_fingerprint": corpus.fingerprint, "config": results_config(cfg),
+                            "config_sha256": results_config_sha256(cfg), "model": {"path": "/m"},
+                            "model_fingerprint": "sha256:m", "adapter": None, "adapter_sha256": None,
+                            "shards": [s for s, _ in planned]})
+    mf.write_manifest(run, manifest)
+    for shard, docs in planned:
+        mf.write_shard(run, shard.index, [Result(id=d.id, status="accepted", category="tech", n_tokens=3) for d in docs])
+    summary, problems = merge_results(run, manifest)  # results.jsonl and results.parquet
+    assert problems == []
+    (run / mf.SUMMARY).write_text(json.dumps(summary))
     assert check_export(run) == []
     return run

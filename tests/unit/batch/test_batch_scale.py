@@ -91,15 +91,44 @@ def test_csv_shards_by_byte_offsets_with_multiline_records(tmp_path):
     assert docs[24].text == "line one 24\nline two 24"
 
 
-def test_a_version_1_run_folder_is_refused_with_a_clear_message(tmp_path):
-    from batch.config import BatchConfig
-    from batch.run.attempt import plan_or_reuse
-    from batch.runfiles import Manifest
-    from classify.errors import InputError
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_second_plan_of_the_same_tabular_file_reuses_the_stored_one(tmp_path, fmt, monkeypatch):
+    """The resume's quick fingerprint of a CSV or Parquet file is the planning pass's, so the stored plan is reused
+    (no second planning pass), and the plan itself is what it was."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    corpus = write_jsonl(tmp_path / "c.jsonl", news_rows(3))
-    with pytest.raises(InputError, match=r"batch old was started by an earlier docpilot \(run folder manifest_version 1"):
-        plan_or_reuse(BatchConfig(), corpus, "jsonl", Manifest(shards=[], corpus={}), "old")
+    import batch.run.attempt as attempt
+    from batch.config import BatchConfig
+    from batch.corpus.plan import plan_corpus, quick_fingerprint
+    from batch.runfiles import Manifest
+
+    rows = news_rows(40)
+    path = tmp_path / f"c.{fmt}"
+    if fmt == "csv":
+        path.write_text("id,text\n" + "".join(f"{r['id']},{r['text']}\n" for r in rows), encoding="utf-8")
+    else:
+        pq.write_table(pa.table({"id": [r["id"] for r in rows], "text": [r["text"] for r in rows]}), path)
+    cfg = BatchConfig.model_validate({"corpus": {"path": str(path), "id_column": "id"}, "batch": {"shard_docs": 8}})
+    first = plan_corpus(cfg.corpus, cfg.batch.shard_docs, cfg.batch.shard_target_bytes, path)
+    assert first.fingerprint.startswith("sha256:") and quick_fingerprint(path, fmt, first.describe()) == first.fingerprint
+    old = Manifest(manifest_version=2, corpus=first.describe(), corpus_fingerprint=first.fingerprint, shards=first.shards)
+    monkeypatch.setattr(attempt, "plan_corpus", lambda *a, **k: pytest.fail("planned again"))
+    second = attempt.plan_or_reuse(cfg, path, fmt, old, "b")
+    assert second.shards is old.shards and second.fingerprint == first.fingerprint
+    assert second.describe() == first.describe() and [d.id for s in second.shards for d in second.read_shard(s, 10_000)] == [
+        r["id"] for r in rows]
+
+
+def test_a_version_1_run_folder_is_refused_with_a_clear_message(tmp_path):
+    from batch import layout as mf
+    from classify.errors import InputError
+    from classify.runrecords import write_json_atomic
+
+    write_json_atomic(tmp_path / "old" / mf.MANIFEST, {"batch_id": "old", "shards": [], "corpus": {}})
+    with pytest.raises(InputError, match=r"batch old was made by an earlier docpilot \(run folder manifest_version 1, "
+                                         r".*\(manifest_version 2\) and cannot resume it"):
+        mf.read_manifest(tmp_path / "old", "resume")  # as the driver reads it (BatchRun._run)
 
 
 def test_the_instant_engine_cannot_be_selected_by_config_or_cli():

@@ -12,14 +12,14 @@ import pytest
 from batch import layout as mf
 from batch.config import BatchConfig, CorpusConfig, load_batch_config, results_config_sha256
 from batch.corpus.plan import read_corpus
-from batch.run.merge import check_export, check_results, merge_results, summarize
+from batch.run.merge import check_export, check_results, merge_results
 from batch.run.status import batch_status
 from batch.run.status import main as status_main
 from batch.runfiles import Manifest
 from classify.config import PilotConfig, load_config
 from classify.errors import ConfigError, InputError, VerificationError
 from classify.records import Result
-from tests.support.corpora import PLANTED, ROOT, make_corpus
+from tests.support.corpora import PLANTED, ROOT, make_corpus, planned_shards
 
 
 def test_batch_config_model_and_classify_equal_pilot_config():
@@ -125,9 +125,10 @@ def test_corpus_errors(tmp_path):
 def _manifest(corpus, cfg: BatchConfig, model_fp="sha256:m", adapter=None) -> dict:
     from batch.config import results_config
 
-    return {"corpus": corpus.describe(), "corpus_fingerprint": corpus.fingerprint, "config": results_config(cfg),
-            "config_sha256": results_config_sha256(cfg), "model": {"path": "/m"}, "model_fingerprint": model_fp,
-            "adapter": adapter, "adapter_sha256": adapter and "abc", "shards": mf.plan_shards(corpus.docs, cfg.batch.shard_docs)}
+    return {"manifest_version": mf.MANIFEST_VERSION, "corpus": corpus.describe(), "corpus_fingerprint": corpus.fingerprint,
+            "config": results_config(cfg), "config_sha256": results_config_sha256(cfg), "model": {"path": "/m"},
+            "model_fingerprint": model_fp, "adapter": adapter, "adapter_sha256": adapter and "abc",
+            "shards": [s for s, _ in planned_shards(corpus.path, cfg.batch.shard_docs)]}
 
 
 def test_resume_refused_naming_what_changed(tmp_path, bbc_dir):
@@ -154,18 +155,23 @@ def _rows(docs, status="accepted"):
                    reason=None if status == "accepted" else "r", n_tokens=3) for d in docs]
 
 
-def test_completed_shards_checks_ids_and_merge_invariants(tmp_path, bbc_dir):
+def test_scan_done_checks_ids_and_merge_invariants(tmp_path, bbc_dir):
     spec = make_corpus(tmp_path / "c", bbc_dir, 6)
     corpus = read_corpus(CorpusConfig(path=str(spec["path"])), 200_000)
-    plan = mf.plan_shards(corpus.docs, 4)
-    assert [s.n_docs for s in plan] == [4, 4, 4, 1] and plan[1].start == 4
+    planned = planned_shards(spec["path"], 4)
+    manifest = Manifest.of(_manifest(corpus, BatchConfig(batch={"shard_docs": 4})))
+    assert [s.n_docs for s, _ in planned] == [s.n_docs for s in manifest.shards] and len(planned) >= 3
+    assert [d for _, docs in planned for d in docs] == list(corpus.docs)
+    (_, docs0), (_, docs1), (_, docs2) = planned[:3]
     run = tmp_path / "run"
-    mf.write_shard(run, 0, _rows(corpus.docs[0:4]))
-    mf.write_shard(run, 2, _rows(corpus.docs[8:12], "rejected"))
-    assert sorted(mf.completed_shards(run, plan)) == [0, 2]
-    mf.write_shard(run, 1, _rows(corpus.docs[5:9]))
-    with pytest.raises(VerificationError, match=r"00001.jsonl: its 4 ids differ from the planned shard"):
-        mf.completed_shards(run, plan)
+    assert mf.write_shard(run, 0, _rows(docs0)) == run / "shards" / "000" / "000000.jsonl"
+    mf.write_shard(run, 2, _rows(docs2, "rejected"))
+    assert mf.scan_done(run, manifest) == {0: {"docs": len(docs0), "accepted": len(docs0), "rejected": 0},
+                                           2: {"docs": len(docs2), "accepted": 0, "rejected": len(docs2)}}
+    assert mf.complete_shard_indexes(run, manifest) == [0, 2]
+    mf.write_shard(run, 1, _rows(docs2))
+    with pytest.raises(VerificationError, match=rf"000001.jsonl: its {len(docs2)} ids differ from the planned shard"):
+        mf.scan_done(run, manifest)
     rows = _rows(corpus.docs[:3]) + _rows(corpus.docs[2:3]) + [Result(id="ghost", status="accepted", category="x")]
     problems = check_results(rows, [d.id for d in corpus.docs], ["tech"])
     assert problems[0] == f"duplicate ids in results: ['{corpus.docs[2].id}']"
@@ -182,17 +188,46 @@ def test_status_reads_run_folder(tmp_path, bbc_dir, monkeypatch, capsys):
     run = tmp_path / "runs" / "b1"
     manifest = {**_manifest(corpus, cfg), "pilot_gate": {"override": True}, "attempts": [{"error": "EngineError: boom"}]}
     mf.write_manifest(run, manifest)
-    mf.write_shard(run, 0, _rows(corpus.docs[0:4]))
+    planned = planned_shards(spec["path"], 4)
+    n0 = len(planned[0][1])
+    mf.write_shard(run, 0, _rows(planned[0][1]))
     (run / "progress.json").write_text(json.dumps({"state": "running", "pid": 999999999, "host": "elsewhere",
                                                     "accepted": 4, "rejected": 0, "docs_per_s": 2.0, "eta_s": 4.5}))
     st = batch_status("b1")
-    assert (st["done"], st["total"], st["shards_done"], st["state"]) == (4, 13, 1, "running")
+    assert (st["done"], st["total"], st["shards_done"], st["shards"], st["state"]) == (n0, 13, 1, len(planned), "running")
     assert st["last_error"] == "EngineError: boom"
     assert status_main(["b1"]) == 0
     out = capsys.readouterr().out
-    assert "done      4/13 ids (30.8%), shards 1/4" in out and "ETA 0m04s" in out and "--skip-pilot-gate" in out
+    assert f"done      {n0}/13 ids ({100 * n0 / 13:.1f}%), shards 1/{len(planned)}" in out and "ETA 0m04s" in out and "--skip-pilot-gate" in out
     with pytest.raises(InputError, match=r"no batch 'nope' under"):
         batch_status("nope")
+
+
+def test_status_and_export_check_refuse_a_version_1_run_folder(tmp_path, monkeypatch, capsys):
+    """A run folder made by an earlier docpilot (manifest_version 1: no field, shards/NNNNN.jsonl, a plan of positions)
+    is refused with the resume's message, not read."""
+    from batch.runfiles import EarlierRunFolder
+    from classify.runrecords import write_json_atomic
+
+    monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
+    run = tmp_path / "runs" / "old1"
+    shard = {"index": 0, "start": 0, "n_docs": 1, "first_id": "a", "last_id": "a", "ids_sha256": "0" * 64}
+    write_json_atomic(run / mf.MANIFEST, {"batch_id": "old1", "corpus": {"distinct_ids": 1}, "shards": [shard],
+                                          "config": {"classify": {"categories": ["tech"]}}, "attempts": []})
+    (run / "shards").mkdir()
+    (run / "shards" / "00000.jsonl").write_text(json.dumps(Result(id="a", status="accepted", category="tech").row()) + "\n")
+    (run / "summary.json").write_text("{}")
+    message = r"batch old1 was made by an earlier docpilot \(run folder manifest_version 1, .* cannot read it"
+    with pytest.raises(EarlierRunFolder, match=message):
+        batch_status("old1")
+    with pytest.raises(EarlierRunFolder, match=message):
+        status_main(["old1"])
+    assert capsys.readouterr().out == ""
+    try:  # the export re-check of a copy: refused, whether raised or returned as its problem
+        problems = check_export(run)
+    except EarlierRunFolder as err:
+        problems = [str(err)]
+    assert len(problems) == 1 and "batch old1 was made by an earlier docpilot" in problems[0]
 
 
 def test_check_export_recounts_the_copy(tmp_path, bbc_dir):
@@ -200,18 +235,18 @@ def test_check_export_recounts_the_copy(tmp_path, bbc_dir):
     corpus = read_corpus(CorpusConfig(path=str(spec["path"])), 200_000)
     cfg = BatchConfig(batch={"shard_docs": 8})
     run = tmp_path / "run"
-    manifest = {**_manifest(corpus, cfg), "manifest_version": mf.MANIFEST_VERSION}
+    manifest = Manifest.of(_manifest(corpus, cfg))
     mf.write_manifest(run, manifest)
-    rows = _rows(corpus.docs[:8]) + _rows(corpus.docs[8:], "rejected")
-    mf.write_shard(run, 0, rows[:8], mf.MANIFEST_VERSION)
-    mf.write_shard(run, 1, rows[8:], mf.MANIFEST_VERSION)
-    assert merge_results(run, Manifest.of(manifest))[1] == []  # results.jsonl + results.parquet
-    summary = summarize(rows, corpus.describe(), ["tech"])
+    for shard, docs in planned_shards(spec["path"], 8):
+        mf.write_shard(run, shard.index, _rows(docs, "accepted" if shard.index == 0 else "rejected"))
+    summary, problems = merge_results(run, manifest)  # results.jsonl and results.parquet
+    assert problems == [] and (run / "results.parquet").is_file()
     (run / "summary.json").write_text(json.dumps(summary))
     assert summary["accepted"] + summary["rejected"] == len(corpus.docs) and summary["duplicate_rows"] == 1
     assert check_export(run) == []
-    (run / "summary.json").write_text(json.dumps({**summary, "accepted": 9}))
-    assert check_export(run) == ["summary.json `accepted` is 9 but the copied results give 8"]
+    accepted = summary["accepted"]
+    (run / "summary.json").write_text(json.dumps({**summary, "accepted": accepted + 1}))
+    assert check_export(run) == [f"summary.json `accepted` is {accepted + 1} but the copied results give {accepted}"]
 
 
 def test_unknown_adapter_is_refused_before_any_engine_starts(tmp_path, bbc_dir, monkeypatch):

@@ -121,9 +121,9 @@ def test_an_earlier_manifest_resumes_with_its_stored_plan(tmp_path, captured, na
     assert len(docs) == captured[name]["corpus"]["distinct_ids"]
     cfg = BatchConfig.model_validate({"corpus": {"path": str(where), "id_column": "id"}, "batch": {"shard_docs": SHARD_DOCS}})
     reused = plan_or_reuse(cfg, where, stored.format, old, "b")
-    if name == "c.jsonl":  # its fingerprint is the file's sha256: the stored plan itself is reused
+    if name != "dir":  # fingerprinted by the file's bytes alone (quick_fingerprint): the stored plan itself is reused
         assert reused.shards is old.shards
-    else:  # planned again (a CSV or Parquet plan's fingerprint is not the file's sha256 alone; a folder has none)
+    else:  # planned again (a folder's fingerprint needs a pass over its files)
         assert reused.shards == old.shards
 
 

@@ -22,8 +22,9 @@ import pytest
 
 from batch.config import CorpusConfig
 from batch.corpus.plan import read_corpus
-from batch.layout import completed_shards, plan_shards, write_shard
+from batch.layout import scan_done, write_shard
 from batch.pilot.inputs import read_pilot_set
+from batch.runfiles import Manifest
 from classify.config import ClassifyConfig
 from classify.documents import document_from_text, iter_directory
 from classify.errors import InputError
@@ -31,6 +32,7 @@ from classify.records import Result
 from classify.runrecords import read_jsonl, write_json_atomic, write_jsonl_atomic
 from classify.tabular import iter_csv
 from classify.textcheck import check_bytes, check_text
+from tests.support.corpora import planned_shards
 from tests.support.serve_app import AUTH
 from tests.support.serve_app import make_client as make_client  # noqa: F401  (fixture)
 from tests.support.serve_app import registry as registry  # noqa: F401  (fixture)
@@ -82,17 +84,18 @@ def test_lone_surrogate_ids_and_texts_are_rejected_rows_with_safe_stable_ids(tmp
 
 
 def test_lone_surrogate_rows_go_through_shard_writing_and_resume(tmp_path):
-    corpus = read_corpus(CorpusConfig(path=str(_surrogate_corpus(tmp_path))), 1000)
-    plan = plan_shards(corpus.docs, 4)
+    path = _surrogate_corpus(tmp_path)
+    corpus = read_corpus(CorpusConfig(path=str(path)), 1000)
+    planned = planned_shards(path, 4, 1000)
     run = tmp_path / "run"
-    for shard in plan:
-        docs = corpus.docs[shard.start:shard.start + shard.n_docs]
+    for shard, docs in planned:
         rows = [(Result.rejected(d, d.reject_reason) if d.reject_reason else
                  Result(id=d.id, status="accepted", category="tech", score=0.5)) for d in docs]
         write_shard(run, shard.index, rows)
-    done = completed_shards(run, plan)  # re-reads every shard and checks its ids against the plan
-    assert sum(len(rows) for rows in done.values()) == len(corpus.docs)
-    for path in (run / "shards").glob("*.jsonl"):
+    manifest = Manifest(manifest_version=2, shards=[s for s, _ in planned])
+    done = scan_done(run, manifest)  # re-reads every shard and checks its ids against the plan
+    assert sum(counts["docs"] for counts in done.values()) == len(corpus.docs) and len(done) == len(planned)
+    for path in (run / "shards").glob("*/*.jsonl"):
         path.read_bytes().decode("utf-8")  # strict: valid UTF-8
 
 

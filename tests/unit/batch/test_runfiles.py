@@ -10,9 +10,8 @@ from pydantic import ValidationError
 from batch import layout as mf
 from batch.run.driver import BatchOptions, parse_args
 from batch.run.progress import Progress
-from batch.runfiles import Manifest, ProgressFile
+from batch.runfiles import EarlierRunFolder, Manifest, ProgressFile
 from classify.errors import InputError
-from classify.records import Result
 from classify.runrecords import write_json_atomic
 
 OLD = {"manifest_version": 2, "batch_id": "b", "corpus": {"distinct_ids": 3, "path": "c.jsonl"},
@@ -34,7 +33,7 @@ def test_a_manifest_read_and_written_back_is_byte_identical(tmp_path):
     attempt.update(finished_at="t2")  # updated in place after it was added, as the driver does
     mf.write_manifest(run, manifest)
     assert json.loads((run / mf.MANIFEST).read_text())["attempts"][-1] == {"started_at": "t1", "finished_at": "t2"}
-    assert Manifest().version == 1 and mf.read_manifest(tmp_path / "none") is None
+    assert mf.read_manifest(tmp_path / "none") is None
 
 
 def test_a_damaged_manifest_is_refused_not_half_read(tmp_path):
@@ -47,8 +46,7 @@ def test_progress_json_keys_and_reading_back(tmp_path):
     assert ProgressFile.read(tmp_path / mf.PROGRESS).state == "not started"
     progress = Progress(tmp_path, "b", total=2)
     progress.start({})
-    progress.shard_done([Result(id="a", status="accepted", category="tech", n_tokens=4),
-                         Result(id="b", status="rejected", reason="r")])
+    progress.shard_counted(2, 1, 1, 4)
     progress.finish()
     data = json.loads((tmp_path / mf.PROGRESS).read_text())
     assert sorted(data) == sorted(ProgressFile.model_fields)
@@ -70,11 +68,23 @@ def test_batch_options_are_the_command_line():
 
 
 def test_damaged_manifest_is_an_input_error_naming_the_file(tmp_path):
-    from batch.runfiles import Manifest
-    from classify.errors import InputError
-
     path = tmp_path / "manifest.json"
     for text in ("{bad", "[1, 2]", '{"shards": 3}'):
         path.write_text(text)
         with pytest.raises(InputError, match=r"manifest.json is damaged"):
             Manifest.read(path)
+
+
+@pytest.mark.parametrize("version", [None, 1])
+def test_a_manifest_of_an_earlier_layout_is_refused_by_the_model(tmp_path, version):
+    v1 = {"batch_id": "old", "corpus": {"distinct_ids": 3}, "shards": [{"index": 0, "start": 0, "n_docs": 3}]}
+    if version is not None:
+        v1["manifest_version"] = version
+    with pytest.raises(EarlierRunFolder, match=r"batch old was made by an earlier docpilot \(run folder manifest_version 1,"):
+        Manifest.of(v1)
+    with pytest.raises(EarlierRunFolder):
+        Manifest()
+    write_json_atomic(tmp_path / "folder" / mf.MANIFEST, {k: v for k, v in v1.items() if k != "batch_id"})
+    with pytest.raises(EarlierRunFolder, match=r"^batch folder was made by an earlier docpilot .* cannot resume it\. "):
+        mf.read_manifest(tmp_path / "folder", "resume")  # no batch id in it: the folder's name
+    assert issubclass(EarlierRunFolder, InputError)  # the CLI's exit status of a refused input

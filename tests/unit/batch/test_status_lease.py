@@ -20,12 +20,12 @@ NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 def _run(root, batch_id="b-lease", total=10_000, done=4_000, rate=2.0, shard_bytes=4 * 1024**2):
     """A running batch: manifest with 10 shards of 1000 ids, ``done/1000`` shard files, and its progress.json."""
     run = root / batch_id
-    shards = [{"index": i, "start": i * 1000, "n_docs": 1000} for i in range(total // 1000)]
-    mf.write_manifest(run, {"corpus": {"distinct_ids": total}, "shards": shards, "pilot_gate": {"override": False},
-                            "attempts": []})
+    shards = [{"index": i, "row": i * 1000, "n_rows": 1000, "n_docs": 1000} for i in range(total // 1000)]
+    mf.write_manifest(run, {"manifest_version": mf.MANIFEST_VERSION, "corpus": {"distinct_ids": total}, "shards": shards,
+                            "pilot_gate": {"override": False}, "attempts": []})
     for i in range(done // 1000):  # shard_bytes spread over the complete shards
-        (run / mf.SHARDS).mkdir(exist_ok=True)
-        (run / mf.SHARDS / f"{i:05d}.jsonl").write_bytes(b"x" * (shard_bytes // (done // 1000)))
+        mf.shard_path(run, i).parent.mkdir(parents=True, exist_ok=True)
+        mf.shard_path(run, i).write_bytes(b"x" * (shard_bytes // (done // 1000)))
     (run / mf.PROGRESS).write_text(json.dumps({"state": "running", "host": "elsewhere", "pid": 1, "docs_per_s": rate,
                                                "accepted": done, "rejected": 0, "eta_s": (total - done) / rate if rate else None}))
     return run
@@ -77,7 +77,7 @@ def test_partial_export_copies_complete_shards_and_rechecks(tmp_path, monkeypatc
     assert status_main(["b-lease", "--lots-config", str(tmp_path / "none.json"), "--export-partial", str(tmp_path / "out")]) == 0
     copies = list((tmp_path / "out").iterdir())
     assert len(copies) == 1 and copies[0].name.startswith("b-lease-partial-")
-    assert sorted(p.name for p in (copies[0] / mf.SHARDS).iterdir()) == [f"{i:05d}.jsonl" for i in range(4)]
+    assert sorted(p.name for p in (copies[0] / mf.SHARDS / "000").iterdir()) == [f"{i:06d}.jsonl" for i in range(4)]
     assert (copies[0] / "SHA256SUMS").is_file()
 
 

@@ -33,7 +33,7 @@ def pod(tmp_path, monkeypatch, bbc_dir):
     shutil.copytree(finished, unfinished)
     for name in (mf.RESULTS, mf.SUMMARY, "results.parquet"):
         (unfinished / name).unlink(missing_ok=True)
-    shard1 = mf.shard_path(unfinished, 1, mf.read_manifest(unfinished).version)
+    shard1 = mf.shard_path(unfinished, 1)
     shard1.unlink()  # shard 1 of 2 not written yet
     pilot = runs / "20261201T000000Z-pilot-abcdef12"  # a pilot is a batch run folder plus its decision
     shutil.copytree(finished, pilot)
@@ -98,6 +98,17 @@ def test_a_tampered_copy_fails_the_wrap_up_names_it_and_does_not_stop_the_lease(
     assert not record["verified"] and [i["name"] for i in record["items"] if not i["verified"]] == ["b-s3"]
     assert stop["decisions"][-1]["decision"] == "skipped" and "1 of 5 copies failed" in stop["decisions"][-1]["reason"]
     assert "FAILED batch" in capsys.readouterr().out
+
+
+def test_a_version_1_batch_folder_fails_the_wrap_up_with_the_earlier_docpilot_message(pod, tmp_path):
+    old = pod["runs"] / "b-old"
+    old.mkdir()
+    (old / mf.MANIFEST).write_text(json.dumps({"batch_id": "b-old", "corpus": {"distinct_ids": 1}, "shards": []}))
+    with pytest.raises(VerificationError, match=r"MISSING or failed their re-check: batch b-old: EarlierRunFolder: "
+                                                r"batch b-old was made by an earlier docpilot"):
+        _wrap(pod, tmp_path / "offpod")
+    record, _ = _record(pod)
+    assert [i["name"] for i in record["items"] if not i["verified"]] == ["b-old"] and _stops(pod) == 0
 
 
 @pytest.mark.usefixtures("lease_s3")
