@@ -6,10 +6,13 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.card import AdapterCard
 from classify.errors import AdapterError
+
+if TYPE_CHECKING:
+    from classify.scoring import AdapterHandle
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 """Adapter names: lower case, digits, ``.``, ``_``, ``-``; at most 64 characters."""
@@ -77,7 +80,7 @@ class ResolvedAdapter:
         """Fingerprint of the base model the adapter was trained on."""
         return self.info.base_model.fingerprint
 
-    def handle(self) -> Any:
+    def handle(self) -> AdapterHandle:
         """The :class:`classify.scoring.AdapterHandle` the engine applies (stable ``int_id`` per ref; the card's
         ``calibration.temperature`` as its score temperature, 1.0 without one)."""
         from classify.scoring import AdapterHandle

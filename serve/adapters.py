@@ -27,13 +27,17 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.card import CARD_FILE
 from adapters.resolved import ResolvedAdapter, lora_int_id
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
 from classify.model import ModelRef
 from classify.pilotgate import adapter_keys, gate_key, pilot_status, require_pilot
+
+if TYPE_CHECKING:
+    from adapters.registry import Registry
+    from classify.scoring import AdapterHandle
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +52,7 @@ class ServedAdapter(ResolvedAdapter):
 
     source: Path | None = None
 
-    def handle(self) -> Any:
+    def handle(self) -> AdapterHandle:
         """The engine handle: the private copy's path and a vLLM id bound to ``ref`` and ``sha256``."""
         from classify.scoring import AdapterHandle
 
@@ -72,7 +76,7 @@ class AdapterService:
             folder under the system temp folder, mode 0700, removed by :meth:`close`).
     """
 
-    def __init__(self, registry: Any, model: ModelRef, model_cfg: ModelConfig, classify_cfg: ClassifyConfig,
+    def __init__(self, registry: Registry, model: ModelRef, model_cfg: ModelConfig, classify_cfg: ClassifyConfig, *,
                  skip_pilot_gate: bool = False, engine_cfg: EngineConfig | None = None,
                  copy_root: Path | str | None = None):
         self.registry = registry
@@ -95,14 +99,15 @@ class AdapterService:
         """
         require_pilot(self._base_key, f"base model {self.model.name} (no adapter)", self.skip_pilot_gate)
 
-    def resolve(self, ref: str) -> Any:
+    def resolve(self, ref: str) -> ServedAdapter:
         """Find, verify (first use) and pilot-gate an adapter; blocking file I/O, call it in a thread.
 
         Args:
             ref: ``name@version``, ``name@latest`` or ``name``.
 
         Returns:
-            The :class:`adapters.registry.ResolvedAdapter` (``.handle()`` gives the engine handle).
+            The :class:`ServedAdapter` (a :class:`adapters.resolved.ResolvedAdapter` whose ``.handle()`` gives the
+            engine handle on the server's verified copy).
 
         Raises:
             AdapterError: malformed ref (400).
@@ -185,7 +190,7 @@ class AdapterService:
             shutil.rmtree(self._copy_root, ignore_errors=True)
             self._copy_root = None
 
-    def gate_record(self, adapter: Any) -> dict[str, Any] | None:
+    def gate_record(self, adapter: ResolvedAdapter) -> dict[str, Any] | None:
         """The pilot-gate record that decides ``adapter`` under this server's config (``None``: never piloted).
 
         Args:
@@ -197,7 +202,7 @@ class AdapterService:
                 return status
         return None
 
-    def check_adapter(self, adapter: Any) -> None:
+    def check_adapter(self, adapter: ResolvedAdapter) -> None:
         """Apply the pilot gate to ``adapter`` on this base model under this server's config.
 
         Raises:

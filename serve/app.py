@@ -91,7 +91,7 @@ def create_app(
         settings=settings,
         config=config,
         model=model,
-        adapters=AdapterService(registry, model, config.model, config.classify, settings.skip_pilot_gate,
+        adapters=AdapterService(registry, model, config.model, config.classify, skip_pilot_gate=settings.skip_pilot_gate,
                                 engine_cfg=config.engine),
         metrics=metrics,
         max_doc_bytes=settings.max_doc_bytes or config.classify.max_doc_bytes,

@@ -4,10 +4,14 @@ model, the engine's LoRA rules), merged (cached) in merged mode, and how the eng
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from classify.config import ClassifyConfig, ModelConfig
 from classify.model import ModelRef
+
+if TYPE_CHECKING:
+    from adapters.resolved import ResolvedAdapter
+    from classify.scoring import AdapterHandle
 
 
 @dataclass(frozen=True)
@@ -20,7 +24,7 @@ class BatchAdapter:
         merged: the cached merged model (:func:`adapters.merged_cache.merged_model`), ``None`` in ``lora`` mode.
     """
 
-    resolved: Any
+    resolved: ResolvedAdapter
     mode: str
     merged: ModelRef | None = None
 
@@ -39,7 +43,7 @@ class BatchAdapter:
         """The card's score temperature (``calibration.temperature``, 1.0 without one), applied in both modes."""
         return self.resolved.handle().temperature
 
-    def handle(self) -> Any:
+    def handle(self) -> AdapterHandle | None:
         """The LoRA handle the engines apply per request; ``None`` in merged mode (the weights hold the adapter)."""
         return None if self.merged is not None else self.resolved.handle()
 
