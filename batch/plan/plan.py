@@ -186,12 +186,14 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None)
     overhead = int(cfg.overhead_gib_per_card * GIB)
     eng, tr = job.engine.resolve(spec.backend), job.training  # "auto" fields as the lot's backend gets them
     serving = serving_estimate(
-        shape, dtype_bytes, job.model.max_model_len, eng.max_num_seqs, eng.max_loras, eng.max_lora_rank,
-        overhead, int(card * eng.gpu_memory_utilization),
+        shape, dtype_bytes, max_model_len=job.model.max_model_len, max_num_seqs=eng.max_num_seqs,
+        max_loras=eng.max_loras, max_lora_rank=eng.max_lora_rank, overhead_bytes=overhead,
+        usable_bytes=int(card * eng.gpu_memory_utilization),
     )
     training = training_estimate(
-        shape, dtype_bytes, tr.lora_rank, tr.lora_targets, tr.batch_size, tr.seq_len_tokens,
-        tr.gradient_checkpointing, overhead, card,
+        shape, dtype_bytes, lora_rank=tr.lora_rank, lora_targets=tr.lora_targets, batch_size=tr.batch_size,
+        seq_len=tr.seq_len_tokens, gradient_checkpointing=tr.gradient_checkpointing, overhead_bytes=overhead,
+        usable_bytes=card,
     )
     per_token = kv_bytes_per_token(shape, dtype_bytes)
     kv_space = serving.usable - serving.needed + serving.parts["kv_cache"]
