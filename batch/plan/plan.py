@@ -299,9 +299,9 @@ def main(argv: list[str]) -> int:
                         help="the job's config: model, engine and train sections (default: %(default)s)")
     parser.add_argument("--lots-config", default="config/lots.json",
                         help="the lot: GPU model, period, lots, prices, lease end (default: %(default)s)")
-    parser.add_argument("--gpu-model", help="override `gpu_model`")
-    parser.add_argument("--period-days", type=int, help="override `period_days` (3, 7 or 30)")
-    parser.add_argument("--lots", type=int, help="override `lots` (1 to 10)")
+    parser.add_argument("--gpu-model", help="override gpu_model")
+    parser.add_argument("--period-days", type=int, help="override period_days (3, 7 or 30)")
+    parser.add_argument("--lots", type=int, help="override lots (1 to 10)")
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in (("gpu_model", args.gpu_model), ("period_days", args.period_days),
                                    ("lots", args.lots)) if v is not None}
