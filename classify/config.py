@@ -150,8 +150,8 @@ def load_config(cls: type[M], path: str | Path, overrides: dict[str, Any] | None
     For a command view (:class:`~classify.configfile.CommandConfig`: :class:`PilotConfig`,
     ``BatchConfig``, ``TrainConfig``) the file is the one config file (:data:`DEFAULT_CONFIG`):
     the shared ``model``/``engine``/``classify`` sections plus the command's own section are read
-    (:func:`classify.configfile.command_view`); an old per-command file still loads, with a warning
-    naming what to move. Any other model (e.g. the lot plan's) validates the whole file.
+    (:func:`classify.configfile.command_view`); an old per-command file is refused, naming what to
+    move where. Any other model (e.g. the lot plan's) validates the whole file.
 
     Args:
         cls: a docpilot config model, for example :class:`PilotConfig`.
@@ -163,7 +163,8 @@ def load_config(cls: type[M], path: str | Path, overrides: dict[str, Any] | None
         The frozen config object.
 
     Raises:
-        ConfigError: missing file, invalid JSON, an unknown section, or invalid fields.
+        ConfigError: missing file, invalid JSON, an old per-command file, an unknown section, or
+            invalid fields.
 
     Example:
         >>> cfg = load_config(PilotConfig, "config/docpilot.json")  # doctest: +SKIP

@@ -21,21 +21,19 @@ and the server that read the same file always agree on it.
 
 Old per-command files (``config/pilot.json`` with ``thresholds``/``seed`` at the top,
 ``config/train.json`` with ``data``/``lora``/... at the top, each with its own ``model``,
-``engine`` and ``classify``) still load, with a warning saying how to move them into one file
-(:func:`migration_message`). A flat dump of a view (``cfg.model_dump()``) is such a file.
+``engine`` and ``classify``) are no longer read: they are refused with a :class:`ConfigError`
+saying how to move them into one file (:func:`migration_message`). A flat dump of a view
+(``cfg.model_dump()``) is such a file; :func:`file_data` gives a view's one-file layout instead.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
 from classify.configbase import Frozen, format_validation_error
 from classify.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG = "config/docpilot.json"
 """The one config file every command reads by default (``--config``; the Makefile's ``CONFIG``)."""
@@ -67,7 +65,7 @@ def own_fields(cls: type[CommandConfig]) -> list[str]:
 
 
 def migration_message(source: str, cls: type[CommandConfig]) -> str:
-    """What to change in an old per-command file (the warning it loads with).
+    """What to change in an old per-command file (the :class:`ConfigError` it is refused with).
 
     Args:
         source: the file, for the message.
@@ -78,7 +76,7 @@ def migration_message(source: str, cls: type[CommandConfig]) -> str:
     """
     own = ", ".join(f"`{f}`" for f in own_fields(cls))
     return (f"{source} is an old per-command config ({own} at the top level, with its own `model`, `engine` and "
-            f"`classify`). It still loads, but then the shared sections must be kept equal by hand in every "
+            f"`classify`). It is no longer read: the shared sections would have to be kept equal by hand in every "
             f"command's file, or the pilot gate refuses the batch and the server. Move to one {DEFAULT_CONFIG}: "
             f"keep `model`, `engine` and `classify` at the top, put {own} under `{cls.file_section}` "
             f"(see docs/config.md).")
@@ -94,11 +92,11 @@ def command_view(cls: type[CommandConfig], data: Any, source: str) -> Any:
 
     Returns:
         The shared sections plus the command's own fields (the command's section flattened).
-        An old per-command file is returned as it is, after a logged :func:`migration_message`.
 
     Raises:
-        ConfigError: an unknown top-level section, a command section that is not an object, or an
-            old-style field given both at the top and inside the command's section.
+        ConfigError: an old per-command file (its own fields at the top level; the message is
+            :func:`migration_message`), an unknown top-level section, a command section that is not
+            an object, or an old-style field given both at the top and inside the command's section.
     """
     if not isinstance(data, dict):
         return data
@@ -110,8 +108,7 @@ def command_view(cls: type[CommandConfig], data: Any, source: str) -> Any:
             raise ConfigError(f"{source}: {', '.join(f'`{k}`' for k in flat)} must be inside `{section}`, "
                               f"not at the top level ({', '.join(f'`{k}`' for k in one_file)} given too); see docs/config.md")
         if flat:
-            log.warning(migration_message(source, cls))
-            return data
+            raise ConfigError(migration_message(source, cls))
     unknown = [k for k in data if k not in FILE_SECTIONS]
     if unknown:
         raise ConfigError(f"{source}: {', '.join(f'`{k}`' for k in unknown)} is not a known section "
@@ -123,6 +120,25 @@ def command_view(cls: type[CommandConfig], data: Any, source: str) -> Any:
     if not isinstance(inner, dict):
         raise ConfigError(f"{source}: `{section}` must be an object with {', '.join(own)}, got {type(inner).__name__}")
     return {**view, **inner}
+
+
+def file_data(cfg: CommandConfig) -> dict[str, Any]:
+    """A command view written back in the one-file layout (what :func:`command_view` reads).
+
+    Args:
+        cfg: a loaded view (``PilotConfig``, ``BatchConfig``, ``TrainConfig``).
+
+    Returns:
+        JSON-ready data: the shared sections at the top and the command's own fields under its
+        ``file_section`` (at the top for a view without one, the batch's ``corpus`` and ``batch``).
+        ``load_config(type(cfg), path)`` of a file holding it gives ``cfg`` back.
+    """
+    data = cfg.model_dump(mode="json")
+    section = type(cfg).file_section
+    if section is None:
+        return data
+    shared = {k: data.pop(k) for k in SHARED_SECTIONS if k in data}
+    return {**shared, section: data}
 
 
 def validate_view(cls: type[CommandConfig], view: Any, source: str, nested: bool) -> CommandConfig:

@@ -146,10 +146,12 @@ def engine_memory(cfg: PilotConfig, usable_bytes: int) -> tuple[Estimate, str]:
     shape = shape_from_folder(path)
     nbytes = DTYPE_BYTES[compute_dtype(cfg.model)]
     if device == "cpu":
-        return (cpu_serving_estimate(shape, nbytes, kv_gib, eng.max_loras, eng.max_lora_rank, True, usable_bytes),
+        return (cpu_serving_estimate(shape, nbytes, kv_cache_space_gib=kv_gib, max_loras=eng.max_loras,
+                                     max_lora_rank=eng.max_lora_rank, enable_lora=True, usable_bytes=usable_bytes),
                 "weights + KV cache + LoRA slots + 3 engine processes x 1 GiB: the estimate the pilot records "
                 "beside its measured peak")
-    return (cpu_serving_estimate(shape, nbytes, 0, 0, 0, False, usable_bytes),
+    return (cpu_serving_estimate(shape, nbytes, kv_cache_space_gib=0, max_loras=0, max_lora_rank=0, enable_lora=False,
+                                 usable_bytes=usable_bytes),
             f"host side: weights + 3 engine processes x 1 GiB; the KV cache is on the {device} card (`make plan`)")
 
 

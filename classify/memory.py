@@ -3,7 +3,8 @@
 One set of formulas for every place that sizes an engine: ``make plan`` (per-card fit of the chosen
 lots), the pilot (its measured peak beside the estimate) and ``docpilot doctor`` (host memory on CPU).
 
-All sizes are bytes unless a name says otherwise. The formulas assume the Llama
+All sizes are bytes unless a name says otherwise. The estimates take the model shape (and the dtype
+bytes) positionally and every sizing argument by keyword, so a call names what each number is. The formulas assume the Llama
 layout (rotary attention with grouped KV heads, gated SiLU MLP, RMSNorm, no linear
 biases unless ``attention_bias``), which covers SmolLM2, Llama 2/3, Mistral and Qwen2.
 """
@@ -88,6 +89,7 @@ def verdict(parts: dict[str, int], usable: int) -> Estimate:
 def serving_estimate(
     shape: ModelShape,
     dtype_bytes: int,
+    *,
     max_model_len: int,
     max_num_seqs: int,
     max_loras: int,
@@ -130,7 +132,7 @@ def serving_estimate(
     return verdict(parts, usable_bytes)
 
 
-def activation_bytes(shape: ModelShape, batch_size: int, seq_len: int, gradient_checkpointing: bool, dtype_bytes: int) -> int:
+def activation_bytes(shape: ModelShape, *, batch_size: int, seq_len: int, gradient_checkpointing: bool, dtype_bytes: int) -> int:
     """Activation memory of one training step (a stated approximation).
 
     Per layer without recomputation: ``s x b x h x (34 + 5 x a x s / h)`` bytes for 16-bit
@@ -161,6 +163,7 @@ def activation_bytes(shape: ModelShape, batch_size: int, seq_len: int, gradient_
 def training_estimate(
     shape: ModelShape,
     dtype_bytes: int,
+    *,
     lora_rank: int,
     lora_targets: tuple[str, ...],
     batch_size: int,
@@ -199,7 +202,8 @@ def training_estimate(
     parts = {
         "weights": shape.num_parameters() * dtype_bytes,
         "lora_state": 16 * trainable,
-        "activations": activation_bytes(shape, batch_size, seq_len, gradient_checkpointing, dtype_bytes),
+        "activations": activation_bytes(shape, batch_size=batch_size, seq_len=seq_len,
+                                        gradient_checkpointing=gradient_checkpointing, dtype_bytes=dtype_bytes),
         "overhead": overhead_bytes,
     }
     return verdict(parts, usable_bytes)
@@ -219,6 +223,7 @@ float32, 1 GiB KV cache): peak RSS (``VmHWM``) 0.83 GB front end, 0.75 GB engine
 def cpu_serving_estimate(
     shape: ModelShape,
     dtype_bytes: int,
+    *,
     kv_cache_space_gib: int,
     max_loras: int,
     max_lora_rank: int,

@@ -12,7 +12,7 @@ from classify.model import resolve_model
 def main(argv: list[str]) -> int:
     """Resolve (and for the default model, de-quantize once) the base model; print its ref as JSON."""
     parser = argparse.ArgumentParser(prog="docpilot model", description=__doc__)
-    parser.add_argument("--config", default="config/docpilot.json", help="config whose `model` section to use")
+    parser.add_argument("--config", default="config/docpilot.json", help="config whose model section to use")
     args = parser.parse_args(argv)
     cfg = load_config(PilotConfig, args.config)
     ref = resolve_model(cfg.model)

@@ -71,6 +71,9 @@ def verbose_logs() -> bool:
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}")
 """One ``${VAR}`` or ``${VAR:-default}`` (the default holds no ``$``, ``{`` or ``}``)."""
 
+_BARE_VARIABLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+"""A shell-style ``$VAR`` without braces: not expanded (a ``$`` in a path may be a real one), hinted at."""
+
 PATH_FORMS = "${VAR} or ${VAR:-default} (VAR: letters, digits and _, not starting with a digit; the default without $, { or })"
 """The variable forms a configured path may use, for messages."""
 
@@ -103,7 +106,9 @@ def expand_path(configured: str) -> Path:
     """A configured path with its ``${VAR}`` / ``${VAR:-default}`` expanded as the shell does, and ``~`` expanded.
 
     ``${VAR}`` is VAR's value (empty when unset); ``${VAR:-default}`` is the default when VAR is unset
-    or empty. A relative result stays relative (taken from the current directory by the caller).
+    or set but empty. A bare ``$VAR`` (no braces) is kept as it is written: a ``$`` may be part of a
+    real file name (:func:`path_hint` points at it when the path does not exist). A relative result
+    stays relative (taken from the current directory by the caller).
 
     Args:
         configured: the path as written in the config, e.g. ``${DATA_DIR:-../data}/test.csv``.
@@ -129,28 +134,36 @@ def path_hint(configured: str) -> str:
 
     Returns:
         ``""`` when ``configured`` uses no variable (or a malformed one); else a parenthesised note,
-        e.g. `` (${DATA_DIR} is /x, from DATA_DIR=/x; set DATA_DIR to where the data is)`` or
-        `` (${DATA_DIR} is ../data, from unset DATA_DIR: ../data from the current directory; set DATA_DIR ...)``.
+        e.g. `` (${DATA_DIR} is /x, from DATA_DIR=/x; set DATA_DIR to where the data is)``,
+        `` (${DATA_DIR} is ../data, from unset DATA_DIR: ../data from the current directory; set DATA_DIR ...)``
+        or, for a variable in the environment with an empty value, `` (${DATA_DIR} is empty, from DATA_DIR
+        set but empty, with no default; ...)``. A bare ``$VAR`` (no braces, kept literally) adds
+        `` ($DATA_DIR is taken literally: only ${VAR} and ${VAR:-default} are expanded; write ${DATA_DIR})``.
     """
     try:
         variables = path_variables(configured)
     except ValueError:
         return ""
-    if not variables:
-        return ""
     parts, names = [], []
     for name, default in variables:
         value = os.environ.get(name)
+        source = f"unset {name}" if value is None else f"{name} set but empty"
         if value:
             parts.append(f"${{{name}}} is {value}, from {name}={value}")
         elif default:
             where = "" if Path(default).expanduser().is_absolute() else " from the current directory"
-            parts.append(f"${{{name}}} is {default}, from unset {name}: {default}{where}")
+            parts.append(f"${{{name}}} is {default}, from {source}: {default}{where}")
         else:
-            parts.append(f"${{{name}}} is empty, from unset {name} with no default")
+            parts.append(f"${{{name}}} is empty, from {source}{',' if value is not None else ''} with no default")
         if name not in names:
             names.append(name)
-    return f" ({'; '.join(parts)}; set {' / '.join(names)} to where the data is)"
+    hint = f" ({'; '.join(parts)}; set {' / '.join(names)} to where the data is)" if variables else ""
+    bare = list(dict.fromkeys(_BARE_VARIABLE.findall(configured)))
+    if bare:
+        literal = " and ".join(f"${name}" for name in bare)
+        hint += (f" ({literal} {'is' if len(bare) == 1 else 'are'} taken literally: only ${{VAR}} and "
+                 f"${{VAR:-default}} are expanded; write {' and '.join(f'${{{name}}}' for name in bare)})")
+    return hint
 
 
 def configured_path(configured: str | None, missing: str) -> Path:

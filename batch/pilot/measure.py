@@ -100,7 +100,7 @@ def nvml_bytes(pids: list[int]) -> int | None:
         return None
 
 
-def plan_estimate(model_path: str, dtype: str, max_model_len: int, engine: Any, enable_lora: bool) -> dict[str, Any]:
+def plan_estimate(model_path: str, dtype: str, *, max_model_len: int, engine: Any, enable_lora: bool) -> dict[str, Any]:
     """``make plan``'s memory estimate for the engine the pilot ran.
 
     Args:
@@ -119,16 +119,17 @@ def plan_estimate(model_path: str, dtype: str, max_model_len: int, engine: Any, 
     shape = shape_from_folder(model_path)
     nbytes = DTYPE_BYTES[dtype]
     if engine.device == "cpu":
-        est = cpu_serving_estimate(shape, nbytes, engine.kv_cache_space_gib, engine.max_loras, engine.max_lora_rank,
-                                   enable_lora, psutil.virtual_memory().total)
+        est = cpu_serving_estimate(shape, nbytes, kv_cache_space_gib=engine.kv_cache_space_gib,
+                                   max_loras=engine.max_loras, max_lora_rank=engine.max_lora_rank,
+                                   enable_lora=enable_lora, usable_bytes=psutil.virtual_memory().total)
         return {"bytes": est.needed, "parts": est.parts, "usable": est.usable,
                 "formula": "weights + kv_cache_space_gib + LoRA slots + 3 processes x 1 GiB runtime"}
     import torch
 
     card = int(torch.cuda.get_device_properties(0).total_memory)
-    est = serving_estimate(shape, nbytes, max_model_len, engine.max_num_seqs,
-                           engine.max_loras if enable_lora else 0, engine.max_lora_rank, GPU_OVERHEAD_BYTES,
-                           int(card * engine.gpu_memory_utilization))
+    est = serving_estimate(shape, nbytes, max_model_len=max_model_len, max_num_seqs=engine.max_num_seqs,
+                           max_loras=engine.max_loras if enable_lora else 0, max_lora_rank=engine.max_lora_rank,
+                           overhead_bytes=GPU_OVERHEAD_BYTES, usable_bytes=int(card * engine.gpu_memory_utilization))
     return {"bytes": est.usable, "parts": {**est.parts, "worst_case_needed": est.needed}, "usable": est.usable,
             "formula": "card x gpu_memory_utilization (vLLM fills the share with KV blocks)"}
 
@@ -205,8 +206,8 @@ def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: st
         detail: dict[str, Any] = {}
         estimate = None
         try:
-            estimate = plan_estimate(model_path, compute_dtype(model_cfg), model_cfg.max_model_len,
-                                     engine_cfg.resolve(device), enable_lora)
+            estimate = plan_estimate(model_path, compute_dtype(model_cfg), max_model_len=model_cfg.max_model_len,
+                                     engine=engine_cfg.resolve(device), enable_lora=enable_lora)
         except Exception as err:  # the measurement is a record, never a reason to fail the pilot
             detail["estimate_error"] = f"{type(err).__name__}: {err}"
         if device == "cpu":

@@ -402,8 +402,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--export-dir", help="parent of the export copy: a folder or a URL such as s3://bucket/pilots "
                                              "(default exports/)")
     parser.add_argument("--lease-ends", help="when the lot's lease ends (ISO 8601 with timezone), recorded in "
-                                             "params.json (default: `lease_ends_at` of --lots-config)")
-    parser.add_argument("--lots-config", default="config/lots.json", help="lots config holding `lease_ends_at`")
+                                             "params.json (default: lease_ends_at of --lots-config)")
+    parser.add_argument("--lots-config", default="config/lots.json", help="lots config holding lease_ends_at")
     parser.add_argument("--require-proceed", action="store_true", help="exit 10 unless the decision is proceed")
     args = parser.parse_args(argv)
     cfg = load_config(PilotConfig, args.config)

@@ -186,12 +186,14 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None)
     overhead = int(cfg.overhead_gib_per_card * GIB)
     eng, tr = job.engine.resolve(spec.backend), job.training  # "auto" fields as the lot's backend gets them
     serving = serving_estimate(
-        shape, dtype_bytes, job.model.max_model_len, eng.max_num_seqs, eng.max_loras, eng.max_lora_rank,
-        overhead, int(card * eng.gpu_memory_utilization),
+        shape, dtype_bytes, max_model_len=job.model.max_model_len, max_num_seqs=eng.max_num_seqs,
+        max_loras=eng.max_loras, max_lora_rank=eng.max_lora_rank, overhead_bytes=overhead,
+        usable_bytes=int(card * eng.gpu_memory_utilization),
     )
     training = training_estimate(
-        shape, dtype_bytes, tr.lora_rank, tr.lora_targets, tr.batch_size, tr.seq_len_tokens,
-        tr.gradient_checkpointing, overhead, card,
+        shape, dtype_bytes, lora_rank=tr.lora_rank, lora_targets=tr.lora_targets, batch_size=tr.batch_size,
+        seq_len=tr.seq_len_tokens, gradient_checkpointing=tr.gradient_checkpointing, overhead_bytes=overhead,
+        usable_bytes=card,
     )
     per_token = kv_bytes_per_token(shape, dtype_bytes)
     kv_space = serving.usable - serving.needed + serving.parts["kv_cache"]
@@ -297,9 +299,9 @@ def main(argv: list[str]) -> int:
                         help="the job's config: model, engine and train sections (default: %(default)s)")
     parser.add_argument("--lots-config", default="config/lots.json",
                         help="the lot: GPU model, period, lots, prices, lease end (default: %(default)s)")
-    parser.add_argument("--gpu-model", help="override `gpu_model`")
-    parser.add_argument("--period-days", type=int, help="override `period_days` (3, 7 or 30)")
-    parser.add_argument("--lots", type=int, help="override `lots` (1 to 10)")
+    parser.add_argument("--gpu-model", help="override gpu_model")
+    parser.add_argument("--period-days", type=int, help="override period_days (3, 7 or 30)")
+    parser.add_argument("--lots", type=int, help="override lots (1 to 10)")
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in (("gpu_model", args.gpu_model), ("period_days", args.period_days),
                                    ("lots", args.lots)) if v is not None}

@@ -40,25 +40,25 @@ def parse_args(argv: list[str]) -> BatchOptions:
     """
     p = argparse.ArgumentParser(prog="docpilot batch", description="Classify a corpus over Ray engine actors, resumable by batch id.")
     p.add_argument("--config", default="config/docpilot.json", help="batch config JSON (default: %(default)s)")
-    p.add_argument("--corpus", help="corpus file or folder (replaces `corpus.path`)")
+    p.add_argument("--corpus", help="corpus file or folder (replaces corpus.path)")
     p.add_argument("--batch-id", help="run folder name under runs/; an existing one is resumed")
     p.add_argument("--adapter", help="LoRA adapter from the registry, name@version or name@latest")
     p.add_argument("--export-dir", help="parent of the export copy, a folder or an object-storage URL such as "
-                                        "s3://bucket/exports (replaces `batch.export_dir`)")
-    p.add_argument("--cpu-actors", type=int, help="engine actors on a CPU-only cluster (replaces `batch.cpu_actors`)")
+                                        "s3://bucket/exports (replaces batch.export_dir)")
+    p.add_argument("--cpu-actors", type=int, help="engine actors on a CPU-only cluster (replaces batch.cpu_actors)")
     p.add_argument("--skip-pilot-gate", action="store_true",
                    help="run although this model/adapter/config has not passed a pilot (logged and recorded)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (progress.json is still written)")
     p.add_argument("--lease-ends", help="when the lot's lease ends (ISO 8601 with timezone); the progress line says "
-                                        "whether the rest of the batch and its export fit (default: `lease_ends_at` "
+                                        "whether the rest of the batch and its export fit (default: lease_ends_at "
                                         "of --lots-config)")
-    p.add_argument("--lots-config", default="config/lots.json", help="lots config holding `lease_ends_at` (default: %(default)s)")
+    p.add_argument("--lots-config", default="config/lots.json", help="lots config holding lease_ends_at (default: %(default)s)")
     p.add_argument("--detach", action="store_true",
                    help="run in its own session, detached from this terminal (a dropped SSH connection does not stop "
-                        "it); prints the batch id, the log and `docpilot status BATCH --follow`")
+                        "it); prints the batch id, the log and 'docpilot status BATCH --follow'")
     p.add_argument("--stop-when-done", action="store_true",
                    help="with --detach: when the batch succeeded, wrap up to the export location (or --wrap-up-to) and "
-                        "run the lots config's `lease.stop_command` if every copy was re-checked")
+                        "run the lots config's lease.stop_command if every copy was re-checked")
     p.add_argument("--wrap-up-to", help="destination of the --stop-when-done wrap-up (default: the export location)")
     return BatchOptions(**vars(p.parse_args(argv)))
 

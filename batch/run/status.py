@@ -323,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("batch_id", nargs="?", help="the batch id (run folder name under runs/)")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.add_argument("--lease-ends", help="when the lease ends, ISO 8601 with timezone (replaces the lots "
-                                        "config's `lease_ends_at`)")
-    p.add_argument("--lots-config", default="config/lots.json", help="lots config holding `lease_ends_at` "
+                                        "config's lease_ends_at)")
+    p.add_argument("--lots-config", default="config/lots.json", help="lots config holding lease_ends_at "
                                                                        "(default %(default)s)")
     p.add_argument("--export-partial", metavar="DEST",
                    help="copy the run folder as it is now (complete shards) to DEST/<batch-id>-partial-<utc>/ "

@@ -159,14 +159,14 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="docpilot submit", description="Submit the batch to a Ray cluster's job server.")
     p.add_argument("--config", default="config/docpilot.json", help="batch config (default: %(default)s)")
     p.add_argument("--corpus", help="corpus file or folder: checked here, read by the driver on the head node, so the same path must exist on both "
-                        "(a shared mount; default: the config's `corpus.path`)")
+                        "(a shared mount; default: the config's corpus.path)")
     p.add_argument("--adapter", help="adapter name@version")
     p.add_argument("--batch-id", help="batch id (default: a new one); an existing one is resumed")
     p.add_argument("--export-dir", help="parent folder of the export copy, on the head node")
     p.add_argument("--address", default=os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS,
                    help="job server (dashboard) address (default: $RAY_ADDRESS or %(default)s)")
     p.add_argument("--skip-pilot-gate", action="store_true", help="passed on to docpilot batch (logged and recorded)")
-    p.add_argument("--no-wait", action="store_true", help="return after submitting (follow with `ray job logs -f`)")
+    p.add_argument("--no-wait", action="store_true", help="return after submitting (follow with 'ray job logs -f')")
     p.add_argument("--python", default="python", help="interpreter on the head node (default: %(default)s)")
     return p
 

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--adapter", action="append", metavar="REF",
                    help="copy only this adapter version (name@version; repeatable; default: every version)")
     p.add_argument("--registry", help="adapter registry (default: DOCPILOT_REGISTRY)")
-    p.add_argument("--lots-config", default="config/lots.json", help="lots config holding `lease.stop_command` "
+    p.add_argument("--lots-config", default="config/lots.json", help="lots config holding lease.stop_command "
                                                                      "(default %(default)s)")
     p.add_argument("--no-stop", action="store_true", help="do not run the stop command even if everything verified")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)

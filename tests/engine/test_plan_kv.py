@@ -48,8 +48,10 @@ def test_kv_estimate_matches_vllm_allocation(engine, pilot_config):
     tokens = cc.num_gpu_blocks * cc.block_size
     assert reserved - cc.block_size * per_token < tokens * per_token <= reserved
     # the pilot config's worst case (64 full sequences) is more than the 1 GiB it reserved:
-    est = serving_estimate(shape, nbytes, pilot_config.model.max_model_len, pilot_config.engine.resolve("cpu").max_num_seqs,
-                           pilot_config.engine.max_loras, pilot_config.engine.max_lora_rank, 0, reserved)
+    est = serving_estimate(shape, nbytes, max_model_len=pilot_config.model.max_model_len,
+                           max_num_seqs=pilot_config.engine.resolve("cpu").max_num_seqs,
+                           max_loras=pilot_config.engine.max_loras, max_lora_rank=pilot_config.engine.max_lora_rank,
+                           overhead_bytes=0, usable_bytes=reserved)
     assert est.parts["kv_cache"] > reserved
     assert tokens // pilot_config.model.max_model_len < pilot_config.engine.resolve("cpu").max_num_seqs
     assert vc.lora_config.max_loras == pilot_config.engine.max_loras

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from classify.configfile import file_data
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -50,8 +52,8 @@ def test_train_cli_exits_6_naming_the_folder_and_free_space_when_the_disk_fills(
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()})")
     try:
-        config = tmp_path / "train.json"
-        config.write_text(json.dumps(train_config_quick.model_dump(mode="json")))
+        config = tmp_path / "docpilot.json"
+        config.write_text(json.dumps(file_data(train_config_quick)))
         env = {**os.environ, "DOCPILOT_RUNS": str(disk)}
         out = subprocess.run([sys.executable, "-c", CLI_SCRIPT, str(config)], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=300)

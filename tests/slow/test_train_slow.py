@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from adapters.train import train
+from classify.configfile import file_data
 from tests.support.training import quick_config
 from tests.support.training import train_config as train_config  # noqa: F401  (fixture)
 
@@ -34,8 +35,8 @@ def test_kill_and_resume_in_a_new_process_ends_where_an_uninterrupted_run_ends(t
     from safetensors.torch import load_file
 
     cfg = quick_config(train_config, max_steps=6, checkpoint_every_steps=2, train_rows=12, validation_rows=2, max_doc_tokens=16)
-    config = tmp_path / "train.json"
-    config.write_text(json.dumps(cfg.model_dump(mode="json")))
+    config = tmp_path / "docpilot.json"
+    config.write_text(json.dumps(file_data(cfg)))
     reference = train(cfg, smoke=True, publish=False)
     runs = Path(os.environ["DOCPILOT_RUNS"])
     before = set(runs.glob("*-train-*"))
@@ -78,8 +79,8 @@ def _stop_at_first_checkpoint(proc: subprocess.Popen, runs: Path, before: set[Pa
 ])
 def test_sigterm_or_ctrl_c_stops_training_with_exit_130_and_a_resume_command(train_config, tmp_path, signum):
     cfg = quick_config(train_config, max_steps=4, checkpoint_every_steps=1, train_rows=8, validation_rows=2, max_doc_tokens=16)
-    config = tmp_path / "train.json"
-    config.write_text(json.dumps(cfg.model_dump(mode="json")))
+    config = tmp_path / "docpilot.json"
+    config.write_text(json.dumps(file_data(cfg)))
     runs = Path(os.environ["DOCPILOT_RUNS"])
     before = set(runs.glob("*-train-*"))
     proc = _run_train(config)

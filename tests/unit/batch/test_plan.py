@@ -157,7 +157,8 @@ def test_default_model_shape_and_serving_estimate():
     assert shape.num_parameters() == SMOL_PARAMS
     assert kv_bytes_per_token(shape, 2) == SMOL_KV_PER_TOKEN == 23_040
     assert lora_parameter_count(shape, LINEAR_MODULES) == SMOL_LORA_ALL_PER_RANK
-    est = serving_estimate(shape, 2, 1024, 64, 2, 16, 2 * GIB, 80 * GIB)
+    est = serving_estimate(shape, 2, max_model_len=1024, max_num_seqs=64, max_loras=2, max_lora_rank=16,
+                           overhead_bytes=2 * GIB, usable_bytes=80 * GIB)
     assert est.parts == {
         "weights": 269_030_016,  # 134,515,008 * 2
         "kv_cache": 1_509_949_440,  # 23,040 * 1024 tokens * 64 sequences
@@ -173,9 +174,12 @@ def test_default_model_training_estimate():
     # activations, s=512, b=8, h=576, a=9, 30 layers, checkpointing:
     # one full layer 512*8*576*34 + 5*9*512^2*8 = 80,216,064 + 94,371,840 = 174,587,904
     # kept layer inputs 30*2*512*8*576 = 141,557,760; logits 8*512*49152*(2+8) = 2,013,265,920
-    assert activation_bytes(shape, 8, 512, True, 2) == 174_587_904 + 141_557_760 + 2_013_265_920
-    assert activation_bytes(shape, 8, 512, False, 2) == 30 * 174_587_904 + 2_013_265_920
-    est = training_estimate(shape, 2, 16, QKVO, 8, 512, True, 0, 24 * GIB)
+    acts = {ckpt: activation_bytes(shape, batch_size=8, seq_len=512, gradient_checkpointing=ckpt, dtype_bytes=2)
+            for ckpt in (True, False)}
+    assert acts[True] == 174_587_904 + 141_557_760 + 2_013_265_920
+    assert acts[False] == 30 * 174_587_904 + 2_013_265_920
+    est = training_estimate(shape, 2, lora_rank=16, lora_targets=QKVO, batch_size=8, seq_len=512, gradient_checkpointing=True,
+                            overhead_bytes=0, usable_bytes=24 * GIB)
     assert est.parts == {
         "weights": 269_030_016,
         "lora_state": 16 * 16 * SMOL_LORA_QKVO_PER_RANK,  # 1,843,200 trainable * 16 bytes = 29,491,200
@@ -197,13 +201,15 @@ def test_7b_class_estimates():
     assert lora_parameter_count(llama, QKVO, 16) == 16_777_216
     # serving 4096-token sequences x 64 on one H100 (79.6 GiB x 0.85): the KV cache alone is 128 GiB
     usable = int(int(79.6 * GIB) * 0.85)
-    est = serving_estimate(llama, 2, 4096, 64, 2, 16, 2 * GIB, usable)
+    est = serving_estimate(llama, 2, max_model_len=4096, max_num_seqs=64, max_loras=2, max_lora_rank=16,
+                           overhead_bytes=2 * GIB, usable_bytes=usable)
     assert est.parts["weights"] == 13_476_831_232
     assert est.parts["kv_cache"] == 128 * GIB
     assert est.parts["lora_slots"] == 2 * 16 * 32 * (4 * 8192 + 3 * (4096 + 11008)) * 2 == 159_907_840
     assert not est.fits and est.margin == usable - est.needed
     # training r=16 q,k,v,o, b=1, s=2048, checkpointing, on a 24 GB card
-    tr = training_estimate(llama, 2, 16, QKVO, 1, 2048, True, 2 * GIB, int(23.6 * GIB))
+    tr = training_estimate(llama, 2, lora_rank=16, lora_targets=QKVO, batch_size=1, seq_len=2048, gradient_checkpointing=True,
+                           overhead_bytes=2 * GIB, usable_bytes=int(23.6 * GIB))
     acts = 32 * 2 * 2048 * 4096 + (2048 * 4096 * 34 + 5 * 32 * 2048**2) + 2048 * 32000 * 10
     assert tr.parts == {"weights": 13_476_831_232, "lora_state": 268_435_456, "activations": acts, "overhead": 2 * GIB}
     assert tr.fits  # 12.55 + 0.25 + 1.9 + 2 GiB < 23.6 GiB
@@ -253,13 +259,32 @@ def test_cpu_serving_estimate_parts():
     from classify.memory import CPU_ENGINE_PROCESSES, CPU_RUNTIME_BYTES_PER_PROCESS, cpu_serving_estimate
 
     shape = model_shape(ModelConfig())
-    est = cpu_serving_estimate(shape, 4, 1, 2, 8, False, 16 * GIB)
+    est = cpu_serving_estimate(shape, 4, kv_cache_space_gib=1, max_loras=2, max_lora_rank=8, enable_lora=False,
+                               usable_bytes=16 * GIB)
     assert est.parts == {"weights": SMOL_PARAMS * 4, "kv_cache": GIB, "lora_slots": 0,
                          "runtime": CPU_ENGINE_PROCESSES * CPU_RUNTIME_BYTES_PER_PROCESS}
     assert est.parts["runtime"] == 3 * GIB
     assert est.needed == 538_060_032 + GIB + 3 * GIB and est.fits
-    lora = cpu_serving_estimate(shape, 4, 1, 2, 8, True, 16 * GIB)
+    lora = cpu_serving_estimate(shape, 4, kv_cache_space_gib=1, max_loras=2, max_lora_rank=8, enable_lora=True,
+                                usable_bytes=16 * GIB)
     assert lora.parts["lora_slots"] == 2 * 8 * SMOL_LORA_ALL_PER_RANK * 4
+
+
+def test_memory_functions_take_at_most_three_positional_parameters():
+    """Sizing numbers go by keyword: ``serving_estimate(shape, 2, max_model_len=..., ...)``, never eight bare ints."""
+    import inspect
+
+    import classify.memory as memory
+
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    public = {name: fn for name, fn in vars(memory).items()
+              if inspect.isfunction(fn) and fn.__module__ == memory.__name__ and not name.startswith("_")}
+    assert {"serving_estimate", "training_estimate", "cpu_serving_estimate", "activation_bytes"} <= public.keys()
+    for name, fn in public.items():
+        params = inspect.signature(fn).parameters.values()
+        assert sum(p.kind in positional for p in params) <= 3, name
+    with pytest.raises(TypeError):
+        memory.serving_estimate(model_shape(ModelConfig()), 2, 1024, 64, 2, 16, 0, GIB)  # type: ignore[misc]
 
 
 def test_auto_engine_fields_resolve_for_the_lots_backend():

@@ -16,6 +16,7 @@ from classify.config import (
     load_config,
     parse_config,
 )
+from classify.configfile import CommandConfig, file_data
 from classify.errors import ConfigError
 
 
@@ -23,7 +24,8 @@ from classify.errors import ConfigError
 def test_round_trip(cls, tmp_path):
     cfg = cls()
     path = tmp_path / "c.json"
-    path.write_text(json.dumps(cfg.model_dump(mode="json")))
+    data = file_data(cfg) if isinstance(cfg, CommandConfig) else cfg.model_dump(mode="json")  # PilotConfig: one-file layout
+    path.write_text(json.dumps(data))
     again = load_config(cls, path)
     assert again == cfg and config_sha256(again) == config_sha256(cfg)
 

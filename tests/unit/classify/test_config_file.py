@@ -6,7 +6,6 @@ Table-driven where it can be; messages checked exactly (peft's ``tests/test_conf
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from adapters._config import TrainConfig
 from batch.config import BatchConfig, load_batch_config, results_config_sha256
 from classify.config import PilotConfig, classification_sha256, config_sha256, load_config
+from classify.configfile import file_data
 from classify.errors import ConfigError
 from serve.app import load_server_config
 from serve.settings import load_settings
@@ -66,29 +66,27 @@ def test_each_command_reads_its_own_section():
     assert views["train"].training.max_steps == data["train"]["training"]["max_steps"]
 
 
-def test_old_per_command_files_still_load_with_the_migration_message(tmp_path, caplog):
-    """A flat per-command file (the old pilot.json/train.json, or a view's dump) gives the same config, warned."""
+def test_old_per_command_files_are_refused_with_the_migration_message(tmp_path):
+    """A flat per-command file (the old pilot.json/train.json, or a view's dump) is a ConfigError saying what to move."""
     one = {"pilot": load_config(PilotConfig, SHIPPED), "train": load_config(TrainConfig, SHIPPED)}
+    own = {"pilot": "`thresholds`, `seed`", "train": "`data`, `lora`, `training`, `smoke`, `checks`, `output`"}
     for name, cls in (("pilot", PilotConfig), ("train", TrainConfig)):
         old = _write(tmp_path, one[name].model_dump(mode="json"), f"{name}.json")
-        caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="classify.configfile"):
-            again = load_config(cls, old)
+        with pytest.raises(ConfigError) as err:
+            load_config(cls, old)
+        assert str(err.value) == (
+            f"{old} is an old per-command config ({own[name]} at the top level, with its own `model`, `engine` and "
+            "`classify`). It is no longer read: the shared sections would have to be kept equal by hand in every "
+            "command's file, or the pilot gate refuses the batch and the server. Move to one config/docpilot.json: "
+            f"keep `model`, `engine` and `classify` at the top, put {own[name]} under `{name}` (see docs/config.md).")
+        again = load_config(cls, _write(tmp_path, file_data(one[name]), f"{name}-one.json"))  # the layout it names
         assert again == one[name] and config_sha256(again) == config_sha256(one[name])
-        [message] = [r.getMessage() for r in caplog.records]
-        assert message.startswith(f"{old} is an old per-command config (")
-        assert "Move to one config/docpilot.json: keep `model`, `engine` and `classify` at the top, put " in message
-        assert f"under `{name}` (see docs/config.md)" in message
-    pilot_msg = "put `thresholds`, `seed` under `pilot`"
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="classify.configfile"):
+    with pytest.raises(ConfigError, match="put `thresholds`, `seed` under `pilot`"):
         load_config(PilotConfig, _write(tmp_path, {"thresholds": {"min_accuracy": 0.5}}, "p.json"))
-    assert pilot_msg in caplog.text
     old_batch = {k: v for k, v in json.loads(SHIPPED.read_text()).items() if k not in ("pilot", "train")}
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        assert load_batch_config(_write(tmp_path, old_batch, "batch.json")) == load_batch_config(SHIPPED)
-    assert caplog.text == ""  # the old batch.json layout is a valid one-file config as it is
+    assert load_batch_config(_write(tmp_path, old_batch, "batch.json")) == load_batch_config(SHIPPED)
+    # the old batch.json layout is a valid one-file config as it is, and a batch view's file_data is that layout
+    assert load_batch_config(_write(tmp_path, file_data(load_batch_config(SHIPPED)), "b.json")) == load_batch_config(SHIPPED)
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,39 @@ def test_hint_names_each_variable_and_where_its_value_came_from(monkeypatch):
                                             "set D / E to where the data is)")
 
 
+def test_a_variable_set_but_empty_is_worded_so_and_its_default_is_used(monkeypatch):
+    """As in the shell, ``${D:-x}`` is x when D is unset or empty; the hint tells the two apart."""
+    monkeypatch.setenv("D", "")
+    assert expand_path("${D:-../data}/t.csv") == Path("../data/t.csv")
+    assert expand_path("${D}/t.csv") == Path("/t.csv")
+    assert path_hint("${D:-../data}/t.csv") == (" (${D} is ../data, from D set but empty: ../data from the current "
+                                                "directory; set D to where the data is)")
+    assert path_hint("${D}/t.csv") == " (${D} is empty, from D set but empty, with no default; set D to where the data is)"
+
+
+def test_a_bare_dollar_variable_is_kept_literally_and_the_not_found_hint_says_so(monkeypatch):
+    """``$VAR`` without braces is not expanded (a ``$`` may be in a real name); a missing path says to write ``${VAR}``."""
+    monkeypatch.setenv("DATA", "/srv/data")
+    monkeypatch.delenv("D", raising=False)
+    assert expand_path("$DATA/t.csv") == Path("$DATA/t.csv")
+    assert path_hint("$DATA/t.csv") == (" ($DATA is taken literally: only ${VAR} and ${VAR:-default} are expanded; "
+                                        "write ${DATA})")
+    assert path_hint("${D:-/x}/$A/$B/$A.csv") == (" (${D} is /x, from unset D: /x; set D to where the data is) ($A and $B are "
+                                                  "taken literally: only ${VAR} and ${VAR:-default} are expanded; "
+                                                  "write ${A} and ${B})")
+    assert path_hint("/price$5/t.csv") == path_hint("/a$/t.csv") == ""  # no name after the `$`: nothing to hint
+
+
+def test_a_missing_training_file_with_a_bare_variable_names_the_form_to_write(monkeypatch, tmp_path):
+    from adapters._data import load_rows
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(TrainConfig, SHIPPED, {"data.path": "$DATA/train.csv"})
+    with pytest.raises(InputError, match=r"training data \S*\$DATA/train.csv does not exist .*\(\$DATA is taken literally: "
+                                         r"only \$\{VAR\} and \$\{VAR:-default\} are expanded; write \$\{DATA\}\)$"):
+        load_rows(cfg.data, cfg.classify.categories)
+
+
 def test_a_missing_corpus_names_the_unset_variable(monkeypatch, tmp_path):
     from batch.corpus.plan import locate_corpus
 

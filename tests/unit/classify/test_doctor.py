@@ -68,7 +68,8 @@ def test_memory_need_is_the_plans_estimate(monkeypatch):
     cfg = PilotConfig()
     eng = cfg.engine.resolve("cpu")
     expected = cpu_serving_estimate(shape_from_folder(resolve_model(cfg.model).path), DTYPE_BYTES[compute_dtype(cfg.model)],
-                                    eng.kv_cache_space_gib, eng.max_loras, eng.max_lora_rank, True, 0).needed
+                                    kv_cache_space_gib=eng.kv_cache_space_gib, max_loras=eng.max_loras,
+                                    max_lora_rank=eng.max_lora_rank, enable_lora=True, usable_bytes=0).needed
     assert expected > eng.kv_cache_space_gib * GIB + CPU_ENGINE_PROCESSES * CPU_RUNTIME_BYTES_PER_PROCESS  # weights counted
     monkeypatch.setattr(doctor, "_mem_available_bytes", lambda: expected - 1)  # one byte short: a blocker
     mem = next(c for c in doctor.run_checks(cfg) if c.name == "memory")

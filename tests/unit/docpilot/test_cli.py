@@ -86,3 +86,17 @@ def test_help_into_a_reader_that_stops_early_ends_without_a_traceback():
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert proc.returncode == 141
+
+
+def test_option_help_texts_are_plain_text_without_markdown_backquotes():
+    """``--help`` prints help= strings as they are: `field` would show its backquotes (descriptions keep the docstring)."""
+    found = []
+    for package in (*PACKAGES, "docpilot", "bench"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            source = path.read_text(encoding="utf-8")
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr in ("add_argument", "add_parser"):
+                    found += [f"{path.relative_to(ROOT)}:{kw.value.lineno}" for kw in node.keywords
+                              if kw.arg == "help" and "`" in (ast.get_source_segment(source, kw.value) or "")]
+    assert found == []

@@ -34,3 +34,12 @@ def test_make_plan_sizes_the_job_of_config_on_the_lot_of_lots_config():
     assert _dry_run("plan", "CONFIG=job.json", "LOTS_CONFIG=lot.json") == [
         "docpilot plan --config job.json --lots-config lot.json"]
     assert _dry_run("plan") == ["docpilot plan --config config/docpilot.json --lots-config config/lots.json"]
+
+
+def test_make_help_lists_every_target():
+    """``make help`` names each ``.PHONY`` target (``clean`` and ``requirements-rebuild`` were missing once)."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    [phony] = [line for line in makefile.splitlines() if line.startswith(".PHONY:")]
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
+    listed = {line.split()[0] for line in out.splitlines() if line.strip()}
+    assert set(phony.split(":", 1)[1].split()) - {"help"} <= listed, out
