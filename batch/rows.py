@@ -41,8 +41,8 @@ def _arrow_table(body: bytes, schema: Any) -> Any | None:
     import pyarrow as pa
     import pyarrow.json as pj
 
-    if not body.endswith(b"\n"):
-        return None
+    if not body.endswith(b"\n") or not body.startswith(b"{"):
+        return None  # pyarrow 26's reader crashes the process (SIGSEGV) on a body whose first value is ``null``
     try:
         table = pj.read_json(pa.BufferReader(body),
                              read_options=pj.ReadOptions(block_size=max(1 << 20, len(body) + 1)),
@@ -53,10 +53,14 @@ def _arrow_table(body: bytes, schema: Any) -> Any | None:
         return None
     if any(table.column(name).null_count for name in ("id", "status", "n_chars", "n_tokens")):
         return None
+    try:
+        table.validate(full=True)  # the reader copies a string's bytes unchecked: one not UTF-8 is read line by line
+    except pa.ArrowInvalid:
+        return None
     return table.combine_chunks()
 
 
-def read_rows(body: bytes, review: bool, name: str = "<rows>") -> tuple[bytes, Any]:
+def read_rows(body: bytes, review: bool, name: str = "<rows>", first_line: int = 1) -> tuple[bytes, Any]:
     """The result rows of a shard file's (or a ``results.jsonl`` slice's) bytes, as JSON lines and as a table.
 
     Arrow parses the bytes whole when they are clean lines of the schema (the batch's own files always
@@ -68,6 +72,7 @@ def read_rows(body: bytes, review: bool, name: str = "<rows>") -> tuple[bytes, A
         body: the file's bytes (lines split on ``\\n`` only).
         review: the batch has ``classify.review_below_score`` (rows may carry ``review``).
         name: the file, for messages.
+        first_line: the file's line number of ``body``'s first line (a slice of a longer file), for messages.
 
     Returns:
         ``(lines, table)``: the bytes to copy into ``results.jsonl`` (``body`` itself when clean) and a
@@ -86,7 +91,7 @@ def read_rows(body: bytes, review: bool, name: str = "<rows>") -> tuple[bytes, A
     if table is not None:
         return body, table
     lines, rows = [], []
-    for n, line in enumerate(body.split(b"\n"), start=1):
+    for n, line in enumerate(body.split(b"\n"), start=first_line):
         if not line.strip():
             continue
         try:
@@ -96,7 +101,7 @@ def read_rows(body: bytes, review: bool, name: str = "<rows>") -> tuple[bytes, A
         values = {field: getattr(row, field, None) for field in schema.names}
         try:
             pa.Table.from_pylist([values], schema=schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError) as err:  # a lone surrogate
             raise VerificationError(f"{name}:{n}: not a result row: {err}") from None
         lines.append(line + b"\n")
         rows.append(values)

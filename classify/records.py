@@ -106,14 +106,18 @@ class Result(BaseModel):
             The record (missing fields take their defaults; unknown fields are dropped).
 
         Raises:
-            json.JSONDecodeError: the line is not JSON.
+            json.JSONDecodeError: the line is not JSON (or not UTF-8).
         """
         try:
             return cls.model_validate_json(line)
         except ValidationError:
             import json
 
-            obj = json.loads(line)
+            try:
+                obj = json.loads(line)
+            except UnicodeDecodeError as err:  # a ValueError, not a JSONDecodeError: named as one
+                raise json.JSONDecodeError(f"not UTF-8 ({err.reason})", bytes(line).decode("utf-8", "replace"),
+                                           err.start) from None
             obj = obj if isinstance(obj, dict) else {}
             values = {name: obj.get(name, None if field.is_required() else field.default)
                       for name, field in cls.model_fields.items()}

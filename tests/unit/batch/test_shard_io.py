@@ -78,11 +78,25 @@ def test_a_shard_arrow_refuses_as_it_is_is_read_line_by_line_into_the_same_table
 @pytest.mark.parametrize(("edit", "words"), [
     (lambda b: b.replace(b"{", b"[", 1), "not valid JSON"),
     (lambda b: b.replace(b'"n_chars": 5', b'"n_chars": "five"'), "not a result row"),
+    (lambda b: b.replace(b'"sport"', b'"sp\xffrt"', 1), "not valid JSON: not UTF-8"),  # not a UnicodeDecodeError
+    (lambda b: b.replace(b'"id": "a"', b'"id": "\\ud800"', 1), "not a result row"),  # not a UnicodeEncodeError
 ])
 def test_a_line_that_is_no_result_row_is_refused_naming_the_line(edit, words):
     body = jsonl_body([r.row() for r in _rows()])
     with pytest.raises(VerificationError, match=rf"^s.jsonl:1: {words}"):
         read_rows(edit(body), review=False, name="s.jsonl")
+
+
+def test_a_shard_whose_first_line_is_json_null_is_read_line_by_line_not_crashing_arrow():
+    """pyarrow's JSON reader dies (SIGSEGV) on a body whose first value is ``null``: run in a child process."""
+    import subprocess
+    import sys
+
+    code = ("from batch.rows import read_rows\n"
+            "lines, table = read_rows(b'null\\n{\"id\": \"a\", \"status\": \"accepted\", \"category\": \"tech\"}\\n', False)\n"
+            "print(table.num_rows, table.column('id').to_pylist())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "2 [None, 'a']\n"), done.stderr
 
 
 @pytest.mark.parametrize("bad", [
