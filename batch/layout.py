@@ -91,9 +91,15 @@ def check_shard_ids(path: Path, shard: Shard, ids: list[str]) -> None:
     """Refuse a shard file whose ids are not its planned ones.
 
     Raises:
-        VerificationError: naming the file, the counts and the planned id range.
+        VerificationError: naming the file, the counts and the planned id range; or the file and the row
+            (1-based, blank lines not counted) of a row without a string id.
     """
-    if ids_sha256(ids) != shard.ids_sha256:
+    try:
+        digest = ids_sha256(ids)
+    except TypeError:  # a row without an id (None), or with a number or object for one
+        n, bad = next((n, i) for n, i in enumerate(ids, start=1) if not isinstance(i, str))
+        raise VerificationError(f"{path}: row {n} has no id (a string, not {bad!r}); remove the file to redo the shard") from None
+    if digest != shard.ids_sha256:
         raise VerificationError(
             f"{path}: its {len(ids)} ids differ from the planned shard ({shard.n_docs} ids "
             f"{shard.first_id}..{shard.last_id}); remove the file to redo the shard"

@@ -282,8 +282,10 @@ def _result_batches(results: Path) -> Iterator[Any]:
     from batch.rows import read_rows
 
     with results.open("rb") as fh:
+        first_line = 1
         while chunk := b"".join(line for _, line in zip(range(65_536), fh, strict=False)):
-            yield read_rows(chunk, b'"review"' in chunk, str(results))[1]
+            yield read_rows(chunk, b'"review"' in chunk, str(results), first_line)[1]
+            first_line += 65_536
 
 
 def quality_table(report: Mapping[str, Any]) -> str:

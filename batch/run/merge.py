@@ -162,7 +162,8 @@ class Tally(Ledger):
         with results.open("rb") as fh:
             for n, line in enumerate(ln for ln in fh if ln.strip()):
                 if n in rows:
-                    seen[str(json.loads(line).get("id"))] += 1
+                    row = json.loads(line)
+                    seen[str(row.get("id") if isinstance(row, dict) else None)] += 1  # as Tally.add_table hashes it
         return sorted(i for i, c in seen.items() if c > 1)
 
     def summary(self, corpus: dict[str, Any], duplicate_ids: list[str]) -> dict[str, Any]:
@@ -319,12 +320,14 @@ def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, A
     shard_rows = 0
     try:
         paths = _shard_paths(export_dir, manifest)
+        line = 1  # results.jsonl's line number at fh (for messages)
         with results.open("rb") as fh:
             for shard, path, parsed in zip(manifest.shards, paths, parsed_shards(paths, review), strict=True):
                 if isinstance(parsed, Exception):
                     raise parsed
                 lines, table = parsed
-                copied, copied_table = _copied_rows(fh, lines, table, review)
+                copied, copied_table, read = _copied_rows(fh, lines, table, review, line)
+                line += read
                 if copied_table is not table:
                     check_shard_ids(path, shard, table.column("id").to_pylist())
                     problems += _differing_rows(lines, copied, tally.total, path.relative_to(export_dir),
@@ -334,7 +337,7 @@ def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, A
                 if copied_table is table:  # the same rows: their ids are the shard file's
                     check_shard_ids(path, shard, ids)
                 shard_rows += table.num_rows
-            rest, rest_table = read_rows(fh.read(), review, str(results))
+            rest, rest_table = read_rows(fh.read(), review, str(results), line)
             if rest_table.num_rows:
                 parquet.take(rest_table, rest)
                 tally.add_table(rest_table)
@@ -350,20 +353,22 @@ def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, A
     return problems + parquet.finish()
 
 
-def _copied_rows(fh: Any, lines: bytes, table: Any, review: bool) -> tuple[bytes, Any]:
-    """The next rows of ``results.jsonl`` (open as ``fh``) that should be the shard's ``lines``: when they are the
-    same bytes, ``lines`` and the shard's own ``table`` (the caller tests ``is``); else as many non-blank lines
-    (fewer at the end of the file), parsed by :func:`batch.rows.read_rows`."""
+def _copied_rows(fh: Any, lines: bytes, table: Any, review: bool, first_line: int) -> tuple[bytes, Any, int]:
+    """The next rows of ``results.jsonl`` (open as ``fh``, at line ``first_line``) that should be the shard's
+    ``lines``: when they are the same bytes, ``lines`` and the shard's own ``table`` (the caller tests ``is``);
+    else as many non-blank lines (fewer at the end of the file), parsed by :func:`batch.rows.read_rows`.
+    The third value: the lines of the file read (blank ones too)."""
     start = fh.tell()
     if fh.read(len(lines)) == lines:
-        return lines, table
+        return lines, table, lines.count(b"\n")
     fh.seek(start)
-    want, got = lines.count(b"\n"), []
-    while len(got) < want and (line := fh.readline()):
-        if line.strip():
-            got.append(line if line.endswith(b"\n") else line + b"\n")
-    body = b"".join(got)
-    return read_rows(body, review, RESULTS) if got else (b"", read_rows(b"", review)[1])
+    want, got, read = lines.count(b"\n"), 0, []
+    while got < want and (line := fh.readline()):
+        read.append(line)
+        got += bool(line.strip())
+    if not got:
+        return b"", read_rows(b"", review)[1], len(read)
+    return (*read_rows(b"".join(read), review, RESULTS, first_line), len(read))
 
 
 def _differing_rows(lines: bytes, copied: bytes, first_row: int, shard_file: Path, room: int) -> list[str]:

@@ -6,6 +6,7 @@ No engine and no Ray here; the real paths are in test_batch_ray.py and test_batc
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -228,6 +229,55 @@ def test_status_and_export_check_refuse_a_version_1_run_folder(tmp_path, monkeyp
     except EarlierRunFolder as err:
         problems = [str(err)]
     assert len(problems) == 1 and "batch old1 was made by an earlier docpilot" in problems[0]
+
+
+@pytest.mark.parametrize("line", [b'[1, 2]', b'null', b'{"status": "accepted", "category": "tech"}', b'{"id": 7, "status": "x"}'])
+def test_a_shard_row_without_a_string_id_is_refused_naming_the_file_and_row(tmp_path, bbc_dir, line):
+    """Merge, export re-check and resume scan: a VerificationError, never a TypeError out of the id hash."""
+    spec = make_corpus(tmp_path / "c", bbc_dir, 6)
+    corpus = read_corpus(CorpusConfig(path=str(spec["path"])), 200_000)
+    manifest = Manifest.of(_manifest(corpus, BatchConfig(batch={"shard_docs": 8})))
+    run = tmp_path / "run"
+    mf.write_manifest(run, manifest)
+    for shard, docs in planned_shards(spec["path"], 8):
+        mf.write_shard(run, shard.index, _rows(docs))
+    summary, _ = merge_results(run, manifest)
+    (run / "summary.json").write_text(json.dumps(summary))
+    path = mf.shard_path(run, 1)
+    rows = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join([rows[0], line, *rows[2:]]))
+    words = rf"000001.jsonl: row 2 has no id \(a string, not {7 if b'7' in line else None}\)"
+    with pytest.raises(VerificationError, match=words):
+        mf.scan_done(run, manifest)
+    if b"7" in line:  # a number for an id does not fit the id column: read_rows names the line
+        words = r"000001.jsonl:2: not a result row"
+    with pytest.raises(VerificationError, match=words):
+        merge_results(run, manifest, write=False)
+    assert len(check_export(run)) == 1 and re.search(words, check_export(run)[0])
+
+
+def test_check_export_names_the_line_of_results_jsonl_and_survives_rows_that_are_not_objects(tmp_path, bbc_dir):
+    spec = make_corpus(tmp_path / "c", bbc_dir, 6)
+    corpus = read_corpus(CorpusConfig(path=str(spec["path"])), 200_000)
+    manifest = Manifest.of(_manifest(corpus, BatchConfig(batch={"shard_docs": 4})))
+    run = tmp_path / "run"
+    mf.write_manifest(run, manifest)
+    for shard, docs in planned_shards(spec["path"], 4):
+        mf.write_shard(run, shard.index, _rows(docs))
+    summary, _ = merge_results(run, manifest)
+    (run / "summary.json").write_text(json.dumps(summary))
+    good = (run / "results.jsonl").read_bytes()
+    lines = good.split(b"\n")
+    assert len(lines) > 10
+    for n in (1, 7, 10):  # line n of the file (in the first, second, third shard's rows)
+        (run / "results.jsonl").write_bytes(b"\n".join([*lines[:n - 1], b'{"id": oops', *lines[n:]]))
+        assert check_export(run)[0].startswith(f"cannot read the copy: results.jsonl:{n}: not valid JSON")
+    (run / "results.jsonl").write_bytes(b"\n".join([*lines[:5], b"", *lines[5:9], b'{"id": oops', *lines[9:]]))
+    assert check_export(run)[0].startswith("cannot read the copy: results.jsonl:11: not valid JSON")  # a blank line 6
+    (run / "results.jsonl").write_bytes(b"\n".join([b"[1]", b"[2]", *lines[2:]]))  # two rows without an id
+    problems = check_export(run)
+    assert "results.jsonl row 0 differs from shards/000/000000.jsonl" in problems
+    assert "duplicate ids in results: ['None']" in problems
 
 
 def test_check_export_recounts_the_copy(tmp_path, bbc_dir):
