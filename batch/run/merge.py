@@ -89,7 +89,8 @@ def check_export(export_dir: Path) -> list[str]:
         summary = json.loads((export_dir / SUMMARY).read_text(encoding="utf-8"))
     except (OSError, ValueError, InputError) as err:  # JSONDecodeError and ValidationError are ValueErrors; an
         return [f"cannot read the copy: {err}"]  # earlier layout is batch.runfiles.EarlierRunFolder (an InputError)
-
+    if not isinstance(summary, dict):
+        return [f"cannot read the copy: {SUMMARY} is not a JSON object"]
     return check_export_rows(export_dir, manifest, summary)
 
 

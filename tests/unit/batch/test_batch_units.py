@@ -297,6 +297,8 @@ def test_check_export_recounts_the_copy(tmp_path, bbc_dir):
     accepted = summary["accepted"]
     (run / "summary.json").write_text(json.dumps({**summary, "accepted": accepted + 1}))
     assert check_export(run) == [f"summary.json `accepted` is {accepted + 1} but the copied results give {accepted}"]
+    (run / "summary.json").write_text("[]")  # JSON, but not the summary's object (was an AttributeError)
+    assert check_export(run) == ["cannot read the copy: summary.json is not a JSON object"]
 
 
 def test_unknown_adapter_is_refused_before_any_engine_starts(tmp_path, bbc_dir, monkeypatch):
