@@ -117,13 +117,17 @@ def expand_path(configured: str) -> Path:
         The path, e.g. ``../data/test.csv`` for that example with ``DATA_DIR`` unset.
 
     Raises:
-        ConfigError: a malformed ``${`` (see :func:`path_variables`), naming the path.
+        ConfigError: a malformed ``${`` (see :func:`path_variables`), naming the path; or a path that is
+            empty once expanded (``${DATA}`` with DATA unset or empty), with :func:`path_hint`'s note.
     """
     try:
         path_variables(configured)
     except ValueError as err:
         raise ConfigError(f"path {configured!r} {err}") from None
-    return Path(_VARIABLE.sub(lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), configured)).expanduser()
+    expanded = _VARIABLE.sub(lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), configured)
+    if not expanded:  # Path("") is the current directory: a corpus or data set read from wherever docpilot runs
+        raise ConfigError(f"path {configured!r} is empty once expanded{path_hint(configured)}")
+    return Path(expanded).expanduser()
 
 
 def path_hint(configured: str) -> str:

@@ -35,6 +35,14 @@ def test_expand_path_follows_the_shell(monkeypatch, configured, env, expected):
     assert expand_path(configured) == Path(expected)
 
 
+@pytest.mark.parametrize("configured", ["${D}", "${D}${E}", "${D:-}"])
+def test_a_path_empty_once_expanded_is_refused_not_the_current_directory(monkeypatch, configured):
+    monkeypatch.delenv("D", raising=False)
+    monkeypatch.setenv("E", "")
+    with pytest.raises(ConfigError, match=r"is empty once expanded \(\$\{D\} is empty, from unset D with no default"):
+        expand_path(configured)
+
+
 def test_expand_path_expands_home(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("D", raising=False)
