@@ -231,18 +231,24 @@ def test_status_and_export_check_refuse_a_version_1_run_folder(tmp_path, monkeyp
     assert len(problems) == 1 and "batch old1 was made by an earlier docpilot" in problems[0]
 
 
-@pytest.mark.parametrize("line", [b'[1, 2]', b'null', b'{"status": "accepted", "category": "tech"}', b'{"id": 7, "status": "x"}'])
-def test_a_shard_row_without_a_string_id_is_refused_naming_the_file_and_row(tmp_path, bbc_dir, line):
-    """Merge, export re-check and resume scan: a VerificationError, never a TypeError out of the id hash."""
+def _merged_run(tmp_path, bbc_dir, shard_docs):
+    """A merged run folder of 6 BBC documents in shards of ``shard_docs``, its summary written: ``(run, manifest)``."""
     spec = make_corpus(tmp_path / "c", bbc_dir, 6)
     corpus = read_corpus(CorpusConfig(path=str(spec["path"])), 200_000)
-    manifest = Manifest.of(_manifest(corpus, BatchConfig(batch={"shard_docs": 8})))
+    manifest = Manifest.of(_manifest(corpus, BatchConfig(batch={"shard_docs": shard_docs})))
     run = tmp_path / "run"
     mf.write_manifest(run, manifest)
-    for shard, docs in planned_shards(spec["path"], 8):
+    for shard, docs in planned_shards(spec["path"], shard_docs):
         mf.write_shard(run, shard.index, _rows(docs))
     summary, _ = merge_results(run, manifest)
     (run / "summary.json").write_text(json.dumps(summary))
+    return run, manifest
+
+
+@pytest.mark.parametrize("line", [b'[1, 2]', b'null', b'{"status": "accepted", "category": "tech"}', b'{"id": 7, "status": "x"}'])
+def test_a_shard_row_without_a_string_id_is_refused_naming_the_file_and_row(tmp_path, bbc_dir, line):
+    """Merge, export re-check and resume scan: a VerificationError, never a TypeError out of the id hash."""
+    run, manifest = _merged_run(tmp_path, bbc_dir, 8)
     path = mf.shard_path(run, 1)
     rows = path.read_bytes().split(b"\n")
     path.write_bytes(b"\n".join([rows[0], line, *rows[2:]]))
@@ -257,15 +263,7 @@ def test_a_shard_row_without_a_string_id_is_refused_naming_the_file_and_row(tmp_
 
 
 def test_check_export_names_the_line_of_results_jsonl_and_survives_rows_that_are_not_objects(tmp_path, bbc_dir):
-    spec = make_corpus(tmp_path / "c", bbc_dir, 6)
-    corpus = read_corpus(CorpusConfig(path=str(spec["path"])), 200_000)
-    manifest = Manifest.of(_manifest(corpus, BatchConfig(batch={"shard_docs": 4})))
-    run = tmp_path / "run"
-    mf.write_manifest(run, manifest)
-    for shard, docs in planned_shards(spec["path"], 4):
-        mf.write_shard(run, shard.index, _rows(docs))
-    summary, _ = merge_results(run, manifest)
-    (run / "summary.json").write_text(json.dumps(summary))
+    run, manifest = _merged_run(tmp_path, bbc_dir, 4)
     good = (run / "results.jsonl").read_bytes()
     lines = good.split(b"\n")
     assert len(lines) > 10
