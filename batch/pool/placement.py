@@ -46,11 +46,14 @@ def cpu_core_groups(n_actors: int, cpus: list[int]) -> list[str] | None:
     return groups
 
 
-def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "split") -> tuple[int, list[dict[str, Any]]]:
+def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "split",
+                  device: str | None = None) -> tuple[int, list[dict[str, Any]]]:
     """How many engine actors to start and with which resources, from the connected Ray cluster.
 
-    One actor per GPU (``num_gpus=1``) when the cluster has GPUs; otherwise ``n_cpu_actors``
-    actors of ``actor_num_cpus`` CPUs each. With ``cpu_bind="split"``, 2 or more CPU actors on a
+    One actor per GPU (``num_gpus=1``) when the cluster has GPUs and the run computes on them; otherwise
+    ``n_cpu_actors`` actors of ``actor_num_cpus`` CPUs each. The run's device is the one decision
+    (:func:`classify.device.detect_device`): a CPU venv on a machine whose cards Ray counts through NVML
+    (a GPU pod with ``PROFILE=cpu``) keeps the CPU rules, the core split and the CPU-fit check, and says so. With ``cpu_bind="split"``, 2 or more CPU actors on a
     local Ray (no ``RAY_ADDRESS``) and no ``VLLM_CPU_OMP_THREADS_BIND`` set by the user, each
     actor slot gets its own cores (:func:`cpu_core_groups`).
 
@@ -58,6 +61,8 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
         n_cpu_actors: ``batch.cpu_actors``.
         actor_num_cpus: ``batch.actor_num_cpus``.
         cpu_bind: ``batch.cpu_bind``: ``"split"`` or ``"auto"`` (vLLM's own binding in every actor).
+        device: where the engines compute, ``cpu``, ``cuda`` or ``rocm``; ``None``: this driver's
+            (:func:`classify.device.detect_device`).
 
     Returns:
         ``(count, options for .options() per actor slot)``; the list has ``count`` entries.
@@ -70,6 +75,14 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
     resources = ray.cluster_resources()
     env = {k: os.environ[k] for k in ENV_PASSED_TO_ACTORS if k in os.environ}
     gpus = int(resources.get("GPU", 0))
+    if device is None:
+        from classify.device import detect_device
+
+        device = detect_device()
+    if gpus and device == "cpu":
+        log.warning("the Ray cluster declares %d GPU(s), but this venv computes on the CPU: %d CPU engine actor(s), "
+                    "the GPUs unused (`make doctor` says why)", gpus, n_cpu_actors)
+        gpus = 0
     if gpus:
         runtime_env = {"env_vars": env} if env else None
         return gpus, [{"num_gpus": 1, "num_cpus": 1, "runtime_env": runtime_env} for _ in range(gpus)]

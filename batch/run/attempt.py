@@ -48,12 +48,17 @@ log = logging.getLogger("docpilot.batch")
 
 
 def _init_ray() -> Any:
-    """Join ``RAY_ADDRESS`` (or the job's cluster) or start a small local Ray.
+    """Join ``RAY_ADDRESS`` (or the job's cluster) or start a small local Ray (``num_gpus=0`` when the run computes on the CPU).
 
     Returns:
         The local session this call started (end it with :func:`batch.pool.local_ray.stop`), else None.
     """
-    return _ray_local.start(include_dashboard=False, object_store_memory=512 * 1024**2, log_to_driver=verbose_logs())
+    from classify.device import detect_device
+
+    # a CPU venv declares no GPUs in its own local Ray, whatever NVML counts (one device decision)
+    gpus = {"num_gpus": 0} if detect_device() == "cpu" else {}
+    return _ray_local.start(include_dashboard=False, object_store_memory=512 * 1024**2, log_to_driver=verbose_logs(),
+                            **gpus)
 
 
 def plan_or_reuse(cfg: BatchConfig, where: Path, fmt: str, old: Manifest | None, batch_id: str) -> CorpusPlan:
