@@ -366,11 +366,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         rec = recorded(args.venv)
         print(f"{rec['profile']}{' forced' if rec.get('forced') else ''}" if rec else choose(m).profile)
         return 0
-    if args.profile not in (*PROFILES, "refused"):
+    if args.profile not in (*PROFILES, "refused", ""):
         print(f"[setup] PROFILE must be one of {list(PROFILES)}, got {args.profile!r}", file=sys.stderr)
         return 2
     # the machine's own choice, unless the user or the venv's record named the profile being installed
-    choice = choose(m, None if args.profile == "refused" else args.profile, forced=args.forced)
+    choice = choose(m, args.profile if args.profile in PROFILES else None, forced=args.forced)
     if choice.refusal:
         print(f"[setup] refused: {choice.refusal}", file=sys.stderr)
         return 3
