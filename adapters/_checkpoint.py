@@ -110,6 +110,7 @@ def save_checkpoint(root: Path, step: int, model: Any, optimizer: Any, scheduler
                 writing = STATE
                 torch.save(
                     {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
+                     **({"cuda_rng": torch.cuda.get_rng_state_all()} if torch.cuda.is_initialized() else {}),
                      "state": state},
                     tmp / STATE,
                 )
@@ -187,7 +188,8 @@ def _read(path: Path, model: Any, config_sha256: str) -> tuple[int, dict[str, An
         raise CorruptCheckpoint(f"{WEIGHTS} does not hold this model's LoRA weights (first differences: {diff})")
     try:
         saved = torch.load(path / STATE, weights_only=True)
-        saved = {k: saved[k] for k in ("optimizer", "scheduler", "torch_rng", "state")}
+        saved = {**{k: saved[k] for k in ("optimizer", "scheduler", "torch_rng", "state")},
+                 "cuda_rng": saved.get("cuda_rng")}  # dropout's generator on a card (absent: a CPU run)
     except Exception as err:  # RuntimeError (zip cut short), EOFError, UnpicklingError, KeyError, TypeError
         raise CorruptCheckpoint(f"{STATE} is unreadable ({type(err).__name__}: {err})") from err
     return step, weights, saved
@@ -221,6 +223,8 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, conf
         optimizer.load_state_dict(saved["optimizer"])  # checks the parameter groups before changing anything
         scheduler.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["torch_rng"])
+        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
     except (ValueError, KeyError, TypeError, RuntimeError) as err:
         raise CorruptCheckpoint(f"{STATE} does not fit this run ({type(err).__name__}: {err})") from err
     set_peft_model_state_dict(model, weights)

@@ -99,8 +99,12 @@ class TrainingSection(Frozen):
         epochs: passes over the training rows (converted to steps, rounded up).
         seed: seeds the data order, LoRA init and dropout.
         checkpoint_every_steps: write a checkpoint every N optimizer steps (and at the end).
+        checkpoint_every_s: also write one when this many seconds of wall time passed since the last
+            (``null``: by steps only); a card does hundreds of steps a minute, a CPU a few.
         keep_checkpoints: most recent checkpoints kept on disk.
-        threads: torch intra-op CPU threads (the machine may be shared).
+        device: where training computes: ``auto`` (the run's device, :func:`classify.device.detect_device`:
+            the card on a GPU lot with the cuda profile, else the CPU), ``cpu`` or ``cuda``.
+        threads: torch intra-op CPU threads (the machine may be shared); applies on the CPU only.
         loss_window_steps: steps averaged for the "loss fell" check (first window vs last).
     """
 
@@ -116,24 +120,48 @@ class TrainingSection(Frozen):
     epochs: float | None = Field(None, gt=0, le=100)
     seed: int = 0
     checkpoint_every_steps: int = Field(20, ge=1)
+    checkpoint_every_s: float | None = Field(600.0, gt=0)
     keep_checkpoints: int = Field(2, ge=1, le=100)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = Field(1, ge=1, le=512)
     loss_window_steps: int = Field(10, ge=1)
 
+    def run_device(self) -> str:
+        """The torch device training computes on: ``"cuda"`` or ``"cpu"`` (:attr:`device` resolved here).
+
+        Raises:
+            EnvironmentCheckError: ``device: cuda`` and torch sees no card (the doctor says why).
+        """
+        from classify.device import torch_device
+
+        if self.device == "auto":
+            return torch_device()
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                from classify.errors import EnvironmentCheckError
+
+                raise EnvironmentCheckError(f"`training.device: cuda` but torch {torch.__version__} sees no card; "
+                                            "run `make doctor`, or set `training.device: auto`")
+        return self.device
+
     def compute_dtype(self) -> str:
-        """Resolve :attr:`dtype` on this machine.
+        """Resolve :attr:`dtype` for the device training computes on (:meth:`run_device`).
 
         Returns:
-            ``"bfloat16"`` or ``"float32"``: ``auto`` is bfloat16 where
-            :func:`classify.device.cpu_has_native_bf16` or an accelerator says so (on a 2-core
-            AVX-512-BF16 CPU a training step took 0.8x the float32 time; on AVX2-only CPUs bf16 is
-            emulated and slower), else float32.
+            ``"bfloat16"`` or ``"float32"``: ``auto`` is bfloat16 on a card with native bf16 (compute
+            capability 8.0+) and on a CPU with native bf16 (:func:`classify.device.cpu_has_native_bf16`: on a
+            2-core AVX-512-BF16 CPU a training step took 0.8x the float32 time; on AVX2-only CPUs bf16 is
+            emulated and slower), else float32 (an older card trains in float32: fp16 weights need loss scaling).
+            A visible card never makes a CPU run bf16.
         """
         if self.dtype != "auto":
             return self.dtype
         from classify.device import auto_dtype
 
-        return auto_dtype()
+        dtype = auto_dtype("cpu" if self.run_device() == "cpu" else "cuda")
+        return "float32" if dtype == "float16" else dtype
 
     @model_validator(mode="after")
     def _steps_or_epochs(self) -> TrainingSection:

@@ -29,13 +29,24 @@ def total_steps(cfg: TrainConfig, n_train: int) -> int:
 
 
 def build_lora_model(cfg: TrainConfig, model_path: str) -> Any:
-    """Load the base model in ``training.dtype`` (``auto`` resolved here) and wrap it with a seeded peft LoRA."""
+    """Load the base model in ``training.dtype`` on the run's device and wrap it with a seeded peft LoRA.
+
+    The device is :meth:`~adapters._config.TrainingSection.run_device` (the card on a GPU lot), the dtype
+    ``training.dtype`` resolved for that device. The LoRA weights are created on the same device (peft puts a
+    new adapter beside its base layer's weight) and initialised from the seeded CPU generator, so a card and a
+    CPU start from the same adapter.
+
+    Returns:
+        The peft model in training mode, every parameter on the run's device.
+    """
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(cfg.training.seed)
+    device = cfg.training.run_device()
     base = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, cfg.training.compute_dtype()))
+    base.to(device)
     lora = LoraConfig(
         r=cfg.lora.rank,
         lora_alpha=cfg.lora.alpha,
@@ -116,7 +127,7 @@ def answer_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
 
 def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]], *, pad_id: int, run_dir: Path,
              config_sha256: str) -> dict[str, Any]:
-    """Train to the last step, checkpointing every ``checkpoint_every_steps``; resume from the latest checkpoint.
+    """Train to the last step on the model's device, checkpointing by steps and by wall time; resume from the latest.
 
     Args:
         cfg: resolved train config.
@@ -129,7 +140,8 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
     Returns:
         State: ``history`` (one entry per step: loss, lr, tokens, cpu_s, wall_s), ``tokens``,
         ``cpu_s``, ``wall_s``, ``resumed_from``, ``skipped_checkpoints`` (unusable ones passed over on
-        resume), ``steps``.
+        resume), ``steps``, ``device`` (in words) and, on a card, ``peak_device_bytes``
+        (``torch.cuda.max_memory_allocated``, bytes).
 
     Raises:
         ConfigError: the checkpoint to resume from was written with another config.
@@ -138,7 +150,11 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
     import torch
 
     t = cfg.training
-    torch.set_num_threads(t.threads)
+    device = next(model.parameters()).device
+    if device.type == "cpu":
+        torch.set_num_threads(t.threads)  # a card's run leaves the host's threads alone (data collation, the tokenizer)
+    else:
+        torch.cuda.reset_peak_memory_stats(device)
     steps = total_steps(cfg, len(examples))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay)
@@ -154,8 +170,11 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
     else:
         torch.manual_seed(t.seed + 1)  # dropout stream, independent of the LoRA init
     state["skipped_checkpoints"] = [*state.get("skipped_checkpoints", []), *resumed.skipped]
-    log.info("training %d steps: %d rows, batch %d x accum %d, lr %.2e, %s, %d thread(s)",
-             steps, len(examples), t.batch_size, t.grad_accum_steps, t.learning_rate, t.compute_dtype(), t.threads)
+    on = f"{device} ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else f"cpu, {t.threads} thread(s)"
+    log.info("training %d steps on %s: %d rows, batch %d x accum %d, lr %.2e, %s", steps, on, len(examples),
+             t.batch_size, t.grad_accum_steps, t.learning_rate, t.compute_dtype())
+    state["device"] = on
+    last_checkpoint = time.monotonic()
     while step < steps:
         cpu0, wall0 = time.process_time(), time.time()
         micro = [micro_batch_indices(step, m, accum=t.grad_accum_steps, batch=t.batch_size, n=len(examples), seed=t.seed)
@@ -163,7 +182,7 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
         n_answer = sum(sum(1 for x in examples[i]["labels"] if x != -100) for idx in micro for i in idx)
         loss_total, tokens = 0.0, 0
         for idx in micro:
-            batch = collate_left([examples[i] for i in idx], pad_id)
+            batch = on_device(collate_left([examples[i] for i in idx], pad_id), device)
             loss_sum, _ = answer_loss_sum(model, batch)
             (loss_sum / n_answer).backward()
             loss_total += float(loss_sum.detach())
@@ -184,9 +203,18 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
         state["history"].append(entry)
         log.info("step %d/%d loss %.4f lr %.2e tokens %d (%.0f tok/s cpu, %.0f tok/s wall)",
                  step, steps, entry["loss"], lr, tokens, tokens / max(cpu_s, 1e-9), tokens / max(wall_s, 1e-9))
-        if step % t.checkpoint_every_steps == 0 or step == steps:
+        by_time = t.checkpoint_every_s is not None and time.monotonic() - last_checkpoint >= t.checkpoint_every_s
+        if step % t.checkpoint_every_steps == 0 or step == steps or by_time:
+            if device.type == "cuda":
+                state["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(device)), state.get("peak_device_bytes", 0))
             path = save_checkpoint(ckpt_root, step, model, optimizer, scheduler, state=state, config_sha256=config_sha256,
                                    keep=t.keep_checkpoints)
-            log.info("checkpoint %s", path.name)
+            last_checkpoint = time.monotonic()
+            log.info("checkpoint %s%s", path.name, f" ({t.checkpoint_every_s:g} s since the last)" if by_time else "")
     state["steps"] = steps
     return state
+
+
+def on_device(batch: dict[str, Any], device: Any) -> dict[str, Any]:
+    """``batch`` with every tensor moved to ``device`` (ints such as ``answer_len`` stay as they are)."""
+    return {k: v.to(device, non_blocking=True) if hasattr(v, "to") else v for k, v in batch.items()}

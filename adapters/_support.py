@@ -134,15 +134,22 @@ def free_mib(folder: Path) -> float:
         return -1.0
 
 
-def device_name() -> str:
-    """The training device in words (CUDA device name, else the CPU model)."""
+def device_name(cfg: Any = None) -> str:
+    """The device training computes on, in words: ``cuda: NVIDIA H200``, else the CPU model.
+
+    Args:
+        cfg: the train config (its ``training.device`` resolved); ``None``: the card if torch sees one.
+    """
     try:
         import torch
 
-        if torch.cuda.is_available():
+        on_card = torch.cuda.is_available() if cfg is None else cfg.training.run_device() != "cpu"
+        if on_card:
             return f"cuda: {torch.cuda.get_device_name(0)}"
     except ImportError:  # pragma: no cover - torch is a training dependency
         pass
+    except Exception as err:  # noqa: BLE001 - the note is written on a failure: never fail it again
+        return f"unknown ({type(err).__name__}: {err})"
     model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -169,7 +176,7 @@ def write_support_note(run_dir: Path, error: BaseException, stage: str, cfg: Any
         f"- stage reached: {stage}",
         f"- error: {type(error).__name__}: {error}",
         f"- image/template: {image}",
-        f"- device: {device_name()}",
+        f"- device: {device_name(cfg)}",
         f"- base model: {cfg.model.base_model} ({cfg.training.compute_dtype()})",
         f"- sequence length: max_seq_tokens {cfg.training.max_seq_tokens}, classify.max_doc_tokens {cfg.classify.max_doc_tokens}",
         f"- batch size: {cfg.training.batch_size} x grad_accum_steps {cfg.training.grad_accum_steps}",

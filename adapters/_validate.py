@@ -72,7 +72,7 @@ def free_answers(model: Any, tokenizer: Any, cfg: TrainConfig, rows: list[Row]) 
     with torch.no_grad():
         for n, row in enumerate(sample, 1):
             prompt = build_prompt(tokenizer, cfg.classify, row.text)
-            ids = torch.tensor([prompt.ids])
+            ids = torch.tensor([prompt.ids], device=model.device)
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=longest,
                                  do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
             new = out[0, ids.shape[1]:].tolist()

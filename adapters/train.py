@@ -373,6 +373,7 @@ def _train_summary(cfg: TrainConfig, *, run_id: str, smoke: bool, sha: str, data
         "data": {"path": str(cfg.data.resolved_path()), "sha256": data_sha, "rows": len(rows),
                  "train_rows": len(train_rows), "validation_rows": len(val_rows)},
         "steps": state["steps"], "dtype": cfg.training.compute_dtype(), "dtypes": dtypes, "resumed_from": state["resumed_from"],
+        "device": state.get("device"), "peak_device_bytes": state.get("peak_device_bytes"),
         "skipped_checkpoints": state.get("skipped_checkpoints", []), "tokens": state["tokens"],
         "cpu_s": round(state["cpu_s"], 1), "wall_s": round(state["wall_s"], 1),
         "tokens_per_s_cpu": round(state["tokens"] / max(state["cpu_s"], 1e-9), 1),

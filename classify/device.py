@@ -49,19 +49,43 @@ def compute_dtype(model_cfg: ModelConfig) -> str:
     return auto_dtype()
 
 
+def card_has_bf16() -> bool:
+    """Whether the first visible card computes bf16 natively (CUDA compute capability 8.0+, any ROCm card torch sees)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    if getattr(torch.version, "hip", None):
+        return True
+    return torch.cuda.get_device_capability(0)[0] >= 8
+
+
 def auto_dtype(device: str | None = None) -> str:
-    """What ``dtype: auto`` means, for the engine and for training alike.
+    """What ``dtype: auto`` means for the engine, decided for the device that computes.
 
     Args:
         device: ``cpu``, ``cuda`` or ``rocm`` to decide for (:func:`engine_kwargs` for a named device);
-            ``None``: this machine (an accelerator if torch sees one).
+            ``None``: where this run computes (:func:`detect_device`).
 
     Returns:
-        ``"bfloat16"`` on an accelerator or a CPU with native bf16 (:func:`cpu_has_native_bf16`),
-        else ``"float32"``.
+        ``"bfloat16"`` on a card with native bf16 (compute capability 8.0+: A100, L4, H100, B200) or a CPU with
+        native bf16 (:func:`cpu_has_native_bf16`); ``"float16"`` on an older card (T4: vLLM serves it in fp16);
+        else ``"float32"``. The CPU's flags never decide for a card, nor a visible card for a CPU run.
     """
-    accelerator = on_accelerator() if device is None else device != "cpu"
-    return "bfloat16" if accelerator or cpu_has_native_bf16() else "float32"
+    device = device or detect_device()
+    if device == "cpu":
+        return "bfloat16" if cpu_has_native_bf16() else "float32"
+    return "bfloat16" if not on_accelerator() or card_has_bf16() else "float16"
+
+
+def torch_device(device: str | None = None) -> str:
+    """The torch device string a run computes on: ``"cuda"`` for CUDA and ROCm (torch's HIP build uses the cuda
+    namespace), else ``"cpu"``.
+
+    Args:
+        device: ``cpu``, ``cuda`` or ``rocm``; ``None``: :func:`detect_device`.
+    """
+    return "cpu" if (device or detect_device()) == "cpu" else "cuda"
 
 
 def cpp_compiler() -> str | None:

@@ -40,7 +40,6 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Tuple
 
 PROFILES = ("cpu", "cuda")
 """The profiles ``make setup`` can install (``requirements/<profile>.lock``)."""
@@ -79,9 +78,9 @@ class Gpu:
 
     vendor: str
     name: str = ""
-    memory_mib: Optional[int] = None
-    driver: Optional[str] = None
-    compute_cap: Optional[str] = None
+    memory_mib: int | None = None
+    driver: str | None = None
+    compute_cap: str | None = None
 
     def label(self) -> str:
         """``NVIDIA H200 (143771 MiB, compute 9.0)`` style text."""
@@ -107,17 +106,17 @@ class Machine:
     python: str
     python_path: str
     arch: str
-    gpus: List[Gpu] = field(default_factory=list)
+    gpus: list[Gpu] = field(default_factory=list)
     source: str = ""
-    notes: List[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
-    def nvidia(self) -> List[Gpu]:
+    def nvidia(self) -> list[Gpu]:
         """The NVIDIA cards."""
         return [g for g in self.gpus if g.vendor == "nvidia"]
 
     @property
-    def amd(self) -> List[Gpu]:
+    def amd(self) -> list[Gpu]:
         """The AMD cards."""
         return [g for g in self.gpus if g.vendor == "amd"]
 
@@ -125,7 +124,7 @@ class Machine:
         """``2 x NVIDIA B200 (183359 MiB, compute 10.0)``, or ``no accelerator``."""
         if not self.gpus:
             return "no accelerator"
-        labels: Dict[str, int] = {}
+        labels: dict[str, int] = {}
         for g in self.gpus:
             labels[g.label()] = labels.get(g.label(), 0) + 1
         return ", ".join(f"{n} x {label}" for label, n in labels.items())
@@ -144,11 +143,11 @@ class Choice:
 
     profile: str
     forced: bool
-    refusal: Optional[str]
+    refusal: str | None
     summary: str
 
 
-def _run(cmd: List[str], timeout_s: float = 10.0) -> Optional[str]:
+def _run(cmd: list[str], timeout_s: float = 10.0) -> str | None:
     exe = shutil.which(cmd[0])
     if exe is None:
         return None
@@ -159,12 +158,12 @@ def _run(cmd: List[str], timeout_s: float = 10.0) -> Optional[str]:
     return out.stdout if out.returncode == 0 else None
 
 
-def _int(text: str) -> Optional[int]:
+def _int(text: str) -> int | None:
     m = re.search(r"\d+", text or "")
     return int(m.group()) if m else None
 
 
-def _nvidia_smi(notes: List[str]) -> List[Gpu]:
+def _nvidia_smi(notes: list[str]) -> list[Gpu]:
     out = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,compute_cap", "--format=csv,noheader,nounits"])
     if out is None:
         if shutil.which("nvidia-smi"):
@@ -180,7 +179,7 @@ def _nvidia_smi(notes: List[str]) -> List[Gpu]:
     return gpus
 
 
-def _nvidia_proc(root: str) -> List[Gpu]:
+def _nvidia_proc(root: str) -> list[Gpu]:
     """Cards from ``/proc/driver/nvidia/version`` (the kernel module's version) and ``/dev/nvidia<N>`` nodes."""
     driver = None
     try:
@@ -195,7 +194,7 @@ def _nvidia_proc(root: str) -> List[Gpu]:
     return [Gpu("nvidia", "", None, driver, None) for _ in nodes] or [Gpu("nvidia", "", None, driver, None)]
 
 
-def _amd(root: str) -> List[Gpu]:
+def _amd(root: str) -> list[Gpu]:
     out = _run(["amd-smi", "list", "--json"])
     if out:
         try:
@@ -225,7 +224,7 @@ def probe(root: str = "/") -> Machine:
     Returns:
         A :class:`Machine`; never raises for a missing or failing tool (it is noted instead).
     """
-    notes: List[str] = []
+    notes: list[str] = []
     gpus = _nvidia_smi(notes)
     source = "nvidia-smi" if gpus else ""
     if not gpus:
@@ -236,19 +235,19 @@ def probe(root: str = "/") -> Machine:
                    gpus=gpus, source=source, notes=notes)
 
 
-def driver_major(driver: Optional[str]) -> Optional[int]:
+def driver_major(driver: str | None) -> int | None:
     """``580`` for ``"580.95.05"``; ``None`` for an unknown driver."""
     return _int(driver.split(".")[0]) if driver else None
 
 
-def _cap(text: Optional[str]) -> Optional[Tuple[int, int]]:
+def _cap(text: str | None) -> tuple[int, int] | None:
     if not text or not re.fullmatch(r"\d+\.\d+", text):
         return None
     major, minor = text.split(".")
     return int(major), int(minor)
 
 
-def _python_refusal(m: Machine) -> Optional[str]:
+def _python_refusal(m: Machine) -> str | None:
     version = tuple(int(x) for x in m.python.split(".")[:2])
     if version in PYTHON_SUPPORTED:
         return None
@@ -258,7 +257,7 @@ def _python_refusal(m: Machine) -> Optional[str]:
             f"(Debian/Ubuntu: `apt-get install python3.12-venv`, or uv/pyenv) and run `make pilot PYTHON=python3.12`.")
 
 
-def _cuda_refusal(m: Machine) -> Optional[str]:
+def _cuda_refusal(m: Machine) -> str | None:
     cards = m.nvidia
     if not cards:
         return ("PROFILE=cuda but this machine shows no NVIDIA card (no working nvidia-smi, no /proc/driver/nvidia, "
@@ -284,7 +283,7 @@ def _cuda_refusal(m: Machine) -> Optional[str]:
     return None
 
 
-def choose(m: Machine, wanted: Optional[str] = None, forced: bool = False) -> Choice:
+def choose(m: Machine, wanted: str | None = None, forced: bool = False) -> Choice:
     """The profile to install on ``m``.
 
     Args:
@@ -322,7 +321,7 @@ def choose(m: Machine, wanted: Optional[str] = None, forced: bool = False) -> Ch
     return Choice(profile, forced, None, summary)
 
 
-def recorded(venv: str) -> Optional[dict]:
+def recorded(venv: str) -> dict | None:
     """The profile record ``make setup`` wrote into ``venv`` (``None`` when there is none or it is unreadable)."""
     try:
         with open(os.path.join(venv, PROFILE_FILE), encoding="utf-8") as fh:
@@ -332,7 +331,7 @@ def recorded(venv: str) -> Optional[dict]:
     return doc if isinstance(doc, dict) and doc.get("profile") in PROFILES else None
 
 
-def installed_profile() -> Optional[dict]:
+def installed_profile() -> dict | None:
     """The record of the venv this interpreter runs in (``sys.prefix``), or ``None`` (a venv not made by ``make setup``)."""
     return recorded(sys.prefix)
 
@@ -345,7 +344,7 @@ def record(choice: Choice, m: Machine) -> dict:
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """``python3 -m classify.machine {profile,check,show}``; ``check`` exits 3 when the machine is refused."""
     parser = argparse.ArgumentParser(prog="python3 -m classify.machine", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
