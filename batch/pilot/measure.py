@@ -87,17 +87,40 @@ def process_titles(pids: list[int]) -> dict[int, str]:
 
 def nvml_bytes(pids: list[int]) -> int | None:
     """Device memory NVML reports for ``pids`` on every card, or ``None`` (no NVML, no permission, none used)."""
+    return nvml_usage(pids)[0]
+
+
+def nvml_usage(pids: list[int]) -> tuple[int | None, str]:
+    """The engines' device memory from NVML, and where the figure comes from.
+
+    NVML lists each card's compute processes by PID. On a VM the PIDs are this machine's (seen on an H200,
+    ``bench/results/2026-12-04-h200-gpu-path.md``), but inside a container they are the host's
+    (NVIDIA/nvidia-docker #1483), so none match. Then the cards' used memory (``nvmlDeviceGetMemoryInfo``) is
+    taken instead: a device total, every process on the cards included, and said so.
+
+    Args:
+        pids: the engine actors' processes (actor and ``VLLM::`` engine processes).
+
+    Returns:
+        ``(bytes or None, source)``; source ``"nvml processes"``, ``"nvml device used (no PID matched: container)"``
+        or why there is no figure.
+    """
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        used = 0
+        by_pid = device_used = 0
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            used += sum(p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid in pids)
-        return used or None
-    except Exception:  # pynvml absent (ROCm) or no permission
-        return None
+            by_pid += sum(p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid in pids)
+            device_used += int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+    except Exception as err:  # pynvml absent (ROCm) or no permission
+        return None, f"no NVML ({type(err).__name__})"
+    if by_pid:
+        return by_pid, "nvml processes"
+    if device_used:
+        return device_used, "nvml device used (no PID matched: container)"
+    return None, "NVML reported no memory in use"
 
 
 def plan_estimate(model_path: str, dtype: str, *, max_model_len: int, engine: Any, enable_lora: bool) -> dict[str, Any]:
@@ -177,7 +200,8 @@ def measured_block(device: str, peak_bytes: int, *, docs: int, tokens: int, seco
 
 
 def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: str, model_cfg: Any, engine_cfg: Any,
-                 enable_lora: bool, docs: int, tokens: int, seconds: float) -> dict[str, Any]:
+                 enable_lora: bool, docs: int, tokens: int, seconds: float,
+                 gpu_source: str = "nvml processes") -> dict[str, Any]:
     """What the pilot's engine actors used, beside make plan's estimate for the same engine.
 
     Args:
@@ -190,6 +214,7 @@ def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: st
         docs: documents through the classify stage.
         tokens: their prompt tokens.
         seconds: the classify stage's wall time (first engine ready to last shard written).
+        gpu_source: where ``gpu_bytes`` comes from (:func:`nvml_usage`).
 
     Returns:
         :func:`measured_block`'s dict, or ``{"error": ...}`` when there was nothing to measure (a stand-in
@@ -219,7 +244,8 @@ def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: st
                 return {"error": "NVML reported no device memory for the engine actors' processes"}
             import torch
 
-            detail.update(source="NVML device memory of the engine actors' processes", processes=peaks)
+            detail.update(source=("NVML device memory of the engine actors' processes" if gpu_source == "nvml processes"
+                                  else f"NVML: {gpu_source}"), processes=peaks)
             peak, machine = gpu_bytes, int(torch.cuda.get_device_properties(0).total_memory)
         return measured_block(device, peak, docs=docs, tokens=tokens, seconds=seconds, estimate=estimate,
                               machine_bytes=machine, detail=detail)

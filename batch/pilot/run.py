@@ -27,7 +27,7 @@ from typing import Any
 from batch.config import BatchConfig, load_batch_config
 from batch.pilot.decision import build_summary, decide, decision_markdown
 from batch.pilot.inputs import read_pilot_set
-from batch.pilot.measure import measure_pool, nvml_bytes, pool_peaks, process_titles
+from batch.pilot.measure import measure_pool, nvml_usage, pool_peaks, process_titles
 from batch.run.adapter import BatchAdapter, prompt_mismatch, resolve_adapter
 from batch.run.attempt import BatchRun, RunHooks
 from classify import storage
@@ -97,6 +97,7 @@ class PilotHooks(RunHooks):
         self.procs: dict[int, str] = {}
         self.peaks: dict[str, int] = {}
         self.gpu_bytes: int | None = None
+        self.gpu_source = "nvml processes"
         self.first_ready: float | None = None
         self.last_written: float | None = None
         self.engine_model: ModelRef | None = None
@@ -122,7 +123,7 @@ class PilotHooks(RunHooks):
         from classify.device import detect_device
 
         if detect_device() != "cpu":
-            used = nvml_bytes(list(self.procs))
+            used, self.gpu_source = nvml_usage(list(self.procs))
             self.gpu_bytes = max(used or 0, self.gpu_bytes or 0) or None
 
     def summarize(self, summary: dict[str, Any]) -> None:
@@ -145,7 +146,7 @@ class PilotHooks(RunHooks):
         summary["measured"] = measure_pool(self.peaks, self.gpu_bytes, model_path=model.path if model else "",
                                            model_cfg=self.cfg.model, engine_cfg=self.cfg.engine, enable_lora=self.lora,
                                            docs=len(results), tokens=sum(r.n_tokens or 0 for r in results),
-                                           seconds=seconds)
+                                           seconds=seconds, gpu_source=self.gpu_source)
         # the stage a run that goes on to export and re-check ends at; a failing export rewrites these files
         _write_outcome(self.run_dir, p["run_id"], p, summary, stage="verify", error=None)
 
