@@ -223,7 +223,7 @@ def machine_checks(cfg: PilotConfig, *, build: str, n_acc: int, vllm_platform: s
                             "its build was not chosen for this machine", {"profile": None, "forced": False}))
     data = {"machine_gpus": len(m.gpus), "torch_gpus": n_acc, "torch_build": build, "vllm_platform": vllm_platform,
             "profile": profile, "forced": forced, "cuda_runtime": torch.version.cuda, "driver": driver}
-    ray_gpus = _ray_gpu_count()
+    ray_gpus = _ray_gpu_count() if n_acc else None  # importing Ray costs seconds: only where there is a card to count
     data["ray_gpus"] = ray_gpus
     rebuild = "rebuild the venv for this machine: `rm -rf .venv && make pilot`"
     on_cpu = build == "cpu" or vllm_platform == "cpu"
