@@ -16,6 +16,15 @@ import pytest
 from tests.support.corpora import news_rows, write_config, write_jsonl
 
 
+def _cpu_venv() -> bool:
+    from classify.device import detect_device
+
+    return detect_device() == "cpu"
+
+
+pytestmark = pytest.mark.skipif(not _cpu_venv(), reason="the CPU profile's rules: this venv computes on a card")
+
+
 @pytest.fixture(scope="module")
 def gpu_ray(request: pytest.FixtureRequest):
     """A local Ray that declares one GPU on this CPU machine (2 CPUs, no dashboard)."""

@@ -65,6 +65,7 @@ def test_a_forced_cpu_profile_beside_a_card_is_a_warning(h100, tmp_path, monkeyp
     assert checks["device"].status == "warn" and "forced by PROFILE=cpu" in checks["device"].detail
 
 
+@pytest.mark.skipif(__import__("torch").version.cuda is not None, reason="this venv holds a CUDA torch build")
 def test_no_card_and_the_cpu_build_is_ok(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setattr("classify.machine._nvidia_proc", lambda root: [])
