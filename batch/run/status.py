@@ -21,7 +21,7 @@ from typing import Any
 from batch import layout as mf
 from batch.run.lease import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check
 from batch.runfiles import EarlierRunFolder, ProgressFile
-from classify.errors import InputError
+from classify.errors import InputError, StoreUnreachable
 from classify.paths import runs_dir
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,7 @@ def remote_status(location: str) -> dict[str, Any]:
 
     Raises:
         InputError: nothing readable there (names every place looked at).
+        StoreUnreachable: the object store did not answer within :func:`classify.storage.store_limits` (exit 6).
     """
     from batch.run.mirror import MIRROR_SUFFIX
     from classify import storage
@@ -155,10 +156,13 @@ def remote_status(location: str) -> dict[str, Any]:
             else:
                 fs, path = storage.filesystem(target)
                 fs.invalidate_cache()
-                found = (target, fs.cat_file(path))
+                with storage.store_call("read", target):  # a stalled store: StoreUnreachable (an OSError) in time
+                    found = (target, fs.cat_file(path))
             break
         except FileNotFoundError:
             errors.append(f"{target}: not there")
+        except StoreUnreachable:
+            raise  # the same store holds every candidate: one outage is one message, not a wait per candidate
         except (OSError, ImportError, ValueError) as err:
             errors.append(f"{target}: {type(err).__name__}: {err}")
     if found is None:
