@@ -182,6 +182,10 @@ def detach_train(argv: list[str], stop_when_done: bool, wrap_up_to: str | None, 
     if stop_when_done and not wrap_up_to:
         raise InputError("--stop-when-done needs --wrap-up-to DEST (a folder or s3://...): the lease is never stopped "
                          "before everything is copied off the pod and re-checked")
+    if stop_when_done:
+        from batch.run.lease import check_stop_command, stop_settings
+
+        check_stop_command(stop_settings("config/lots.json"))  # now, not after the whole training run
     job_id, job_dir = new_run_dir("trainjob", runs_dir())
     return start_detached("train", job_id, job_dir, child_argv(argv), stop_when_done=stop_when_done,
                           wrap_up_to=wrap_up_to)
