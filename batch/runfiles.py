@@ -224,7 +224,8 @@ class ProgressFile(_RunFile):
         elapsed_s: seconds since the attempt started running.
         retries: shard retries; last_error: the latest error text.
         actors: one object per engine actor (``slot``, ``pid``, ``node``, ``procs``, ...).
-        pid, host: the driver process.
+        pid, host: the driver process; pid_started, boot_id: its start time and boot
+            (:func:`batch.run.detached.process_identity`), so a reused pid or a reboot is not taken for it.
         started_at, updated_at: UTC ISO 8601.
         lease: the latest lease verdict (:class:`batch.run.lease.LeaseWatch`), or ``None``.
     """
@@ -244,6 +245,8 @@ class ProgressFile(_RunFile):
     actors: list[dict[str, Any]] | None = []
     pid: int | None = None
     host: str | None = None
+    pid_started: float | None = None
+    boot_id: str | None = None
     started_at: str | None = None
     updated_at: str | None = None
     lease: dict[str, Any] | None = None

@@ -111,6 +111,16 @@ class EnvironmentCheckError(DocpilotError):
     kind = "environment"
 
 
+class StoreUnreachable(EnvironmentCheckError, OSError):
+    """An object store (``s3://...``) did not answer a call within its deadline and retry budget (:mod:`classify.storage`).
+
+    Also an ``OSError``, so code that already treats a failed store call as an I/O error (the progress mirror, the
+    remote status) keeps doing so; uncaught it is exit 6 with the message, never a hang.
+    """
+
+    kind = "store_unreachable"
+
+
 class VerificationError(DocpilotError):
     """An exported copy failed its re-check (hash mismatch, broken invariant)."""
 

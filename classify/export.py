@@ -73,8 +73,9 @@ def export_run(run_dir: Path, export_dir: Dest) -> Dest:
     if isinstance(export_dir, str):
         fs, root = storage.filesystem(export_dir)
         fs.invalidate_cache()
-        if fs.exists(root):  # an interrupted upload: no SHA256SUMS, so nothing there was ever complete
-            fs.rm(root, recursive=True)
+        with storage.store_call("clear an incomplete copy", export_dir):
+            if fs.exists(root):  # an interrupted upload: no SHA256SUMS, so nothing there was ever complete
+                fs.rm(root, recursive=True)
         with storage.local_copy_dir("sums") as tmp:
             storage.upload_tree(run_dir, list(sums), export_dir)
             write_bytes_atomic(Path(tmp) / SHA256SUMS, sums_text(sums))

@@ -13,19 +13,190 @@ moto) is reached with ``AWS_ENDPOINT_URL=https://host:port`` (botocore) or
 Object stores have no atomic rename, so a copy there is made complete by writing a marker
 *last* (the ``SHA256SUMS`` file of the copy): a reader refuses a destination without it, and
 writing again to an incomplete destination overwrites and finishes it.
+
+Deadlines (S3 and S3-compatible stores): every HTTP request to the store has a deadline and the whole
+call a retry budget, so a store that accepts connections and then stops answering fails a call in
+bounded time (:func:`store_limits`) instead of holding an export, a wrap-up or ``status --from`` for
+ten minutes or more. botocore's own settings do the work (``connect_timeout``, ``read_timeout``,
+``retries={"mode": "standard", "total_max_attempts": N}``); s3fs's second retry loop is switched off
+(``retries = 1``) so the budget is botocore's alone. One gap is closed here: a PUT sends
+``Expect: 100-continue`` and aiohttp waits for the ``100 Continue`` answer without any timeout, so
+:class:`_DeadlineSession` (aiobotocore's ``http_session_cls`` hook) bounds each whole request as well.
+A call that runs out of budget raises :class:`classify.errors.StoreUnreachable` (exit 6) naming the
+store, the call and the limits.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
+
+from classify.errors import ConfigError, StoreUnreachable
 
 Dest = Path | str
 """A local folder (``Path``) or an fsspec URL (``str`` with ``scheme://``)."""
 
 CHUNK_BYTES = 1 << 20
+
+STORE_TIMEOUT_S = 30.0
+"""Default seconds a store request may wait to connect, and then for each read of its answer
+(``DOCPILOT_STORE_TIMEOUT_S``). AWS S3 answers in milliseconds and MinIO or R2 under load in a few
+seconds; 30 s leaves a wide margin and still ends a stalled call in about a minute and a half."""
+
+STORE_ATTEMPTS = 3
+"""Default attempts of one store request, the first included (``DOCPILOT_STORE_ATTEMPTS``; botocore's
+``standard`` retry mode, with its jittered backoff between attempts)."""
+
+MIN_BODY_BYTES_PER_S = 256 * 1024
+"""Slowest upload rate a request body is given time for: each request's whole deadline is the timeout plus its
+body at this rate (a 50 MiB multipart part gets 30 + 200 s)."""
+
+STORE_SCHEMES = ("s3", "s3a")
+"""URL schemes whose calls get :func:`store_limits` (s3fs over aiobotocore); other fsspec backends keep their own."""
+
+
+class StoreLimits(NamedTuple):
+    """The deadline and retry budget of every object-store call (:func:`store_limits`).
+
+    Attributes:
+        timeout_s: seconds to connect, and seconds for each read of an answer.
+        attempts: attempts of one request, the first included.
+    """
+
+    timeout_s: float
+    attempts: int
+
+    @property
+    def worst_case_s(self) -> float:
+        """About the longest one request without a body can take on a store that never answers, in seconds
+        (every attempt times out; botocore's backoff between attempts adds at most a few seconds)."""
+        return self.attempts * 2 * self.timeout_s
+
+
+def store_limits() -> StoreLimits:
+    """The object-store deadline and retry budget: the defaults, or ``DOCPILOT_STORE_TIMEOUT_S`` / ``DOCPILOT_STORE_ATTEMPTS``.
+
+    Returns:
+        The :class:`StoreLimits` in force.
+
+    Raises:
+        ConfigError: a variable that is not a number in range (timeout 0.1 to 3600 s, attempts 1 to 20);
+            the message names the variable, the value and the range.
+    """
+    timeout_s = _env_number("DOCPILOT_STORE_TIMEOUT_S", STORE_TIMEOUT_S, 0.1, 3600.0, float)
+    attempts = _env_number("DOCPILOT_STORE_ATTEMPTS", STORE_ATTEMPTS, 1, 20, int)
+    return StoreLimits(float(timeout_s), int(attempts))
+
+
+def _env_number(name: str, default: float, low: float, high: float, kind: type) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise ConfigError(f"{name} must be {'a whole number' if kind is int else 'a number of seconds'} from {low} to "
+                          f"{high}, got {raw!r}; unset it for the default {default}")
+    return value
+
+
+def _storage_options(url: str, limits: StoreLimits) -> dict[str, Any]:
+    """The fsspec options that put :func:`store_limits` on ``url``'s calls (none for schemes other than S3)."""
+    if url.split("://", 1)[0].lower() not in STORE_SCHEMES:
+        return {}
+    return {"config_kwargs": {
+        "connect_timeout": limits.timeout_s, "read_timeout": limits.timeout_s,
+        "retries": {"mode": "standard", "total_max_attempts": limits.attempts},
+        "http_session_cls": _deadline_session_cls()}}
+
+
+_SESSION_CLS: Any = None
+
+
+def _deadline_session_cls() -> Any:
+    """aiobotocore's HTTP session with a deadline on each whole request (built once, on first use).
+
+    aiohttp bounds connecting and each socket read, but not its wait for ``100 Continue`` after a PUT's
+    headers: a store that accepts the connection and never answers held ``put_file`` forever. The
+    deadline is the timeout twice (connect, answer) plus the body at :data:`MIN_BODY_BYTES_PER_S`; on
+    expiry the attempt fails as botocore's ``ReadTimeoutError``, which botocore's retry budget counts.
+    """
+    global _SESSION_CLS
+    if _SESSION_CLS is not None:
+        return _SESSION_CLS
+    from aiobotocore.httpsession import AIOHTTPSession
+    from botocore.exceptions import ReadTimeoutError
+
+    class _DeadlineSession(AIOHTTPSession):
+        async def send(self, request: Any) -> Any:
+            limit = (self._timeout.sock_connect or STORE_TIMEOUT_S) + (self._timeout.sock_read or STORE_TIMEOUT_S)
+            try:
+                size = int(request.headers.get("Content-Length") or 0)
+            except (TypeError, ValueError):
+                size = 0
+            limit += size / MIN_BODY_BYTES_PER_S
+            try:
+                async with asyncio.timeout(limit):
+                    return await super().send(request)
+            except TimeoutError as err:
+                raise ReadTimeoutError(endpoint_url=request.url, error=err) from None
+
+    _SESSION_CLS = _DeadlineSession
+    return _SESSION_CLS
+
+
+def _unreachable_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [TimeoutError]
+    with contextlib.suppress(ImportError):
+        from fsspec.exceptions import FSTimeoutError
+
+        types.append(FSTimeoutError)
+    with contextlib.suppress(ImportError):
+        from botocore.exceptions import (
+            ConnectionClosedError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            ReadTimeoutError,
+        )
+
+        types += [ConnectTimeoutError, ReadTimeoutError, EndpointConnectionError, ConnectionClosedError]
+    return tuple(types)
+
+
+@contextlib.contextmanager
+def store_call(what: str, url: Dest) -> Iterator[None]:
+    """Turn a store call that ran out of deadline or retries into one :class:`StoreUnreachable` naming it.
+
+    Args:
+        what: the call in words (``"upload"``, ``"list"``, ``"read"``...).
+        url: the object or folder the call was for.
+
+    Raises:
+        StoreUnreachable: the store did not answer (timeouts, refused or dropped connections) within
+            :func:`store_limits`; the message names the URL, the endpoint, the limits and what to do.
+    """
+    try:
+        yield
+    except StoreUnreachable:
+        raise
+    except _unreachable_types() as err:
+        if isinstance(url, Path):
+            raise
+        limits = store_limits()
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("FSSPEC_S3_ENDPOINT_URL") or "the default endpoint"
+        raise StoreUnreachable(
+            f"object store did not answer: {what} {str(url).split('?', 1)[0]} at {endpoint} failed after "
+            f"{limits.attempts} attempt(s) of {limits.timeout_s:g} s each ({type(err).__name__}: {err}); "
+            "check the endpoint and the network, then run the command again (finished work is kept and resumes); "
+            "DOCPILOT_STORE_TIMEOUT_S / DOCPILOT_STORE_ATTEMPTS set the limits") from None
 
 
 def is_url(dest: Dest | None) -> bool:
@@ -69,14 +240,18 @@ def filesystem(url: str) -> tuple[Any, str]:
     Raises:
         ImportError: fsspec or the URL's backend (s3fs, gcsfs, ...) is not installed; the message
             says which package to install.
+        ConfigError: ``DOCPILOT_STORE_TIMEOUT_S`` / ``DOCPILOT_STORE_ATTEMPTS`` out of range (:func:`store_limits`).
     """
     import fsspec
 
+    limits = store_limits()
     try:
-        fs, path = fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url, **_storage_options(url, limits))
     except (ImportError, ValueError) as err:
         raise ImportError(f"cannot open {url}: {err} (install the fsspec backend for this scheme, "
                           "e.g. `pip install s3fs` for s3://, `pip install gcsfs` for gs://)") from None
+    if url.split("://", 1)[0].lower() in STORE_SCHEMES:
+        fs.retries = 1  # s3fs's own retry loop off: botocore's budget (store_limits) is the only one
     return fs, path.rstrip("/")
 
 
@@ -87,7 +262,8 @@ def exists(dest: Dest, rel: str | None = None) -> bool:
         return target.exists()
     fs, path = filesystem(target)
     fs.invalidate_cache()
-    return fs.exists(path)
+    with store_call("look up", target):
+        return fs.exists(path)
 
 
 def upload_tree(src: Path, files: list[str], dest: str, last: str | None = None) -> None:
@@ -105,7 +281,8 @@ def upload_tree(src: Path, files: list[str], dest: str, last: str | None = None)
     """
     fs, root = filesystem(dest)
     for rel in [*[f for f in files if f != last], *([last] if last else [])]:
-        fs.put_file(str(src / rel), f"{root}/{rel}")
+        with store_call("upload", join(dest, rel)):
+            fs.put_file(str(src / rel), f"{root}/{rel}")
     fs.invalidate_cache()
 
 
@@ -113,9 +290,10 @@ def list_files(url: str) -> list[str]:
     """Every object under a URL, as POSIX paths relative to it, sorted (hidden names included)."""
     fs, root = filesystem(url)
     fs.invalidate_cache()
-    if not fs.exists(root):
-        return []
-    found = fs.find(root)
+    with store_call("list", url):
+        if not fs.exists(root):
+            return []
+        found = fs.find(root)
     return sorted(PurePosixPath(p).relative_to(root).as_posix() for p in found if p.rstrip("/") != root)
 
 
@@ -136,7 +314,7 @@ def download_tree(url: str, into: Path) -> list[str]:
     rels = list_files(url)
     for rel in rels:
         (into / rel).parent.mkdir(parents=True, exist_ok=True)
-        with fs.open(f"{root}/{rel}", "rb") as src, open(into / rel, "wb") as out:
+        with store_call("read", join(url, rel)), fs.open(f"{root}/{rel}", "rb") as src, open(into / rel, "wb") as out:
             shutil.copyfileobj(src, out, CHUNK_BYTES)
     return rels
 
@@ -145,14 +323,15 @@ def download_file(url: str, into: Path) -> None:
     """Read one object (``url``) into the local file ``into``."""
     fs, path = filesystem(url)
     fs.invalidate_cache()
-    with fs.open(path, "rb") as src, open(into, "wb") as out:
+    with store_call("read", url), fs.open(path, "rb") as src, open(into, "wb") as out:
         shutil.copyfileobj(src, out, CHUNK_BYTES)
 
 
 def upload_file(local: Path, url: str) -> None:
     """Copy one local file to the object ``url`` (a single PUT or a multipart upload: all or nothing)."""
     fs, path = filesystem(url)
-    fs.put_file(str(local), path)
+    with store_call("upload", url):
+        fs.put_file(str(local), path)
     fs.invalidate_cache()
 
 

@@ -81,18 +81,26 @@ def uvicorn_config(app: Any, settings: ServeSettings) -> Any:
     ``h11_max_incomplete_event_size = settings.max_header_bytes``: a request line plus headers over it
     is answered 400 and the connection closed, before the app sees it.
 
+    Slow and idle clients (slowloris) are bounded by :func:`serve.conn.guarded_protocol` on top of uvicorn's h11
+    protocol: a header deadline, a body deadline and a connection cap; uvicorn's own ``timeout_keep_alive``
+    closes idle keep-alive connections.
+
     Args:
         app: the ASGI app.
-        settings: host, port, log level, graceful timeout and ``max_header_bytes``.
+        settings: host, port, log level, graceful timeout, ``max_header_bytes`` and the connection limits.
 
     Returns:
         The ``uvicorn.Config``.
     """
     import uvicorn
 
+    from serve.conn import guarded_protocol
+
+    protocol = guarded_protocol(settings.max_connections, settings.header_timeout_s, settings.body_timeout_s)
     return uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                           timeout_graceful_shutdown=int(settings.graceful_timeout_s), access_log=False,
-                          http="h11", h11_max_incomplete_event_size=settings.max_header_bytes)
+                          http=protocol, h11_max_incomplete_event_size=settings.max_header_bytes,
+                          timeout_keep_alive=settings.keep_alive_timeout_s)
 
 
 def main(argv: list[str]) -> int:
@@ -124,6 +132,9 @@ def main(argv: list[str]) -> int:
                     settings.host, settings.port)
     if settings.skip_pilot_gate:
         log.warning("!!! PILOT GATE SKIPPED (--skip-pilot-gate): unpiloted adapters and base model will be served")
+    from serve.conn import check_fd_budget
+
+    check_fd_budget(settings.max_connections)  # before anything loads: the cap must fit `ulimit -n`
     app = create_app(settings)
     state = app.state.server
     for ref in settings.adapters:  # fail before any weights load

@@ -107,6 +107,14 @@ class ServeSettings(BaseSettings):
             ``max_documents``).
         max_header_bytes: most bytes of request line plus headers (uvicorn's ``h11_max_incomplete_event_size``;
             more: 400 and the connection is closed before the headers reach the app).
+        max_connections: most open connections (:mod:`serve.conn`); over it the oldest connection still waiting
+            for its request headers is closed, or the new one answered 503 when every one has a request in progress.
+        header_timeout_s: seconds a connection has to send its request line and headers, from its start or its
+            previous response's end (more: 408 and the connection closed).
+        body_timeout_s: seconds a request has to send its whole body after its headers (more: the connection is
+            closed and the request counted as a hang-up, 499).
+        keep_alive_timeout_s: seconds an idle keep-alive connection is kept after a response (uvicorn's
+            ``timeout_keep_alive``).
         skip_pilot_gate: the pilot-gate override: serve adapters and a base model that have not
             passed a pilot (every such request is logged as a warning).
         graceful_timeout_s: seconds in-flight requests get to finish after SIGTERM.
@@ -145,6 +153,15 @@ class ServeSettings(BaseSettings):
     max_header_bytes: int = Field(
         16 * 1024, ge=1024, le=2**20,
         description="bytes of a request line plus headers still incomplete (uvicorn's h11 limit; more: 400, connection closed)")
+    max_connections: int = Field(
+        512, ge=16, le=65_536,
+        description="open connections; over it the oldest one still sending its headers is closed (503 if none is)")
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="seconds to send the request line and headers (more: 408, connection closed)")
+    body_timeout_s: float = Field(
+        120.0, gt=0, le=3600, description="seconds to send the whole body after the headers (more: connection closed, 499)")
+    keep_alive_timeout_s: float = Field(
+        5.0, gt=0, le=600, description="seconds an idle keep-alive connection is kept (uvicorn's timeout_keep_alive)")
     skip_pilot_gate: bool = Field(
         False, description="serve adapters / a base model without a passed pilot (every use is logged as a warning)")
     graceful_timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds in-flight requests get after SIGTERM")

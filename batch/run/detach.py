@@ -20,6 +20,7 @@ host, command, log), ``<kind>.log`` and ``exit.json``.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import logging
 import os
 import shlex
@@ -30,13 +31,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from batch.run.detached import DETACH_RECORD, EXIT_RECORD, log_path, read_detach, record_exit
+from batch.run.detached import (
+    DETACH_RECORD,
+    EXIT_RECORD,
+    log_path,
+    process_identity,
+    read_detach,
+    record_exit,
+)
 from classify.runrecords import utc_now, write_json_atomic
 
 log = logging.getLogger("docpilot.detach")
 
 STOP_FLAGS = ("--detach", "--stop-when-done")
 VALUE_FLAGS = ("--wrap-up-to",)
+DETACH_LOCK = ".detach.lock"
+"""The run folder's supervisor lock: taken by :func:`start_detached` before it touches the folder, then held by
+the supervisor process (the open file is inherited) until it has written ``exit.json`` and wrapped up."""
 
 
 def child_argv(argv: list[str]) -> list[str]:
@@ -82,7 +93,38 @@ def start_detached(kind: str, run_id: str, run_dir: Path, argv: list[str], *, st
 
     Returns:
         0 (the detached run's own status is recorded in ``exit.json``).
+
+    Raises:
+        InputError: another detached start of the same run holds its folder (:data:`DETACH_LOCK`); the message
+            names its supervisor's pid and how to follow or stop it.
     """
+    lock_fd = _take_detach_lock(run_id, run_dir)
+    try:
+        return _start(kind, run_id, run_dir, argv, lock_fd, stop_when_done, wrap_up_to, lots_config)
+    finally:
+        os.close(lock_fd)  # the supervisor holds its inherited copy
+
+
+def _take_detach_lock(run_id: str, run_dir: Path) -> int:
+    """Take :data:`DETACH_LOCK` without waiting (``flock``: released by the kernel when its holder ends, however)."""
+    from classify.errors import InputError
+
+    fd = os.open(run_dir / DETACH_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        holder = read_detach(run_dir) or {}
+        pid = holder.get("supervisor_pid", "?")
+        raise InputError(f"{run_id} is already running detached (supervisor pid {pid}, started "
+                         f"{holder.get('started_at', '?')}, holds {run_dir / DETACH_LOCK}); follow it with "
+                         f"`docpilot status {run_id} --follow`, stop it with `kill {pid}`; start it again once it "
+                         "ended") from None
+    return fd
+
+
+def _start(kind: str, run_id: str, run_dir: Path, argv: list[str], lock_fd: int, stop_when_done: bool,
+           wrap_up_to: str | None, lots_config: str | None) -> int:
     (run_dir / EXIT_RECORD).unlink(missing_ok=True)  # a resumed run's earlier record: follow waits for this one
     logfile = log_path(run_dir, kind)
     command = [sys.executable, "-m", "docpilot", kind, *argv]
@@ -99,9 +141,11 @@ def start_detached(kind: str, run_id: str, run_dir: Path, argv: list[str], *, st
         out.write(f"--- {utc_now()} detached: {shlex.join(shown)}\n".encode())
         out.flush()
         proc = subprocess.Popen(sup, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True, cwd=os.getcwd())
+                                start_new_session=True, close_fds=True, pass_fds=(lock_fd,), cwd=os.getcwd())
+    ident = process_identity(proc.pid)
     write_json_atomic(run_dir / DETACH_RECORD, {
-        "kind": kind, "run_id": run_id, "supervisor_pid": proc.pid, "child_pid": None, "host": socket.gethostname(),
+        "kind": kind, "run_id": run_id, "supervisor_pid": proc.pid, "supervisor_started": ident["pid_started"],
+        "boot_id": ident["boot_id"], "child_pid": None, "child_started": None, "host": socket.gethostname(),
         "command": shown, "log": str(logfile), "started_at": utc_now(), "stop_when_done": stop_when_done,
         "wrap_up_to": redact(wrap_up_to) if wrap_up_to else wrap_up_to})
     what = "batch" if kind == "batch" else "training job"
@@ -138,6 +182,10 @@ def detach_train(argv: list[str], stop_when_done: bool, wrap_up_to: str | None, 
     if stop_when_done and not wrap_up_to:
         raise InputError("--stop-when-done needs --wrap-up-to DEST (a folder or s3://...): the lease is never stopped "
                          "before everything is copied off the pod and re-checked")
+    if stop_when_done:
+        from batch.run.lease import check_stop_command, stop_settings
+
+        check_stop_command(stop_settings("config/lots.json"))  # now, not after the whole training run
     job_id, job_dir = new_run_dir("trainjob", runs_dir())
     return start_detached("train", job_id, job_dir, child_argv(argv), stop_when_done=stop_when_done,
                           wrap_up_to=wrap_up_to)
@@ -159,6 +207,7 @@ def _supervise(args: argparse.Namespace) -> int:
         signal.signal(signum, forward)
     record = read_detach(run_dir) or {}
     record["child_pid"] = child.pid
+    record["child_started"] = process_identity(child.pid)["pid_started"]
     write_json_atomic(run_dir / DETACH_RECORD, record)
     code = child.wait()
     if code < 0:

@@ -47,19 +47,75 @@ def record_exit(run_dir: Path, exit_code: int, **fields: Any) -> None:
                                               "host": socket.gethostname(), **fields})
 
 
-def pid_alive(pid: int | None, host: str | None) -> bool | None:
-    """Whether process ``pid`` on ``host`` is alive (``None``: another host, or no pid, cannot tell)."""
-    if not pid or host != socket.gethostname():
-        return None
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped by its parent) is not running
-        import psutil
+PID_START_TOLERANCE_S = 1.0
+"""Most seconds a live process's start time may differ from the recorded one and still be the recorded process
+(``psutil.Process.create_time`` is rounded to clock ticks)."""
 
-        return psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
-    except Exception:  # noqa: BLE001 - psutil missing or the process just ended: os.kill said it existed
+
+def boot_id() -> str | None:
+    """This boot's id (``/proc/sys/kernel/random/boot_id``: new at every boot, the same under any host name), or ``None``."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None
+
+
+def process_identity(pid: int | None = None) -> dict[str, Any]:
+    """What identifies a process beyond its number: ``{pid, host, boot_id, pid_started}``.
+
+    ``pid_started`` is the process's start time (``psutil.Process.create_time``, seconds since the epoch): a pid
+    reused by a later process has another one. ``boot_id`` tells a reboot, and the same machine under a new host name.
+
+    Args:
+        pid: the process (default: this one).
+
+    Returns:
+        The identity (``pid_started`` ``None`` when psutil cannot read it).
+    """
+    import psutil
+
+    pid = os.getpid() if pid is None else int(pid)
+    try:
+        started: float | None = psutil.Process(pid).create_time()
+    except (psutil.Error, OSError):
+        started = None
+    return {"pid": pid, "host": socket.gethostname(), "boot_id": boot_id(), "pid_started": started}
+
+
+def pid_alive(pid: int | None, host: str | None, started: float | None = None, boot: str | None = None) -> bool | None:
+    """Whether the recorded process (``pid`` on ``host``, started at ``started``, in boot ``boot``) is still running here.
+
+    Process identity by start time is psutil's (``Process.create_time``, as ``psutil.Process.is_running`` uses it).
+
+    Args:
+        pid: the recorded process id.
+        host: the host name recorded with it.
+        started: its recorded start time (seconds since the epoch), when recorded.
+        boot: the boot id recorded with it (:func:`boot_id`), when recorded.
+
+    Returns:
+        ``True`` while that process runs; ``False`` when it is gone: no such pid, a zombie, the pid now belongs
+        to a process started at another time (reused), this machine rebooted since, or the record names another
+        host and another boot (the folder was copied or moved off the machine that ran it, or the pod came back
+        under a new name after a restart); ``None`` when there is no pid.
+    """
+    if not pid:
+        return None
+    here = boot_id()
+    if host != socket.gethostname() and not (boot and here and boot == here):
+        return False  # another machine (or this one after a reboot under a new name): not running here
+    if boot and here and boot != here:
+        return False  # rebooted since: no process of that boot survives
+    import psutil
+
+    try:
+        proc = psutil.Process(int(pid))
+        if proc.status() == psutil.STATUS_ZOMBIE:  # exited, not yet reaped by its parent
+            return False
+        if started is not None and abs(proc.create_time() - float(started)) > PID_START_TOLERANCE_S:
+            return False  # the pid was reused by another process
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
         return True
+    return True

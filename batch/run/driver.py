@@ -222,6 +222,10 @@ def _detach(args: BatchOptions, argv: list[str]) -> int:
                              "--export-dir or --wrap-up-to (a folder or s3://...); the lease is never stopped before "
                              "a verified copy")
     check_batch_id(args.batch_id)
+    if args.stop_when_done:
+        from batch.run.lease import check_stop_command, stop_settings
+
+        check_stop_command(stop_settings(args.lots_config))  # now, not after the whole batch
     if args.batch_id is None:
         batch_id, run_dir = _open_run(None)
     else:

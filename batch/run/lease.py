@@ -198,6 +198,46 @@ def stop_settings(lots_config: str | Path | None) -> Any:
     return load_lease_part(lots_config).lease
 
 
+def check_stop_command(lease: Any) -> None:
+    """Refuse, when a run starts, a stop command that could only fail at its end (after the whole batch).
+
+    Args:
+        lease: the lots config's ``lease`` section (:func:`stop_settings`); no stop command passes.
+
+    Raises:
+        ConfigError: the program is not found on ``PATH`` (or is not an executable file), or the command is one
+            string holding spaces instead of an argv list; the message names the value and the fix.
+    """
+    import os
+    import shlex
+    import shutil
+
+    from classify.errors import ConfigError
+
+    if not lease.stop_command:
+        return
+    program = lease.stop_command[0]
+    if shutil.which(program) is not None:
+        return
+    if len(lease.stop_command) == 1 and any(c.isspace() for c in program):
+        try:
+            words = shlex.split(program)
+        except ValueError:
+            words = program.split()
+        raise ConfigError(f"lease.stop_command must be an argv list (it runs without a shell), got one string "
+                          f"{list(lease.stop_command)!r}; write it as {words!r}")
+    where = "is not an executable file" if os.sep in program else f"is not found on PATH ({os.environ.get('PATH', '')})"
+    raise ConfigError(f"lease.stop_command's program {program!r} {where}; install it or give its full path "
+                      f"(the command would only run after the whole run, and fail there)")
+
+
+def _decode(data: bytes | str | None) -> str:
+    """A command's output as text whatever its bytes (not UTF-8: kept as ``\\xNN`` escapes)."""
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode("utf-8", errors="backslashreplace")
+
+
 def stop_the_meter(record_dir: Path, lease: Any, verified: bool, reason: str) -> dict[str, Any]:
     """Run the lease's stop command if ``verified``, else skip it; either way record why in ``lease-stop.json``.
 
@@ -230,12 +270,15 @@ def stop_the_meter(record_dir: Path, lease: Any, verified: bool, reason: str) ->
                                                    "(stop the rental yourself)")
         log.info("lease: %s", decision["reason"])
     else:
-        try:
-            done = subprocess.run(command, shell=False, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        try:  # bytes, decoded leniently: output that is not UTF-8 is recorded, never a traceback
+            done = subprocess.run(command, shell=False, stdin=subprocess.DEVNULL, capture_output=True,
                                   timeout=lease.stop_timeout_s, check=False)
-            decision.update(exit_code=done.returncode, output_tail=(done.stdout + done.stderr)[-2000:],
+            decision.update(exit_code=done.returncode, output_tail=(_decode(done.stdout) + _decode(done.stderr))[-2000:],
                             decision="ran" if done.returncode == 0 else "failed")
-        except (OSError, subprocess.TimeoutExpired) as err:
+        except subprocess.TimeoutExpired as err:
+            decision.update(decision="failed", output_tail=(f"TimeoutExpired: {err}; output: "
+                                                            f"{_decode(err.stdout) + _decode(err.stderr)}")[-2000:])
+        except Exception as err:  # noqa: BLE001 - not startable (OSError, a NUL in an argument...): recorded, not raised
             decision.update(decision="failed", output_tail=f"{type(err).__name__}: {err}"[-2000:])
         if decision["decision"] == "ran":
             log.info("lease: stop command %s ran (exit 0): %s", command, reason)

@@ -9,7 +9,6 @@ bar (:func:`progress_bar`) is drawn beside it.
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from pathlib import Path
@@ -52,6 +51,9 @@ class Progress:
         self.previous_actors: list[dict[str, Any]] = []
         self.lease: dict[str, Any] | None = None  # the latest lease verdict (batch.run.lease.LeaseWatch)
         self.mirror = mirror
+        from batch.run.detached import process_identity
+
+        self._identity = process_identity()
         old = ProgressFile.read_or_none(self.path)
         if old is not None and old.host == socket.gethostname() and old.state in ("running", "starting"):
             self.previous_actors = old.actors or []
@@ -114,7 +116,7 @@ class Progress:
             accepted=self.accepted, rejected=self.rejected, processed_this_attempt=self.processed,
             docs_per_s=round(rate, 3), eta_s=round(left / rate, 1) if rate and left else (0.0 if not left else None),
             elapsed_s=round(elapsed, 1), retries=self.retries, last_error=self.last_error,
-            actors=self.actors, pid=os.getpid(), host=socket.gethostname(),
+            actors=self.actors, **self._identity,
             started_at=self.started_at, updated_at=utc_now(), lease=self.lease,
         ).write(self.path)
         if self.mirror is not None:

@@ -21,7 +21,7 @@ from typing import Any
 from batch import layout as mf
 from batch.run.lease import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check
 from batch.runfiles import EarlierRunFolder, ProgressFile
-from classify.errors import InputError
+from classify.errors import InputError, StoreUnreachable
 from classify.paths import runs_dir
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ def _driver_alive(progress: ProgressFile) -> bool | None:
     """Whether the driver process is still running (``None`` when it ran on another host): :func:`batch.run.detached.pid_alive`."""
     from batch.run.detached import pid_alive
 
-    return pid_alive(progress.pid, progress.host)
+    return pid_alive(progress.pid, progress.host, progress.pid_started, progress.boot_id)
 
 
 def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
@@ -137,6 +137,7 @@ def remote_status(location: str) -> dict[str, Any]:
 
     Raises:
         InputError: nothing readable there (names every place looked at).
+        StoreUnreachable: the object store did not answer within :func:`classify.storage.store_limits` (exit 6).
     """
     from batch.run.mirror import MIRROR_SUFFIX
     from classify import storage
@@ -155,10 +156,13 @@ def remote_status(location: str) -> dict[str, Any]:
             else:
                 fs, path = storage.filesystem(target)
                 fs.invalidate_cache()
-                found = (target, fs.cat_file(path))
+                with storage.store_call("read", target):  # a stalled store: StoreUnreachable (an OSError) in time
+                    found = (target, fs.cat_file(path))
             break
         except FileNotFoundError:
             errors.append(f"{target}: not there")
+        except StoreUnreachable:
+            raise  # the same store holds every candidate: one outage is one message, not a wait per candidate
         except (OSError, ImportError, ValueError) as err:
             errors.append(f"{target}: {type(err).__name__}: {err}")
     if found is None:
@@ -275,17 +279,18 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
                 if not stale:
                     break
             detach = read_detach(run_dir)
-            alive = [pid_alive(detach.get("supervisor_pid"), detach.get("host"))] if detach else []
+            alive = [pid_alive(detach.get("supervisor_pid"), detach.get("host"), detach.get("supervisor_started"),
+                               detach.get("boot_id"))] if detach else []
             progress = ProgressFile.read_or_none(run_dir / mf.PROGRESS)
             if progress is not None and progress.state in ("running", "starting"):
-                alive.append(pid_alive(progress.pid, progress.host))
+                alive.append(pid_alive(progress.pid, progress.host, progress.pid_started, progress.boot_id))
             if alive and not any(a is not False for a in alive):
                 gone_since = gone_since or time.monotonic()
                 if time.monotonic() - gone_since > 3 * poll_s:  # the exit record may land just after the process ends
                     if bar is not None:
                         bar.close()
                     print(f"batch {batch_id}: its processes are gone without an exit status (killed: SIGKILL, out of "
-                          f"memory, a reboot?); complete shards are kept: resume with `docpilot batch --batch-id {batch_id} "
+                          f"memory, a reboot? or the folder names another machine or a process id now reused); complete shards are kept: resume with `docpilot batch --batch-id {batch_id} "
                           f"--detach`" + (f"; log: {log_path(run_dir, 'batch')}" if detach else ""), file=sys.stderr)
                     return 1
             else:

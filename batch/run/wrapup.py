@@ -59,7 +59,8 @@ def _sums_digest(dest: Dest) -> tuple[str | None, int]:
         data = target.read_bytes()
     else:
         fs, path = storage.filesystem(target)
-        data = fs.cat_file(path)
+        with storage.store_call("read", target):
+            data = fs.cat_file(path)
     return "sha256:" + hashlib.sha256(data).hexdigest(), sum(1 for line in data.decode().splitlines() if "  " in line)
 
 

@@ -58,3 +58,46 @@ def lease_s3():
     """The S3 server with :data:`BUCKET`; yields the endpoint URL."""
     with moto_s3(BUCKET) as url:
         yield url
+
+
+@contextlib.contextmanager
+def stalled_s3(timeout_s: float = 1.0, attempts: int = 2):
+    """An "S3 endpoint" on 127.0.0.1 that accepts every connection and never answers a byte (a store that stalled).
+
+    Points ``AWS_ENDPOINT_URL`` (and test keys) at it and sets docpilot's store limits short
+    (``DOCPILOT_STORE_TIMEOUT_S``, ``DOCPILOT_STORE_ATTEMPTS``); yields ``(env, connections)``: the variables set
+    (for a subprocess) and the list of accepted sockets (grows with each attempt). Everything is restored and
+    closed on exit.
+    """
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            held.append(conn)
+
+    threading.Thread(target=accept, daemon=True, name="stalled-s3").start()
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{srv.getsockname()[1]}",
+           "DOCPILOT_STORE_TIMEOUT_S": str(timeout_s), "DOCPILOT_STORE_ATTEMPTS": str(attempts)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env, held
+    finally:
+        srv.close()
+        for conn in list(held):
+            conn.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

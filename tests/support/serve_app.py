@@ -8,7 +8,10 @@ fixtures: a test module imports them by name (``from tests.support.serve_app imp
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -102,3 +105,42 @@ def make_client(registry):
     yield make
     for client in clients:
         client.__exit__(None, None, None)
+
+
+def free_port() -> int:
+    """A free TCP port of 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serving(registry, engine, **settings):
+    """Run the app under ``docpilot serve``'s uvicorn config (:func:`serve.cli.uvicorn_config`) in a thread on a free
+    port of 127.0.0.1; yield ``(url, app, server)`` once ``/readyz`` answers 200, stop it on exit."""
+    import httpx
+    import uvicorn
+
+    from serve.cli import uvicorn_config
+
+    opts = {"api_token": TOKEN, "port": free_port(), "skip_pilot_gate": True, **settings}
+    cfg = load_settings(**opts)
+    app = create_app(cfg, config=PilotConfig(), model=MODEL, registry=registry, engine_factory=lambda: engine)
+    server = uvicorn.Server(uvicorn_config(app, cfg))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{cfg.port}"
+    deadline = time.time() + 20
+    while True:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.time() < deadline, "in-process server not ready"
+        time.sleep(0.05)
+    try:
+        yield url, app, server
+    finally:
+        server.should_exit = True
+        thread.join(30)

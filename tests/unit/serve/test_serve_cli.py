@@ -18,6 +18,8 @@ DOCUMENTED = {  # README / docs/serving.md: flag -> environment variable
     "--skip-pilot-gate": "DOCPILOT_SKIP_PILOT_GATE", "--insecure-no-auth": "DOCPILOT_INSECURE_NO_AUTH",
     "--graceful-timeout-s": "DOCPILOT_GRACEFUL_TIMEOUT_S",
     "--engine-failure-exit-delay-s": "DOCPILOT_ENGINE_FAILURE_EXIT_DELAY_S", "--log-level": "DOCPILOT_LOG_LEVEL",
+    "--max-connections": "DOCPILOT_MAX_CONNECTIONS", "--header-timeout-s": "DOCPILOT_HEADER_TIMEOUT_S",
+    "--body-timeout-s": "DOCPILOT_BODY_TIMEOUT_S", "--keep-alive-timeout-s": "DOCPILOT_KEEP_ALIVE_TIMEOUT_S",
 }
 
 

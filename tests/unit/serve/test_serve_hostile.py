@@ -20,12 +20,9 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from classify.config import PilotConfig
-from serve.app import create_app
-from serve.cli import uvicorn_config
-from serve.settings import load_settings
-from tests.support.serve_app import AUTH, MODEL, TOKEN, FakeEngine
+from tests.support.serve_app import AUTH, TOKEN, FakeEngine
 from tests.support.serve_app import registry as registry  # noqa: F401  (fixture: ok@1 published and piloted)
+from tests.support.serve_app import serving as _serving
 
 HEALTHZ_FAST_S = 1.0
 """Slowest acceptable ``/healthz`` while a hostile request is being handled (main: 5 s to 11.5 s)."""
@@ -51,39 +48,11 @@ class SlowEngine(FakeEngine):
         return await super().classify(docs, adapter)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def serving(registry, engine=None, **settings):  # noqa: F811
     """Run the app under ``docpilot serve``'s uvicorn config in a thread; yield ``(url, app)``."""
-    import uvicorn
-
-    engine = engine or SlowEngine()
-    opts = {"api_token": TOKEN, "port": _free_port(), "skip_pilot_gate": True, **settings}
-    cfg = load_settings(**opts)
-    app = create_app(cfg, config=PilotConfig(), model=MODEL, registry=registry, engine_factory=lambda: engine)
-    server = uvicorn.Server(uvicorn_config(app, cfg))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{cfg.port}"
-    deadline = time.time() + 20
-    while True:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.time() < deadline, "in-process server not ready"
-        time.sleep(0.05)
-    try:
+    with _serving(registry, engine or SlowEngine(), **settings) as (url, app, _server):
         yield url, app
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 def _raw(port: int, head: bytes, timeout_s: float = 5.0) -> bytes:

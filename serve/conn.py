@@ -1,0 +1,197 @@
+"""Connection limits and receive deadlines: slow and idle clients cannot hold the server (slowloris).
+
+uvicorn (0.55, h11) bounds the size of request headers (``h11_max_incomplete_event_size``) and closes a
+keep-alive connection idle after a response (``timeout_keep_alive``), but it has no deadline for receiving a
+request: a connection that sends nothing after connecting, or a byte of its headers or body every few
+seconds, is kept as long as the client likes, and the first byte of a request cancels the keep-alive timer.
+A thousand of them exhausted the process's file descriptors (``ulimit -n`` 1,024) and every new client,
+``/healthz`` included, was refused. :func:`guarded_protocol` adds, on uvicorn's own h11 protocol class:
+
+- a **header deadline**: the request line and headers must be complete ``header_timeout_s`` after the
+  connection opened or the previous response ended (else the connection is closed, ``408`` when nothing
+  of a request was answered yet);
+- a **body deadline**: the body must be complete ``body_timeout_s`` after its headers (else the connection is
+  closed: the app sees a hang-up, as for a client that left, and the request counts 499);
+- a **connection cap**: at most ``max_connections`` open connections. A new connection over it closes the
+  oldest one still waiting for its request headers (a slow or idle client); when every open connection has
+  a request in progress, the new one is answered ``503`` and closed. uvicorn's ``limit_concurrency`` is not
+  used for this: it answers 503 to new *requests* but keeps every idle connection open, so idle ones would
+  shut out real clients.
+
+:func:`check_fd_budget` checks at start-up that the cap fits the process's file-descriptor limit, raising the
+soft limit to the hard one when needed (``resource.setrlimit``).
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+from typing import Any
+
+from classify.errors import ConfigError
+
+log = logging.getLogger("docpilot.serve")
+
+FD_RESERVE = 256
+"""File descriptors kept free beside ``max_connections`` (engine, tokenizer, logs, registry files, sockets of the
+engine core)."""
+
+_RESPONSE_408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+                 b"content-length: %d\r\n\r\n%s")
+_RESPONSE_503 = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+                 b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s")
+
+
+def _raw(template: bytes, message: str) -> bytes:
+    body = message.encode()
+    return template % (len(body), body)
+
+
+class _Counts:
+    """Connections closed by each limit (logged at the first and every 100th; read by tests)."""
+
+    def __init__(self) -> None:
+        self.header_timeouts = self.body_timeouts = self.evicted = self.refused = 0
+
+    def bump(self, what: str, message: str) -> None:
+        n = getattr(self, what) + 1
+        setattr(self, what, n)
+        if n == 1 or n % 100 == 0:
+            log.warning("%s (%d so far)", message, n)
+
+
+def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout_s: float) -> type:
+    """uvicorn's h11 protocol class with a header deadline, a body deadline and a connection cap.
+
+    Pass the result as ``uvicorn.Config(http=...)`` (:func:`serve.cli.uvicorn_config`).
+
+    Args:
+        max_connections: most open connections; over it the oldest one still waiting for its request headers is
+            closed (503 to the new one when none is).
+        header_timeout_s: seconds from a connection's start (or its previous response's end) to its request
+            headers' end.
+        body_timeout_s: seconds from a request's headers to its body's end.
+
+    Returns:
+        A subclass of ``uvicorn.protocols.http.h11_impl.H11Protocol``; its ``counts`` attribute holds the
+        connections each limit closed.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    counts = _Counts()
+
+    class GuardedH11Protocol(H11Protocol):
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            self._deadline: Any = None
+            self._deadline_for: Any = None
+            self._waiting_since = time.monotonic()
+            super().connection_made(transport)
+            if len(self.connections) > max_connections and not self._make_room():
+                counts.bump("refused", f"connection refused: {max_connections} connections open (--max-connections), "
+                                       "each with a request in progress")
+                transport.write(_raw(_RESPONSE_503, f"server at its connection limit ({max_connections}); retry\n"))
+                transport.close()
+                return
+            self._arm(h11.IDLE)
+
+        def _make_room(self) -> bool:
+            waiting = [c for c in self.connections
+                       if c is not self and isinstance(c, GuardedH11Protocol) and c._waiting()]
+            if not waiting:
+                return False
+            oldest = min(waiting, key=lambda c: c._waiting_since)
+            counts.bump("evicted", f"closed a connection waiting {time.monotonic() - oldest._waiting_since:.1f} s for "
+                                   f"its request headers: {max_connections} connections open (--max-connections)")
+            oldest._close()
+            return True
+
+        def _waiting(self) -> bool:
+            """No request in progress: its headers not complete yet (or an idle keep-alive connection)."""
+            return self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+
+        def _arm(self, state: Any) -> None:
+            self._disarm()
+            if self.transport.is_closing():
+                return
+            if state is h11.IDLE:
+                self._waiting_since = time.monotonic()
+                self._deadline = self.loop.call_later(header_timeout_s, self._timed_out, h11.IDLE)
+            elif state is h11.SEND_BODY:
+                self._deadline = self.loop.call_later(body_timeout_s, self._timed_out, h11.SEND_BODY)
+            self._deadline_for = state
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = self._deadline_for = None
+
+        def _timed_out(self, state: Any) -> None:
+            self._deadline = None
+            if self.transport.is_closing() or self.conn.their_state is not state:
+                return
+            if state is h11.IDLE:
+                counts.bump("header_timeouts", f"closed a connection that did not send its request headers within "
+                                               f"{header_timeout_s:g} s (--header-timeout-s)")
+                if self.conn.our_state is h11.IDLE:
+                    self.transport.write(_raw(_RESPONSE_408, f"request headers not received within {header_timeout_s:g} s\n"))
+            else:
+                counts.bump("body_timeouts", f"closed a connection that did not send its request body within "
+                                             f"{body_timeout_s:g} s (--body-timeout-s)")
+            self._close()
+
+        def _close(self) -> None:
+            self._disarm()
+            self.transport.close()  # connection_lost follows: an app waiting on the body sees http.disconnect
+
+        def _follow(self) -> None:
+            state = self.conn.their_state
+            if state is not self._deadline_for and state in (h11.IDLE, h11.SEND_BODY):
+                self._arm(state)
+            elif state not in (h11.IDLE, h11.SEND_BODY):
+                self._disarm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._follow()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._follow()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    GuardedH11Protocol.counts = counts  # type: ignore[attr-defined]
+    return GuardedH11Protocol
+
+
+def check_fd_budget(max_connections: int) -> int:
+    """Make sure ``max_connections`` open connections fit the process's file-descriptor limit.
+
+    Raises the soft ``RLIMIT_NOFILE`` up to the hard limit when the cap needs it (as servers such as nginx do
+    with ``worker_rlimit_nofile``).
+
+    Args:
+        max_connections: the connection cap (``--max-connections``).
+
+    Returns:
+        The soft file-descriptor limit in force afterwards.
+
+    Raises:
+        ConfigError: the cap plus :data:`FD_RESERVE` descriptors is over the hard limit; the message names both
+            numbers and what to do.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = max_connections + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            raise ConfigError(f"max_connections must leave {FD_RESERVE} file descriptors free under this process's "
+                              f"limit of {hard} (ulimit -Hn), got {max_connections}; lower --max-connections to at most "
+                              f"{max(hard - FD_RESERVE, 0)} or raise the limit (docker run --ulimit nofile=...)")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        log.info("file-descriptor limit raised from %d to %d for --max-connections %d", soft, need, max_connections)
+        soft = need
+    return soft

@@ -1,0 +1,59 @@
+"""The lease's stop command, run for real: whatever it prints and however it fails, the decision lands in
+``lease-stop.json``; a command that could only fail at the end of a run is refused when the run starts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from batch.plan.lots import LeaseSection
+from batch.run.lease import check_stop_command, stop_the_meter
+from classify.errors import ConfigError
+from tests.support.processes import docpilot_env, run_docpilot
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize(("argv", "decision", "code", "tail"), [
+    (["sh", "-c", r"printf 'pod stopped \377\376 caf\351\n'"], "ran", 0, r"pod stopped \xff\xfe caf\xe9"),
+    (["sh", "-c", r"printf 'quota \377' >&2; exit 3"], "failed", 3, r"quota \xff"),
+    (["sh", "-c", r"printf 'half \377'; sleep 5"], "failed", None, r"TimeoutExpired"),
+    (["sh", "-c", "echo x", "nul\x00byte"], "failed", None, "ValueError"),
+    (["/nonexistent/stopper"], "failed", None, "FileNotFoundError"),
+])
+def test_every_stop_command_outcome_is_recorded(tmp_path, argv, decision, code, tail):
+    lease = LeaseSection(stop_command=tuple(argv), stop_timeout_s=1.0)
+    got = stop_the_meter(tmp_path, lease, True, "all copies verified")
+    assert got["decision"] == decision and got["exit_code"] == code
+    assert tail in got["output_tail"]
+    recorded = json.loads((tmp_path / "lease-stop.json").read_text())["decisions"]
+    assert recorded == [json.loads(json.dumps(got))]
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["runpodctl-missing-here", "stop", "pod", "abc"], "program 'runpodctl-missing-here' is not found on PATH"),
+    (["/opt/none/stopper"], "program '/opt/none/stopper' is not an executable file"),
+    (["runpodctl stop pod abc"], "must be an argv list (it runs without a shell), got one string "
+                                 "['runpodctl stop pod abc']; write it as ['runpodctl', 'stop', 'pod', 'abc']"),
+])
+def test_a_stop_command_that_cannot_run_is_refused_up_front(argv, says):
+    with pytest.raises(ConfigError, match="^lease.stop_command") as err:
+        check_stop_command(LeaseSection(stop_command=tuple(argv)))
+    assert says in str(err.value)
+    check_stop_command(LeaseSection(stop_command=(sys.executable, "-c", "pass")))  # a program that exists passes
+    check_stop_command(LeaseSection())
+
+
+def test_detach_with_a_missing_stop_program_is_refused_before_the_batch_starts(tmp_path):
+    lots = json.loads((ROOT / "config" / "lots.json").read_text())
+    lots["lease"] = {"stop_command": ["runpodctl-missing-here", "stop", "pod", "abc"]}
+    (tmp_path / "lots.json").write_text(json.dumps(lots))
+    done = run_docpilot("batch", "--corpus", str(tmp_path / "c.jsonl"), "--skip-pilot-gate", "--detach",
+                        "--stop-when-done", "--wrap-up-to", str(tmp_path / "offpod"), "--lots-config",
+                        str(tmp_path / "lots.json"), env=docpilot_env(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert "program 'runpodctl-missing-here' is not found on PATH" in done.stderr
+    assert "detached" not in done.stdout and not (tmp_path / "runs").exists()

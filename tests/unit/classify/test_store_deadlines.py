@@ -1,0 +1,125 @@
+"""A stalled object store (accepts connections, never answers): every store call ends in bounded time with one
+:class:`classify.errors.StoreUnreachable` naming the call, and the limits come from ``store_limits``.
+
+The store is a real socket on 127.0.0.1 (:func:`tests.support.s3server.stalled_s3`) reached through the real
+s3fs/aiobotocore stack, with the limits set short (1 s, 2 attempts); each test has a pytest-timeout far below
+what the libraries' own defaults take on such a store (minutes per call, a PUT forever), so on code without
+the deadlines the tests fail rather than hang.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from classify import storage
+from classify.errors import ConfigError, StoreUnreachable
+from tests.support.processes import docpilot_env, run_docpilot
+from tests.support.s3server import stalled_s3
+
+BOUND_S = 20.0
+"""Most seconds one call may take on the stalled store with 1 s x 2 attempts (about 4 s expected)."""
+
+
+def _folder(tmp_path: Path) -> Path:
+    src = tmp_path / "run"
+    (src / "shards").mkdir(parents=True)
+    (src / "results.jsonl").write_text('{"id": "a"}\n')
+    (src / "shards" / "00000.jsonl").write_text('{"id": "a"}\n')
+    return src
+
+
+def _calls(tmp_path: Path):
+    from batch.run.mirror import write_mirror
+    from classify.export import export_run, verify_export
+
+    src = _folder(tmp_path)
+    url = "s3://docpilot-stalled/exports/b1"
+    return {
+        "exists": lambda: storage.exists(url, "SHA256SUMS"),
+        "upload_file": lambda: storage.upload_file(src / "results.jsonl", f"{url}/results.jsonl"),
+        "upload_tree": lambda: storage.upload_tree(src, ["results.jsonl", "shards/00000.jsonl"], url, last="results.jsonl"),
+        "list_files": lambda: storage.list_files(url),
+        "download_tree": lambda: storage.download_tree(url, tmp_path / "back"),
+        "download_file": lambda: storage.download_file(f"{url}/results.jsonl", tmp_path / "one"),
+        "mirror write": lambda: write_mirror(f"{url}.progress.json", b"{}"),
+        "export_run": lambda: export_run(src, url),
+        "verify_export": lambda: verify_export(url),
+    }
+
+
+@pytest.mark.timeout(240)
+def test_every_store_call_on_a_stalled_store_ends_in_time_with_one_message(tmp_path):
+    with stalled_s3(timeout_s=1.0, attempts=2) as (env, held):
+        (tmp_path / "back").mkdir()
+        for name, call in _calls(tmp_path).items():
+            before = len(held)
+            t0 = time.monotonic()
+            with pytest.raises(StoreUnreachable) as err:
+                call()
+            took = time.monotonic() - t0
+            assert took < BOUND_S, f"{name} took {took:.1f} s"
+            text = str(err.value)
+            assert "object store did not answer" in text and "s3://docpilot-stalled/exports/b1" in text, (name, text)
+            assert env["AWS_ENDPOINT_URL"] in text and "2 attempt(s) of 1 s" in text, (name, text)
+            assert "DOCPILOT_STORE_TIMEOUT_S" in text, (name, text)
+            assert err.value.exit_code == 6 and isinstance(err.value, OSError)
+            # the retry budget is botocore's alone: 2 attempts (not s3fs's 5 on top), each a new connection
+            assert 1 <= len(held) - before <= 2 * 2, f"{name}: {len(held) - before} connections"
+
+
+@pytest.mark.timeout(60)
+def test_the_final_progress_mirror_on_a_stalled_store_ends_and_the_batch_goes_on(tmp_path):
+    """The mirror's last write is synchronous at the end of a batch (before export, wrap-up and the stop command):
+    it used to hold the batch there with SIGTERM answered "already stopping"."""
+    from batch.run.mirror import ProgressMirror
+
+    local = tmp_path / "progress.json"
+    local.write_text(json.dumps({"state": "done"}))
+    with stalled_s3(timeout_s=1.0, attempts=2):
+        mirror = ProgressMirror("s3://docpilot-stalled/exports/b1.progress.json", every_s=0.0)
+        t0 = time.monotonic()
+        mirror.offer(local)  # in the background
+        mirror.offer(local, final=True)  # joins it, then writes once more
+        assert time.monotonic() - t0 < 2 * BOUND_S
+        assert mirror.errors == 2 and mirror.writes == 0
+
+
+@pytest.mark.timeout(90)
+def test_status_from_a_stalled_store_is_exit_6_in_time(tmp_path):
+    """The real command: ``docpilot status --from s3://...`` on the stalled store ends with exit 6 and the message
+    (one outage is one wait: the second place it would look at is on the same store)."""
+    with stalled_s3(timeout_s=1.0, attempts=2) as (env, _held):
+        run_env = {**docpilot_env(tmp_path), **env}
+        t0 = time.monotonic()
+        done = run_docpilot("status", "--from", "s3://docpilot-stalled/exports/b1", env=run_env, timeout=60)
+        took = time.monotonic() - t0
+    assert done.returncode == 6, done.stderr
+    assert "object store did not answer: read s3://docpilot-stalled/exports/b1.progress.json" in done.stderr
+    assert took < BOUND_S + 10  # the interpreter's start-up included
+
+
+@pytest.mark.parametrize(("name", "value"), [("DOCPILOT_STORE_TIMEOUT_S", "abc"), ("DOCPILOT_STORE_TIMEOUT_S", "0"),
+                                             ("DOCPILOT_STORE_TIMEOUT_S", "1e9"), ("DOCPILOT_STORE_ATTEMPTS", "0"),
+                                             ("DOCPILOT_STORE_ATTEMPTS", "2.5"), ("DOCPILOT_STORE_ATTEMPTS", "99")])
+def test_store_limits_out_of_range_are_a_config_error_naming_the_variable(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=f"^{name} must be .* got {value!r}; unset it for the default"):
+        storage.filesystem("s3://bucket/x")
+
+
+def test_store_limits_defaults_and_overrides(monkeypatch):
+    monkeypatch.delenv("DOCPILOT_STORE_TIMEOUT_S", raising=False)
+    monkeypatch.delenv("DOCPILOT_STORE_ATTEMPTS", raising=False)
+    assert storage.store_limits() == (storage.STORE_TIMEOUT_S, storage.STORE_ATTEMPTS)
+    monkeypatch.setenv("DOCPILOT_STORE_TIMEOUT_S", "2.5")
+    monkeypatch.setenv("DOCPILOT_STORE_ATTEMPTS", "4")
+    assert storage.store_limits() == (2.5, 4)
+    fs, _ = storage.filesystem("s3://bucket/x")
+    assert fs.retries == 1
+    conf = fs.config_kwargs
+    assert conf["read_timeout"] == conf["connect_timeout"] == 2.5
+    assert conf["retries"] == {"mode": "standard", "total_max_attempts": 4}
