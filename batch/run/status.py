@@ -231,7 +231,8 @@ def _print_remote(st: dict[str, Any]) -> None:
     print(f"  exported  {'yes: a complete copy (SHA256SUMS) is there' if st['exported'] else 'no complete copy there yet'}")
     if st["state"] == "running" and st["age_s"] is not None and st["age_s"] > 180:
         print("  NOTE      the record is older than the mirror interval: the driver or its pod may be gone; resume with "
-              f"`docpilot batch --batch-id {st['batch_id']}` (complete shards are kept in the run folder and its copies)")
+              f"`docpilot batch --batch-id {st['batch_id']}` on the same pod, or with `docpilot batch --resume-from "
+              f"<export root>/{st['batch_id']}` on a new one (the shards safe off the pod are kept)")
 
 
 def _print_detached(run_dir: Path) -> None:

@@ -169,6 +169,10 @@ def test_pod_loss_resumes_from_the_s3_copy_every_id_exactly_once(tmp_path, s3):
     n_shards = len(json.loads(fs.cat_file(f"{dest.removeprefix('s3://')}/manifest.json"))["shards"])
     assert 4 <= len(safe) < n_shards, len(safe)
     assert not fs.exists(f"{dest.removeprefix('s3://')}/SHA256SUMS")
+    from batch.run.status import remote_status
+
+    st = remote_status(dest)  # from any machine: how much is safe off the pod
+    assert st["off_pod"]["shards_safe"] == len(safe) and st["off_pod"]["shards_total"] == n_shards
     shutil.rmtree(runs)  # the pod's disk is gone
 
     fresh = tmp_path / "new-pod" / "runs"
