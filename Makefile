@@ -25,7 +25,7 @@ help:
 	@echo "doctor     environment checks (JSON + table); non-zero exit on a blocker"
 	@echo "pilot      12-document pilot: INPUT=, ADAPTER=name@version, EXPORT_DIR="
 	@echo "train      LoRA fine-tuning (SMOKE=1 for a few-minute smoke run)"
-	@echo "batch      full corpus on Ray: CORPUS=, BATCH=<id to resume>, ADAPTER=, CPU_ACTORS=, SKIP_PILOT_GATE=1, DETACH=1 [STOP_WHEN_DONE=1]"
+	@echo "batch      full corpus on Ray: CORPUS=, BATCH=<id to resume>, RESUME_FROM=s3://.../<id> (new pod), ADAPTER=, CPU_ACTORS=, SKIP_PILOT_GATE=1, DETACH=1 [STOP_WHEN_DONE=1]"
 	@echo "status     progress of a batch run: BATCH=<id> [FOLLOW=1] [FROM=s3://.../<id>] [LEASE_ENDS=...] [EXPORT_PARTIAL=s3://...]"
 	@echo "wrap-up    copy every adapter and run off the pod, re-check each copy, then lease.stop_command: DEST=s3://... [NO_STOP=1]"
 	@echo "export-adapter  copy one adapter version off the pod: ADAPTER=name@version DEST=s3://bucket/x (or folder, .tgz)"
@@ -102,7 +102,7 @@ train: model
 	$(BIN)/docpilot train --config $(TRAIN_CONFIG) $(if $(SMOKE),--smoke) $(if $(DETACH),--detach) $(if $(STOP_WHEN_DONE),--stop-when-done) $(if $(DEST),--wrap-up-to $(DEST))
 
 batch: model
-	$(BIN)/docpilot batch --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(BATCH),--batch-id $(BATCH)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(CPU_ACTORS),--cpu-actors $(CPU_ACTORS)) $(if $(SKIP_PILOT_GATE),--skip-pilot-gate) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR)) --lots-config $(LOTS_CONFIG) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS)) $(if $(DETACH),--detach) $(if $(STOP_WHEN_DONE),--stop-when-done) $(if $(DEST),--wrap-up-to $(DEST))
+	$(BIN)/docpilot batch --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(BATCH),--batch-id $(BATCH)) $(if $(RESUME_FROM),--resume-from $(RESUME_FROM)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(CPU_ACTORS),--cpu-actors $(CPU_ACTORS)) $(if $(SKIP_PILOT_GATE),--skip-pilot-gate) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR)) --lots-config $(LOTS_CONFIG) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS)) $(if $(DETACH),--detach) $(if $(STOP_WHEN_DONE),--stop-when-done) $(if $(DEST),--wrap-up-to $(DEST))
 
 status: setup
 	$(BIN)/docpilot status $(BATCH) --lots-config $(LOTS_CONFIG) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS)) $(if $(EXPORT_PARTIAL),--export-partial $(EXPORT_PARTIAL)) $(if $(FOLLOW),--follow) $(if $(FROM),--from $(FROM))

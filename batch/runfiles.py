@@ -228,6 +228,8 @@ class ProgressFile(_RunFile):
             (:func:`batch.run.detached.process_identity`), so a reused pid or a reboot is not taken for it.
         started_at, updated_at: UTC ISO 8601.
         lease: the latest lease verdict (:class:`batch.run.lease.LeaseWatch`), or ``None``.
+        offpod: the copy of complete shards off the pod (:meth:`batch.run.offpod.ShardUploader.lag`: shards
+            copied, shards waiting and the oldest one's age in seconds, failures), or ``None`` without one.
     """
 
     batch_id: str | None = None
@@ -250,6 +252,7 @@ class ProgressFile(_RunFile):
     started_at: str | None = None
     updated_at: str | None = None
     lease: dict[str, Any] | None = None
+    offpod: dict[str, Any] | None = None
 
     @classmethod
     def read(cls, path: Path) -> ProgressFile:

@@ -48,18 +48,22 @@ def read_sums(path: Path) -> dict[str, str]:
     return listed
 
 
-def export_run(run_dir: Path, export_dir: Dest) -> Dest:
+def export_run(run_dir: Path, export_dir: Dest, reuse: dict[str, str] | None = None) -> Dest:
     """Copy a finished run folder to ``export_dir`` with a ``SHA256SUMS`` file.
 
     A local copy goes to a temporary sibling folder and is renamed into place, so a partial copy
     never looks complete. An object-storage copy (``s3://...``, see :mod:`classify.storage`) has
     no rename: every file is uploaded first and ``SHA256SUMS`` last, so a copy without
-    ``SHA256SUMS`` is incomplete (an interrupted upload) and is cleared and rewritten here.
+    ``SHA256SUMS`` is incomplete (an interrupted upload) and is cleared and rewritten here, except
+    the objects ``reuse`` names with the hash the source file has now: those are already there (a
+    batch's shards copied off the pod as they completed, :mod:`batch.run.offpod`) and are not sent
+    again (the re-check after the export reads them back like every other file).
     Hashes are taken from the source files.
 
     Args:
         run_dir: the run folder.
         export_dir: destination folder or URL (must not hold a complete export yet).
+        reuse: ``{relative path: sha256 hex}`` of objects already at a URL ``export_dir``; ignored for a folder.
 
     Returns:
         ``export_dir``.
@@ -73,11 +77,16 @@ def export_run(run_dir: Path, export_dir: Dest) -> Dest:
     if isinstance(export_dir, str):
         fs, root = storage.filesystem(export_dir)
         fs.invalidate_cache()
+        keep = {rel for rel, digest in (reuse or {}).items() if sums.get(rel) == digest}
         with storage.store_call("clear an incomplete copy", export_dir):
-            if fs.exists(root):  # an interrupted upload: no SHA256SUMS, so nothing there was ever complete
+            if fs.exists(root) and not keep:  # an interrupted upload: no SHA256SUMS, so nothing there was ever complete
                 fs.rm(root, recursive=True)
+            elif keep:  # only what the copy will not hold is removed; what it lists is overwritten in place
+                stray = [f"{root}/{rel}" for rel in storage.list_files(export_dir) if rel not in sums]
+                if stray:
+                    fs.rm(stray)
         with storage.local_copy_dir("sums") as tmp:
-            storage.upload_tree(run_dir, list(sums), export_dir)
+            storage.upload_tree(run_dir, [rel for rel in sums if rel not in keep], export_dir)
             write_bytes_atomic(Path(tmp) / SHA256SUMS, sums_text(sums))
             storage.upload_file(Path(tmp) / SHA256SUMS, storage.join(export_dir, SHA256SUMS))
         return export_dir

@@ -29,6 +29,7 @@ from batch.run.disk import full_disk_is_environment
 from batch.run.manifest import build_manifest
 from batch.run.merge import check_export, merge_results
 from batch.run.mirror import progress_mirror
+from batch.run.offpod import ShardUploader, offpod_short
 from batch.run.progress import Progress, logging_redirect, progress_bar
 from batch.runfiles import Manifest
 from classify import storage
@@ -45,6 +46,9 @@ if TYPE_CHECKING:
     from batch.run.options import BatchOptions
 
 log = logging.getLogger("docpilot.batch")
+
+UPLOAD_WAIT_ON_FAILURE_S = 60.0
+"""Most seconds a failed attempt waits for its complete shards to be copied off the pod before it exits."""
 
 
 def _init_ray() -> Any:
@@ -106,7 +110,8 @@ STAGES = ("doctor", "read-inputs", "plan", "start-pool", "load-model", "load-ada
 """The stages of one run, in the words a failed pilot reports (``stage_reached``); the pilot adds ``doctor``."""
 
 
-def export_batch(run_dir: Path, dest: storage.Dest, hooks: RunHooks | None = None) -> storage.Dest:
+def export_batch(run_dir: Path, dest: storage.Dest, hooks: RunHooks | None = None,
+                 reuse: dict[str, str] | None = None) -> storage.Dest:
     """Copy the finished run with SHA256SUMS and re-check the copy (an earlier attempt's copy is re-checked, not overwritten).
 
     ``dest`` is a folder or an object-storage URL; a URL copy is read back from the store for the
@@ -117,6 +122,8 @@ def export_batch(run_dir: Path, dest: storage.Dest, hooks: RunHooks | None = Non
         run_dir: the finished run folder.
         dest: where the copy goes.
         hooks: told the ``export`` and ``verify`` stages.
+        reuse: ``{relative path: sha256}`` of files already at a URL ``dest`` (shards copied off the pod while
+            the batch ran, :mod:`batch.run.offpod`): not sent again, re-checked with the rest.
 
     Raises:
         VerificationError: the copy fails its re-check.
@@ -126,7 +133,7 @@ def export_batch(run_dir: Path, dest: storage.Dest, hooks: RunHooks | None = Non
     if export_complete(dest):
         log.info("export %s exists (an earlier attempt); re-checking it", dest)
     else:
-        export_run(run_dir, dest)
+        export_run(run_dir, dest, reuse)
     hooks.stage("verify")
     recheck_export(dest, check_export, f"export {dest}")
     return dest
@@ -168,6 +175,7 @@ class BatchRun:
     corpus_plan: CorpusPlan | None = None
     labels: dict[str, str] | None = None
     hooks: RunHooks | None = None
+    uploader: ShardUploader | None = None
 
     def _stage(self, name: str) -> None:
         if self.hooks is not None:
@@ -224,16 +232,28 @@ class BatchRun:
                    "lease_ends_at": self.lease_ends_at.isoformat() if self.lease_ends_at else None}
         manifest.add_attempt(attempt)
         mf.write_manifest(self.run_dir, manifest)
+        export_root = self.options.export_dir or self.cfg.batch.export_dir
+        if export_root and storage.is_url(dest):  # every complete shard off the pod as it completes
+            self.uploader = ShardUploader(self.run_dir, str(dest), len(manifest.shards))
+            self.uploader.start(sorted(done))
         progress = Progress(self.run_dir, self.batch_id, total=corpus.distinct_ids,
-                            mirror=progress_mirror(self.options.export_dir or self.cfg.batch.export_dir, self.batch_id))
+                            mirror=progress_mirror(export_root, self.batch_id),
+                            offpod=self.uploader.lag if self.uploader else None)
         progress.start(done)
         log.info("batch %s: %d shards complete, %d to run", self.batch_id, len(done), len(pending))
         try:
             summary = self._run_and_merge(corpus, manifest, pending, progress, attempt)
-            export = export_batch(self.run_dir, dest, self.hooks)
+            reuse = None
+            if self.uploader is not None:
+                self.uploader.manifest_written()
+                self.uploader.close()
+                reuse, self.uploader = self.uploader.copied, None
+            export = export_batch(self.run_dir, dest, self.hooks, reuse)
             attempt.update(exported_to=redact(export), export_verified_at=utc_now())
             mf.write_manifest(self.run_dir, manifest)  # `docpilot status`: "exported and verified", not only classified
         except Exception as err:
+            if self.uploader is not None:  # what is complete still goes off the pod, for a while
+                self.uploader.close(wait_s=UPLOAD_WAIT_ON_FAILURE_S)
             try:
                 progress.fail(f"{type(err).__name__}: {err}")
                 attempt.update(failed_at=utc_now(), error=f"{type(err).__name__}: {err}"[:2000])
@@ -377,10 +397,14 @@ class BatchRun:
                     raise VerificationError(f"shard {index}: the engine actor returned {out.n_docs} results whose ids "
                                             f"differ from the planned shard ({plan[index].n_docs} ids); nothing written")
                 write_bytes_atomic(mf.shard_path(run_dir, index), out.body)
+                if self.uploader is not None:
+                    self.uploader.shard_written(index)  # copied off the pod in the background
                 progress.shard_counted(out.n_docs, out.accepted, out.rejected, out.n_tokens)
                 hooks.shard_written(index, out.n_docs)
                 hooks.stage("classify")
                 lease.tick(progress, bar)
+                if self.uploader is not None:
+                    bar.set_postfix_str(offpod_short(self.uploader.lag(), progress.lease), refresh=False)
                 bar.update(out.n_docs)
 
             actor_model, actor_fingerprint = (adapter.engine_model(cfg.model, manifest.model_fingerprint) if adapter

@@ -60,7 +60,37 @@ def parse_args(argv: list[str]) -> BatchOptions:
                    help="with --detach: when the batch succeeded, wrap up to the export location (or --wrap-up-to) and "
                         "run the lots config's lease.stop_command if every copy was re-checked")
     p.add_argument("--wrap-up-to", help="destination of the --stop-when-done wrap-up (default: the export location)")
-    return BatchOptions(**vars(p.parse_args(argv)))
+    p.add_argument("--resume-from", metavar="EXPORT/BATCH_ID",
+                   help="continue a batch on this machine from its off-pod copy, <export root>/<batch-id> (e.g. "
+                        "s3://bucket/exports/<batch-id>): the copied shards are verified and only the missing ids run; "
+                        "the export location becomes <export root>")
+    return resume_options(BatchOptions(**vars(p.parse_args(argv))))
+
+
+def resume_options(options: BatchOptions) -> BatchOptions:
+    """Fill in the batch id and export location a ``--resume-from <export root>/<batch-id>`` implies.
+
+    Returns:
+        ``options`` unchanged without ``resume_from``; else with ``batch_id`` and ``export_dir`` set from it.
+
+    Raises:
+        InputError: ``resume_from`` is not ``<URL>/<batch-id>``, or ``--batch-id`` / ``--export-dir`` name another
+            batch or location (the copy would be split in two).
+    """
+    if not options.resume_from:
+        return options
+    from batch.run.offpod import resume_location
+    from classify.storage import as_dest
+
+    root, batch_id = resume_location(options.resume_from)
+    check_batch_id(batch_id)
+    if options.batch_id not in (None, batch_id):
+        raise InputError(f"--batch-id {options.batch_id} differs from the batch of --resume-from {options.resume_from} "
+                         f"({batch_id}); give one of them")
+    if options.export_dir is not None and as_dest(options.export_dir) != as_dest(root):
+        raise InputError(f"--export-dir {options.export_dir} differs from the export location of --resume-from "
+                         f"({root}); the resumed batch keeps copying to {root}: leave --export-dir out")
+    return options.model_copy(update={"batch_id": batch_id, "export_dir": root})
 
 
 def warn_pipeline(pilot: dict[str, Any], cfg: Any, adapter_mode: str | None) -> list[str]:
@@ -136,6 +166,8 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
     lock = _driver_lock(batch_id, run_dir, f"docpilot status {batch_id}")
     finished = False
     try:
+        if options.resume_from:
+            _restore(options.resume_from, run_dir)
         with signals_raise_interrupted():  # SIGTERM / Ctrl-C: Ray is shut down, the attempt recorded, exit 130
             summary = BatchRun(options, cfg, corpus_path, corpus_format, model, adapter, gate_record, batch_id, run_dir,
                                t_start, _engine_actor).run()
@@ -145,6 +177,20 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
         if not finished:
             _drop_empty_run(run_dir)
         lock.release()
+
+
+def _restore(resume_from: str, run_dir: Path) -> None:
+    """Rebuild the new run folder ``run_dir`` from the off-pod copy ``resume_from`` (:func:`batch.run.offpod.restore_run`).
+
+    Raises:
+        InputError, VerificationError: as :func:`batch.run.offpod.restore_run`.
+    """
+    from batch.run.offpod import restore_run
+
+    t0 = time.monotonic()
+    manifest, n = restore_run(resume_from.rstrip("/"), run_dir)
+    log.info("batch %s: rebuilt %s from %s: %d of %d shards verified (sha256 and ids) in %.1f s; the rest runs here",
+             manifest.batch_id, run_dir, resume_from.split("?", 1)[0], n, len(manifest.shards), time.monotonic() - t0)
 
 
 def _drop_empty_run(run_dir: Path) -> None:

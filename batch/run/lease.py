@@ -41,9 +41,12 @@ def lease_check(st: dict[str, Any], lease_ends_at: dt.datetime, now: dt.datetime
     time = projected export bytes / ``upload_mib_per_s``; the projection scales the shard bytes
     written so far to the whole corpus and counts them twice (the shards and the merged
     ``results.jsonl`` are both copied), plus the other files as they are now.
+    Shard bytes already copied off the pod while the batch runs (``copied_bytes``, :mod:`batch.run.offpod`)
+    are not sent again and are left out; shards still waiting for their copy (the copy's lag) stay in.
 
     Args:
-        st: :func:`batch.run.status.batch_status` output (``done``, ``total``, ``docs_per_s``, ``state``, ``run_dir``).
+        st: :func:`batch.run.status.batch_status` output (``done``, ``total``, ``docs_per_s``, ``state``, ``run_dir``;
+            optional ``copied_bytes``: shard bytes already at the export location).
         lease_ends_at: when the lease ends (aware datetime).
         now: the current time (default: now, UTC).
         upload_mib_per_s: assumed upload rate in MiB/s (> 0).
@@ -60,6 +63,7 @@ def lease_check(st: dict[str, Any], lease_ends_at: dt.datetime, now: dt.datetime
         export_bytes = all_bytes - shard_bytes + 2 * shard_bytes * st["total"] / st["done"]
     else:
         export_bytes = all_bytes + (shard_bytes if left else 0)
+    export_bytes = max(export_bytes - int(st.get("copied_bytes") or 0), 0)  # already off the pod: not sent again
     export_s = export_bytes / (upload_mib_per_s * 1024**2)
     out: dict[str, Any] = {"lease_ends_at": lease_ends_at.isoformat(), "export_bytes": int(export_bytes),
                            "export_s": round(export_s, 1), "upload_mib_per_s": upload_mib_per_s}
@@ -147,8 +151,9 @@ class LeaseWatch:
         if not force and not waiting_for_rate and self._checked_at is not None and now - self._checked_at < self.every_s:
             return self.verdict
         self._checked_at = now
+        offpod = progress.offpod() if getattr(progress, "offpod", None) is not None else {}
         st = {"total": progress.total, "done": progress.done, "docs_per_s": progress.rate(),
-              "run_dir": str(self.run_dir), "batch_id": self.batch_id}
+              "run_dir": str(self.run_dir), "batch_id": self.batch_id, "copied_bytes": offpod.get("copied_bytes", 0)}
         self.verdict = lease_check(st, self.lease_ends_at, upload_mib_per_s=self.upload_mib_per_s)
         fits = self.verdict["fits"]
         ended = self.lease_ends_at <= dt.datetime.now(dt.UTC)

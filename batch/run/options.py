@@ -27,6 +27,8 @@ class BatchOptions(BaseModel):
         stop_when_done: detached only: once the batch succeeded, wrap up (:mod:`batch.run.wrapup`) and run
             the lease's stop command if every copy verified.
         wrap_up_to: the wrap-up destination for ``stop_when_done`` (default: the export location).
+        resume_from: the off-pod copy of a batch, ``<export root>/<batch-id>`` (an object-storage URL), to continue on
+            this machine (:func:`batch.run.offpod.restore_run`), or ``None``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -44,3 +46,4 @@ class BatchOptions(BaseModel):
     detach: bool = False
     stop_when_done: bool = False
     wrap_up_to: str | None = None
+    resume_from: str | None = None

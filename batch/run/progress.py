@@ -33,9 +33,11 @@ class Progress:
         total: distinct ids in the corpus.
         mirror: where ``progress.json`` is mirrored off the pod (:class:`batch.run.mirror.ProgressMirror`),
             or ``None``.
+        offpod: returns the state of the shards' copy off the pod (:meth:`batch.run.offpod.ShardUploader.lag`),
+            saved as ``offpod``; or ``None`` (no copy while running).
     """
 
-    def __init__(self, run_dir: Path, batch_id: str, total: int, mirror: Any = None):
+    def __init__(self, run_dir: Path, batch_id: str, total: int, mirror: Any = None, offpod: Any = None):
         self.path = run_dir / PROGRESS
         self.batch_id = batch_id
         self.total = total
@@ -54,6 +56,7 @@ class Progress:
         from batch.run.detached import process_identity
 
         self._identity = process_identity()
+        self.offpod = offpod
         old = ProgressFile.read_or_none(self.path)
         if old is not None and old.host == socket.gethostname() and old.state in ("running", "starting"):
             self.previous_actors = old.actors or []
@@ -118,6 +121,7 @@ class Progress:
             elapsed_s=round(elapsed, 1), retries=self.retries, last_error=self.last_error,
             actors=self.actors, **self._identity,
             started_at=self.started_at, updated_at=utc_now(), lease=self.lease,
+            offpod=self.offpod() if self.offpod is not None else None,
         ).write(self.path)
         if self.mirror is not None:
             self.mirror.offer(self.path, final=self.state in ("done", "failed"))

@@ -181,6 +181,7 @@ def remote_status(location: str) -> dict[str, Any]:
             pass
     base = dest if not text.endswith(".json") else None
     exported = bool(base is not None and storage.exists(base, SHA256SUMS))
+    off_pod = _off_pod(base, progress)
     state = progress.state
     if state == "done" and not exported:  # the mirror says "done" once classified; the export comes after it
         state = ("classified, not exported: no complete export copy beside this record (yet); the batch may still be "
@@ -189,7 +190,29 @@ def remote_status(location: str) -> dict[str, Any]:
             "accepted": progress.accepted, "rejected": progress.rejected, "docs_per_s": progress.docs_per_s,
             "eta_s": progress.eta_s, "retries": progress.retries, "last_error": progress.last_error,
             "lease": progress.lease, "host": progress.host, "updated_at": progress.updated_at, "age_s": age_s,
-            "source": str(source).split("?", 1)[0], "exported": exported}
+            "source": str(source).split("?", 1)[0], "exported": exported, "off_pod": off_pod}
+
+
+def _off_pod(base: Any, progress: ProgressFile) -> dict[str, Any] | None:
+    """How many shards are safe at the copy ``base`` (its ``offpod.sha256`` ledger, :mod:`batch.run.offpod`), with the
+    copy's lag as last mirrored; ``None`` when ``base`` holds no ledger and the record names no copy."""
+    from batch.run.offpod import LEDGER, read_remote_ledger
+    from classify.export import read_sums
+
+    lag = progress.offpod or {}
+    safe: int | None = None
+    try:
+        if isinstance(base, Path):
+            safe = len(read_sums(base / LEDGER)) if (base / LEDGER).is_file() else None
+        elif base is not None:
+            safe = len(read_remote_ledger(base)) or None
+    except (OSError, ImportError, ValueError) as err:
+        log.warning("cannot read the shard ledger at %s: %s", base, err)
+    if safe is None and not lag:
+        return None
+    return {"shards_safe": safe if safe is not None else lag.get("shards_copied", 0),
+            "shards_total": lag.get("shards_total"), "shards_waiting": lag.get("shards_pending"),
+            "oldest_waiting_s": lag.get("oldest_pending_s"), "copy_errors": lag.get("errors")}
 
 
 def _print_remote(st: dict[str, Any]) -> None:
@@ -201,11 +224,19 @@ def _print_remote(st: dict[str, Any]) -> None:
     print(f"  retries   {st['retries']}   last error: {st['last_error'] or 'none'}")
     if st["lease"]:
         print(f"  lease     {st['lease'].get('message') or st['lease'].get('short')}")
+    off = st.get("off_pod")
+    if off:
+        of = f" of {off['shards_total']}" if off.get("shards_total") else ""
+        wait = (f"; {off['shards_waiting']} waiting for their copy as last mirrored (oldest "
+                f"{eta_text(off['oldest_waiting_s'])})" if off.get("shards_waiting") else "")
+        print(f"  off pod   {off['shards_safe']}{of} shards safe at the export location{wait}; resume on a new pod "
+              f"with `docpilot batch --resume-from <export root>/{st['batch_id']}`")
     print(f"  source    {st['source']}   updated {st['updated_at']}")
     print(f"  exported  {'yes: a complete copy (SHA256SUMS) is there' if st['exported'] else 'no complete copy there yet'}")
     if st["state"] == "running" and st["age_s"] is not None and st["age_s"] > 180:
         print("  NOTE      the record is older than the mirror interval: the driver or its pod may be gone; resume with "
-              f"`docpilot batch --batch-id {st['batch_id']}` (complete shards are kept in the run folder and its copies)")
+              f"`docpilot batch --batch-id {st['batch_id']}` on the same pod, or with `docpilot batch --resume-from "
+              f"<export root>/{st['batch_id']}` on a new one (the shards safe off the pod are kept)")
 
 
 def _print_detached(run_dir: Path) -> None:

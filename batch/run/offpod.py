@@ -1,0 +1,348 @@
+"""Private: every complete shard copied off the pod as it completes, and a run folder rebuilt from that copy.
+
+With an object-storage export location (``s3://...``, any fsspec URL), the batch's export folder
+``D = <export root>/<batch-id>/`` is filled while the batch runs, by one background thread
+(:class:`ShardUploader`), never by the pool's own thread::
+
+    D/manifest.json              the run's manifest (its shard plan), copied before any shard and again at the end
+    D/shards/GGG/NNNNNN.jsonl    each complete shard, one PUT (an object store shows it whole or not at all)
+    D/offpod.sha256              ``<sha256>  <path>`` of every shard copied so far, rewritten after the shards it lists
+    D/SHA256SUMS                 written last, by the final export (:func:`classify.export.export_run`)
+
+So ``D`` always holds a consistent prefix of the batch: a shard listed in ``offpod.sha256`` is there, whole,
+with that hash. The same ledger is kept in the run folder (``offpod.sha256``, written after the copy it
+records), so the final export lists it and sends again only what is not there yet. A store that is slow or
+down slows only the copy: failed rounds are retried with a growing pause, and the lag (shards waiting,
+the oldest one's age) is in ``progress.json`` (``offpod``) and on the progress line.
+
+:func:`restore_run` is the other half: ``docpilot batch --resume-from D`` on a new machine reads the copied
+manifest and ledger, downloads each listed shard, checks its sha256 and its ids against the plan, and
+writes them into a fresh run folder; the batch then resumes there exactly as a local resume does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from batch import layout as mf
+from batch.runfiles import Manifest
+from classify import storage
+from classify.errors import InputError, VerificationError
+from classify.export import read_sums, sums_text
+from classify.runrecords import write_bytes_atomic
+
+log = logging.getLogger("docpilot.batch")
+
+LEDGER = "offpod.sha256"
+"""The ledger of shards copied off the pod (``sha256sum -c`` format), at the export location and in the run folder."""
+
+ROUND_MAX_SHARDS = 64
+"""Most shards copied before the ledger is rewritten (so the ledger never lags far behind the copies)."""
+
+RETRY_FIRST_S = 2.0
+RETRY_MAX_S = 60.0
+"""Pause after a failed round of copies: doubles from :data:`RETRY_FIRST_S` up to :data:`RETRY_MAX_S` seconds."""
+
+_SHARD_REL = re.compile(r"^shards/(\d{3})/(\d{6})\.jsonl$")
+
+
+def shard_rel(index: int) -> str:
+    """The POSIX path of shard ``index`` inside a run folder or its copy: ``shards/GGG/NNNNNN.jsonl``."""
+    return mf.shard_path(Path("."), index).as_posix()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_remote_ledger(dest: str) -> dict[str, str]:
+    """The shards a copy at ``dest`` holds, ``{relative path: sha256 hex}`` (empty when it has no ledger yet).
+
+    Raises:
+        OSError, ImportError: the store cannot be read (anything but a missing ledger).
+    """
+    fs, root = storage.filesystem(dest)
+    fs.invalidate_cache()
+    try:
+        data = fs.cat_file(f"{root}/{LEDGER}")
+    except FileNotFoundError:
+        return {}
+    return _parse_ledger(data)
+
+
+def _parse_ledger(data: bytes) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in data.decode("utf-8").splitlines():
+        digest, _, rel = line.partition("  ")
+        if rel:
+            out[rel] = digest
+    return out
+
+
+class ShardUploader:
+    """Copies each complete shard of a running batch to its export location, in a background thread.
+
+    Args:
+        run_dir: the batch's run folder (shards are read from it as the driver wrote them).
+        dest: the export folder URL ``<export root>/<batch-id>``.
+        shards_total: planned shards (shown beside the count copied).
+
+    Attributes:
+        copied: ``{relative path: sha256}`` of the shards confirmed at ``dest`` (the ledger's content).
+        errors: failed copy rounds so far; last_error: the latest failure's text.
+    """
+
+    def __init__(self, run_dir: Path, dest: str, shards_total: int):
+        self.run_dir, self.dest, self.shards_total = run_dir, dest, shards_total
+        self.copied: dict[str, str] = {}
+        self.copied_bytes = 0
+        self.errors = 0
+        self.last_error: str | None = None
+        self._pending: dict[int, float] = {}  # shard index -> time.monotonic() it was queued
+        self._manifest_dirty = False
+        self._stop = False
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def start(self, done: list[int]) -> None:
+        """Read what the export location already holds, queue the manifest and every complete shard not there, start.
+
+        Args:
+            done: indexes of the shards complete in the run folder (an earlier attempt's too).
+        """
+        try:
+            there = read_remote_ledger(self.dest)
+        except Exception as err:  # noqa: BLE001 - a store down at start: copy everything again (same bytes)
+            log.warning("off the pod: cannot read %s/%s (%s: %s); every complete shard will be copied",
+                        _label(self.dest), LEDGER, type(err).__name__, err)
+            there = {}
+        now = time.monotonic()
+        with self._cond:
+            for index in done:
+                rel = shard_rel(index)
+                path = self.run_dir / rel
+                if rel in there and path.is_file() and _sha256(path) == there[rel]:
+                    self.copied[rel] = there[rel]
+                    self.copied_bytes += path.stat().st_size
+                else:
+                    self._pending[index] = now
+            self._manifest_dirty = True
+        log.info("off the pod: %d shards already at %s, %d to copy", len(self.copied), _label(self.dest),
+                 len(self._pending))
+        self._thread = threading.Thread(target=self._loop, name="shard-uploader", daemon=True)
+        self._thread.start()
+
+    def shard_written(self, index: int) -> None:
+        """Queue shard ``index`` (just written, complete) for copying; returns at once."""
+        with self._cond:
+            self._pending.setdefault(index, time.monotonic())
+            self._cond.notify()
+
+    def manifest_written(self) -> None:
+        """Queue the run folder's ``manifest.json`` (just rewritten) for copying; returns at once."""
+        with self._cond:
+            self._manifest_dirty = True
+            self._cond.notify()
+
+    def lag(self) -> dict[str, Any]:
+        """The copy's state for ``progress.json`` and the progress line.
+
+        Returns:
+            ``{dest, shards_copied, shards_total, shards_pending, oldest_pending_s, copied_bytes, errors, last_error}``;
+            ``oldest_pending_s`` is the age in seconds of the oldest shard not yet copied (``0.0`` when none waits).
+        """
+        with self._cond:
+            oldest = min(self._pending.values(), default=None)
+            return {"dest": _label(self.dest), "shards_copied": len(self.copied), "shards_total": self.shards_total,
+                    "shards_pending": len(self._pending),
+                    "oldest_pending_s": round(time.monotonic() - oldest, 1) if oldest is not None else 0.0,
+                    "copied_bytes": self.copied_bytes, "errors": self.errors, "last_error": self.last_error}
+
+    def close(self, wait_s: float = 600.0) -> bool:
+        """Copy what is queued (one more try after a failure), then stop the thread.
+
+        Args:
+            wait_s: most seconds to wait for the thread.
+
+        Returns:
+            Whether every queued shard was copied (``False``: the final export sends the rest).
+        """
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(wait_s)
+            if self._thread.is_alive():
+                log.warning("off the pod: the copy to %s did not finish within %.0f s; the export sends the rest",
+                            _label(self.dest), wait_s)
+        with self._cond:
+            return not self._pending and not self._manifest_dirty
+
+    def _loop(self) -> None:
+        pause = RETRY_FIRST_S
+        while True:
+            with self._cond:
+                while not self._pending and not self._manifest_dirty and not self._stop:
+                    self._cond.wait()
+                if not self._pending and not self._manifest_dirty:
+                    return  # stopped with nothing left
+                batch = sorted(self._pending)[:ROUND_MAX_SHARDS]
+                manifest, self._manifest_dirty = self._manifest_dirty, False
+                stopping = self._stop
+            try:
+                self._round(batch, manifest)
+                pause = RETRY_FIRST_S
+            except Exception as err:  # noqa: BLE001 - a store outage must never stop the batch; it is logged
+                with self._cond:
+                    self._manifest_dirty = self._manifest_dirty or manifest
+                    self.errors += 1
+                    self.last_error = f"{type(err).__name__}: {err}"[:500]
+                    first = self.errors == 1
+                if first or self.errors % 10 == 0:
+                    log.warning("off the pod: copying to %s failed (%d failures so far): %s; the batch goes on, "
+                                "the copy is retried", _label(self.dest), self.errors, self.last_error)
+                if stopping:
+                    return  # the final export sends what is left
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stop, timeout=pause)
+                pause = min(pause * 2, RETRY_MAX_S)
+
+    def _round(self, batch: list[int], manifest: bool) -> None:
+        """Copy the manifest (when changed), then the shards of ``batch``, then the ledger that lists them."""
+        fs, root = storage.filesystem(self.dest)
+        if manifest:
+            fs.put_file(str(self.run_dir / mf.MANIFEST), f"{root}/{mf.MANIFEST}")
+        sent: dict[str, tuple[str, int]] = {}
+        for index in batch:
+            rel = shard_rel(index)
+            path = self.run_dir / rel
+            digest = _sha256(path)
+            fs.put_file(str(path), f"{root}/{rel}")
+            sent[rel] = (digest, path.stat().st_size)
+        if sent:
+            ledger = dict(self.copied)
+            ledger.update({rel: d for rel, (d, _) in sent.items()})
+            data = sums_text(dict(sorted(ledger.items())))
+            fs.pipe_file(f"{root}/{LEDGER}", data)  # after the shards it lists
+            write_bytes_atomic(self.run_dir / LEDGER, data)
+        fs.invalidate_cache()
+        with self._cond:
+            for index in batch:
+                self._pending.pop(index, None)
+            for rel, (digest, size) in sent.items():
+                if rel not in self.copied:
+                    self.copied_bytes += size
+                self.copied[rel] = digest
+
+
+def offpod_short(lag: dict[str, Any], lease: dict[str, Any] | None = None) -> str:
+    """The progress line's postfix: ``off pod 12/40 shards, 2 waiting (oldest 35s)`` after the lease verdict, if any."""
+    from batch.run.lease import eta_text
+
+    text = f"off pod {lag['shards_copied']}/{lag['shards_total']} shards"
+    if lag["shards_pending"]:
+        text += f", {lag['shards_pending']} waiting (oldest {eta_text(lag['oldest_pending_s'])})"
+    if lag["errors"]:
+        text += f", {lag['errors']} failed copies"
+    short = (lease or {}).get("short")
+    return f"{short}, {text}" if short else text
+
+
+def _label(dest: str) -> str:
+    return str(dest).split("?", 1)[0]
+
+
+def resume_location(url: str) -> tuple[str, str]:
+    """Split ``--resume-from <export root>/<batch-id>`` into ``(export root, batch id)``.
+
+    Raises:
+        InputError: not an object-storage URL, or no batch id at its end.
+    """
+    if not storage.is_url(url):
+        raise InputError(f"--resume-from must be the object-storage copy of a batch, <export root>/<batch-id> "
+                         f"(s3://bucket/exports/<batch-id>, ...), got {url!r}; a run folder on this machine is "
+                         "resumed with --batch-id")
+    text = url.rstrip("/")
+    root, _, batch_id = text.rpartition("/")
+    if not batch_id or "://" not in root or root.endswith(":/"):
+        raise InputError(f"--resume-from must end with the batch id (<export root>/<batch-id>), got {url!r}")
+    return root, batch_id
+
+
+def restore_run(dest: str, run_dir: Path) -> tuple[Manifest, int]:
+    """Rebuild a run folder from its off-pod copy: the manifest and every shard the copy's ledger lists.
+
+    Each shard is downloaded beside its place, its sha256 compared with the ledger, then renamed into place;
+    the manifest is written last, after :func:`batch.layout.scan_done` checked every restored shard's ids
+    against the plan. The batch then resumes in ``run_dir`` like a local resume (the caller's checks of
+    corpus, config, model and adapter against the manifest apply unchanged).
+
+    Args:
+        dest: the copy, ``<export root>/<batch-id>`` (a URL).
+        run_dir: the new run folder (empty: it must hold no manifest).
+
+    Returns:
+        ``(manifest, shards restored)``.
+
+    Raises:
+        InputError: no manifest at ``dest`` (nothing of this batch was copied), or a damaged one.
+        VerificationError: a listed shard missing at ``dest``, with another sha256 than its ledger line, not in the
+            plan, or holding other ids than planned (names the shard; nothing is resumed).
+    """
+    if (run_dir / mf.MANIFEST).exists():
+        raise InputError(f"{run_dir} already holds a batch; resume it with --batch-id {run_dir.name} (without "
+                         "--resume-from), or give another DOCPILOT_RUNS folder")
+    fs, root = storage.filesystem(dest)
+    fs.invalidate_cache()
+    try:
+        manifest_bytes = fs.cat_file(f"{root}/{mf.MANIFEST}")
+    except FileNotFoundError:
+        raise InputError(f"no {mf.MANIFEST} at {_label(dest)}: nothing of this batch was copied there (check the "
+                         "export location and the batch id)") from None
+    staging = run_dir / f".{mf.MANIFEST}.resume"
+    write_bytes_atomic(staging, manifest_bytes)
+    try:
+        manifest = Manifest.read(staging)
+    finally:
+        staging.unlink(missing_ok=True)
+    assert manifest is not None
+    ledger = read_remote_ledger(dest)
+    planned = {s.index for s in manifest.shards}
+    for rel, digest in ledger.items():
+        match = _SHARD_REL.match(rel)
+        if match is None or int(match.group(2)) not in planned:
+            raise VerificationError(f"{_label(dest)}/{LEDGER} lists {rel!r}, not a shard of this batch's plan "
+                                    f"({len(planned)} shards); the copy is not this batch's")
+        target = run_dir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.resume.tmp")
+        try:
+            fs.get_file(f"{root}/{rel}", str(tmp))
+        except FileNotFoundError:
+            raise VerificationError(f"{_label(dest)}/{rel} is listed in {LEDGER} but missing from the copy") from None
+        got = _sha256(tmp)
+        if got != digest:
+            tmp.unlink(missing_ok=True)
+            raise VerificationError(f"{_label(dest)}/{rel}: sha256 {got[:12]}... != {LEDGER} {digest[:12]}...; "
+                                    "the copy is damaged")
+        tmp.rename(target)
+    mf.scan_done(run_dir, manifest)  # each restored shard's ids against the plan
+    write_bytes_atomic(run_dir / LEDGER, sums_text(dict(sorted(ledger.items()))))
+    mf.write_manifest(run_dir, manifest)
+    return manifest, len(ledger)
+
+
+def local_ledger(run_dir: Path) -> dict[str, str]:
+    """The run folder's record of shards copied off the pod (empty when there is none)."""
+    path = run_dir / LEDGER
+    return read_sums(path) if path.is_file() else {}
