@@ -18,6 +18,11 @@ the oldest one's age) is in ``progress.json`` (``offpod``) and on the progress l
 :func:`restore_run` is the other half: ``docpilot batch --resume-from D`` on a new machine reads the copied
 manifest and ledger, downloads each listed shard, checks its sha256 and its ids against the plan, and
 writes them into a fresh run folder; the batch then resumes there exactly as a local resume does.
+
+Every store call of both halves goes through :mod:`classify.storage`: the filesystem it configures (each request's
+deadline, botocore's retry budget) and :func:`classify.storage.store_call`, so a store that stops answering fails a
+call in bounded time as one :class:`classify.errors.StoreUnreachable` naming it. In the uploader that is one failed
+round (retried later, shown in the lag), never a wait of the pool's thread.
 """
 
 from __future__ import annotations
@@ -69,12 +74,14 @@ def read_remote_ledger(dest: str) -> dict[str, str]:
     """The shards a copy at ``dest`` holds, ``{relative path: sha256 hex}`` (empty when it has no ledger yet).
 
     Raises:
+        StoreUnreachable: the store did not answer within :func:`classify.storage.store_limits`.
         OSError, ImportError: the store cannot be read (anything but a missing ledger).
     """
     fs, root = storage.filesystem(dest)
     fs.invalidate_cache()
     try:
-        data = fs.cat_file(f"{root}/{LEDGER}")
+        with storage.store_call("read", f"{dest}/{LEDGER}"):
+            data = fs.cat_file(f"{root}/{LEDGER}")
     except FileNotFoundError:
         return {}
     return _parse_ledger(data)
@@ -219,21 +226,24 @@ class ShardUploader:
 
     def _round(self, batch: list[int], manifest: bool) -> None:
         """Copy the manifest (when changed), then the shards of ``batch``, then the ledger that lists them."""
-        fs, root = storage.filesystem(self.dest)
+        fs, root = storage.filesystem(self.dest)  # the store's deadlines and retry budget (classify.storage)
         if manifest:
-            fs.put_file(str(self.run_dir / mf.MANIFEST), f"{root}/{mf.MANIFEST}")
+            with storage.store_call("upload", f"{self.dest}/{mf.MANIFEST}"):
+                fs.put_file(str(self.run_dir / mf.MANIFEST), f"{root}/{mf.MANIFEST}")
         sent: dict[str, tuple[str, int]] = {}
         for index in batch:
             rel = shard_rel(index)
             path = self.run_dir / rel
             digest = _sha256(path)
-            fs.put_file(str(path), f"{root}/{rel}")
+            with storage.store_call("upload", f"{self.dest}/{rel}"):
+                fs.put_file(str(path), f"{root}/{rel}")
             sent[rel] = (digest, path.stat().st_size)
         if sent:
             ledger = dict(self.copied)
             ledger.update({rel: d for rel, (d, _) in sent.items()})
             data = sums_text(dict(sorted(ledger.items())))
-            fs.pipe_file(f"{root}/{LEDGER}", data)  # after the shards it lists
+            with storage.store_call("upload", f"{self.dest}/{LEDGER}"):
+                fs.pipe_file(f"{root}/{LEDGER}", data)  # after the shards it lists
             write_bytes_atomic(self.run_dir / LEDGER, data)
         fs.invalidate_cache()
         with self._cond:
@@ -298,6 +308,8 @@ def restore_run(dest: str, run_dir: Path) -> tuple[Manifest, int]:
         InputError: no manifest at ``dest`` (nothing of this batch was copied), or a damaged one.
         VerificationError: a listed shard missing at ``dest``, with another sha256 than its ledger line, not in the
             plan, or holding other ids than planned (names the shard; nothing is resumed).
+        StoreUnreachable: the store did not answer within :func:`classify.storage.store_limits` (exit 6; nothing is
+            resumed, the command can be run again).
     """
     if (run_dir / mf.MANIFEST).exists():
         raise InputError(f"{run_dir} already holds a batch; resume it with --batch-id {run_dir.name} (without "
@@ -305,7 +317,8 @@ def restore_run(dest: str, run_dir: Path) -> tuple[Manifest, int]:
     fs, root = storage.filesystem(dest)
     fs.invalidate_cache()
     try:
-        manifest_bytes = fs.cat_file(f"{root}/{mf.MANIFEST}")
+        with storage.store_call("read", f"{dest}/{mf.MANIFEST}"):
+            manifest_bytes = fs.cat_file(f"{root}/{mf.MANIFEST}")
     except FileNotFoundError:
         raise InputError(f"no {mf.MANIFEST} at {_label(dest)}: nothing of this batch was copied there (check the "
                          "export location and the batch id)") from None
@@ -327,9 +340,14 @@ def restore_run(dest: str, run_dir: Path) -> tuple[Manifest, int]:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.resume.tmp")
         try:
-            fs.get_file(f"{root}/{rel}", str(tmp))
+            with storage.store_call("read", f"{dest}/{rel}"):
+                fs.get_file(f"{root}/{rel}", str(tmp))
         except FileNotFoundError:
+            tmp.unlink(missing_ok=True)
             raise VerificationError(f"{_label(dest)}/{rel} is listed in {LEDGER} but missing from the copy") from None
+        except BaseException:  # a store that stopped answering (StoreUnreachable): no half file left behind
+            tmp.unlink(missing_ok=True)
+            raise
         got = _sha256(tmp)
         if got != digest:
             tmp.unlink(missing_ok=True)

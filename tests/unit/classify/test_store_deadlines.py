@@ -34,11 +34,15 @@ def _folder(tmp_path: Path) -> Path:
 
 def _calls(tmp_path: Path):
     from batch.run.mirror import write_mirror
+    from batch.run.offpod import read_remote_ledger, restore_run
     from classify.export import export_run, verify_export
 
     src = _folder(tmp_path)
     url = "s3://docpilot-stalled/exports/b1"
+    (tmp_path / "pod2").mkdir()
     return {
+        "read_remote_ledger": lambda: read_remote_ledger(url),
+        "restore_run": lambda: restore_run(url, tmp_path / "pod2"),
         "exists": lambda: storage.exists(url, "SHA256SUMS"),
         "upload_file": lambda: storage.upload_file(src / "results.jsonl", f"{url}/results.jsonl"),
         "upload_tree": lambda: storage.upload_tree(src, ["results.jsonl", "shards/00000.jsonl"], url, last="results.jsonl"),
@@ -123,3 +127,35 @@ def test_store_limits_defaults_and_overrides(monkeypatch):
     conf = fs.config_kwargs
     assert conf["read_timeout"] == conf["connect_timeout"] == 2.5
     assert conf["retries"] == {"mode": "standard", "total_max_attempts": 4}
+
+
+@pytest.mark.timeout(90)
+def test_the_shard_uploader_on_a_stalled_store_fails_rounds_in_time_and_never_blocks(tmp_path):
+    """The uploader's calls have the store's deadlines and its failures the one message: a round on a stalled store
+    ends as a counted failure naming the call, ``shard_written`` returns at once, and ``close`` ends in bounded time."""
+    from batch.run.offpod import ShardUploader, shard_rel
+
+    run = tmp_path / "run"
+    (run / shard_rel(0)).parent.mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    for i in range(2):
+        (run / shard_rel(i)).write_text(f'{{"id": "d{i}"}}\n')
+    with stalled_s3(timeout_s=1.0, attempts=2):
+        up = ShardUploader(run, "s3://docpilot-stalled/exports/b1", 2)
+        t0 = time.monotonic()
+        up.start([0])  # the ledger read at start times out too: everything is queued
+        up.shard_written(1)
+        assert time.monotonic() - t0 < BOUND_S
+        t1 = time.monotonic()
+        up.shard_written(1)
+        assert time.monotonic() - t1 < 0.5
+        deadline = time.monotonic() + 2 * BOUND_S
+        while up.lag()["errors"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        lag = up.lag()
+        assert lag["errors"] >= 1 and lag["shards_pending"] == 2 and lag["shards_copied"] == 0
+        assert lag["last_error"].startswith("StoreUnreachable: object store did not answer: upload "
+                                            "s3://docpilot-stalled/exports/b1/"), lag["last_error"]
+        t2 = time.monotonic()
+        assert up.close(wait_s=2 * BOUND_S) is False  # one more try, in bounded time; the export sends the rest
+        assert time.monotonic() - t2 < 2 * BOUND_S
