@@ -24,7 +24,7 @@ from classify.config import (
     load_config,
 )
 from classify.errors import InputError
-from classify.paths import DataPath, configured_path
+from classify.paths import DataPath, configured_path, expand_location
 
 
 class CorpusConfig(Frozen):
@@ -61,6 +61,16 @@ class CorpusConfig(Frozen):
             ConfigError: a malformed ``${`` (a config built without validation).
         """
         return configured_path(self.path, "no corpus: set `corpus.path` in the config or pass --corpus")
+
+    def resolved_location(self) -> str | Path:
+        """As :meth:`resolved_path`, but an object-storage URL (``s3://bucket/key``) stays a string (``${VAR}`` expanded).
+
+        Raises:
+            InputError, ConfigError: as :meth:`resolved_path`.
+        """
+        if self.path is None:
+            return self.resolved_path()  # raises, saying what to set
+        return expand_location(self.path)
 
 
 class RunConfig(Frozen):

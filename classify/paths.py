@@ -130,6 +130,22 @@ def expand_path(configured: str) -> Path:
     return Path(expanded).expanduser()
 
 
+def expand_location(configured: str) -> str | Path:
+    """A configured data location: an object-storage URL (``s3://...``) as a string with its ``${VAR}`` expanded,
+    anything else as :func:`expand_path` gives it (a ``Path`` would fold the URL's ``//``).
+
+    Raises:
+        ConfigError: as :func:`expand_path`.
+    """
+    if "://" in configured and not configured.startswith("file://"):
+        try:
+            path_variables(configured)
+        except ValueError as err:
+            raise ConfigError(f"path {configured!r} {err}") from None
+        return _VARIABLE.sub(lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), configured)
+    return expand_path(configured[len("file://"):] if configured.startswith("file://") else configured)
+
+
 def path_hint(configured: str) -> str:
     """A note for a "does not exist" error about a configured path: how each ``${VAR}`` in it was expanded.
 

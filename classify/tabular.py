@@ -252,7 +252,8 @@ def parquet_columns(path: Path, text_column: str, id_column: str | None) -> tupl
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+        source = path if isinstance(path, str | Path) else path.open("rb")  # a store object: its streamed file object
+        pf = pq.ParquetFile(source, pre_buffer=False, buffer_size=1 << 20)
     except Exception as err:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError...
         raise InputError(f"{path}: cannot read Parquet: {err}") from None
     names = pf.schema_arrow.names

@@ -158,8 +158,8 @@ def refuse_wide_file(path: Path) -> None:
             the file starts like UTF-16 or UTF-32 (:func:`wide_encoding`), e.g.
             ``c.csv is UTF-16 LE (byte-order mark FF FE), not UTF-8; convert it: iconv -f UTF-16 -t UTF-8 ...``.
     """
-    try:
-        with open_regular(path) as fh:
+    try:  # a corpus object in a store (batch.corpus.source.StoreObject) opens itself
+        with open_regular(path) if isinstance(path, str | Path) else path.open("rb") as fh:
             found = wide_encoding(fh.read(4))
     except NotRegularFile as err:  # a FIFO would block every reader that follows: refused before any read
         raise InputError(f"{path} is {err.kind}, not a regular file; give a regular JSONL or CSV file") from None

@@ -42,13 +42,12 @@ def has_labels(plan: CorpusPlan, column: str | None) -> bool:
     """
     if column is None or plan.format == "dir":
         return False
-    path = Path(plan.path)
+    path: Any = plan.file()
     if plan.format == "csv":
         return column in (plan.reading.get("header") or csv_header(path)[0])
     if plan.format == "parquet":
-        import pyarrow.parquet as pq
 
-        return column in pq.ParquetFile(path).schema_arrow.names
+        return column in parquet_columns(path, plan.reading["text_column"], None)[0].schema_arrow.names
     key = column.encode()
     carry = b""
     with path.open("rb") as fh:
@@ -86,7 +85,7 @@ def iter_labels(plan: CorpusPlan, column: str) -> Iterator[tuple[str, str | None
     Yields:
         One pair per distinct id; the label is the stripped string value, ``None`` when missing or empty.
     """
-    path = Path(plan.path)
+    path: Any = plan.file()
     if plan.format == "jsonl":
         name = escape_surrogates(path.name)
         for shard in plan.shards:

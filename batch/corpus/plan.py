@@ -23,6 +23,12 @@ The corpus fingerprint covers the content: sha256 over the file's bytes (JSONL; 
 JSONL ``path`` record names), over the file's sha256 hex (CSV, Parquet:
 :func:`batch.corpus.scan.tabular_fingerprint`), or over ``relative path, file sha256`` for each file of
 a folder. A resume that finds the same fingerprint reuses the stored plan.
+
+A corpus file may live in object storage (``s3://bucket/key``, any fsspec URL): it is read through
+:class:`batch.corpus.source.StoreObject` by the same readers, streamed in byte ranges (JSONL, CSV) or row groups
+(Parquet), never copied whole to local disk; the plan's ``reading["object"]`` records its identity (etag or
+version, and size), which every shard read checks before the shard's own byte hash, and which lets a resume reuse
+the plan without reading the object again. The fingerprint is the same as for the same bytes in a local file.
 """
 
 from __future__ import annotations
@@ -46,10 +52,12 @@ from batch.corpus.scan import (
     tabular_fingerprint,
 )
 from batch.corpus.shard import ShardInput, fold_shard, jsonl_documents
+from batch.corpus.source import StoreObject, corpus_file, identity_of, same_object, sha256_of
 from batch.runfiles import Manifest, Shard
+from classify import storage
 from classify.documents import read_file_document
 from classify.errors import InputError
-from classify.files import file_sha256, ids_sha256, special_kind
+from classify.files import ids_sha256, special_kind
 from classify.paths import path_hint
 from classify.records import Document
 from classify.tabular import csv_row_document, iter_csv_rows
@@ -59,14 +67,22 @@ MIN_SHARDS = 32
 """A corpus file is cut into at least this many shards when its rows allow (16 actors with 2 in flight each)."""
 
 
-def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Path, str]:
-    """The corpus's absolute path and format, checked.
+def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Path | StoreObject, str]:
+    """The corpus's absolute path (or its object in a store) and format, checked.
+
+    ``path`` (or ``corpus.path``) may be an object-storage URL (``s3://bucket/key``, any fsspec backend): the
+    corpus is then a :class:`batch.corpus.source.StoreObject` whose identity (etag, version, size) is read here
+    and checked on every later read.
 
     Raises:
         InputError: missing path, unknown format, a folder given as a file (or back), or a JSONL/CSV file
             in UTF-16 or UTF-32 (named with its ``iconv`` fix; checked here, before the model or Ray starts).
+        StoreUnreachable: the store of a URL did not answer in time.
     """
-    where = (Path(path).expanduser() if path is not None else cfg.resolved_path()).resolve()
+    location = str(path) if path is not None else cfg.resolved_location()
+    if storage.is_url(location):
+        return _locate_object(cfg, location)
+    where = Path(location).expanduser().resolve()
     if not where.exists():
         raise InputError(f"corpus {where} does not exist (set `corpus.path` in the config or pass --corpus)"
                          f"{path_hint(cfg.path) if path is None else ''}")
@@ -81,7 +97,23 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
     return where, fmt
 
 
-def quick_fingerprint(where: Path, fmt: str, described: dict[str, Any]) -> str | None:
+def _locate_object(cfg: CorpusConfig, url: str) -> tuple[StoreObject, str]:
+    obj = StoreObject(url)
+    info = obj.info()
+    if info is None:
+        raise InputError(f"corpus {url} does not exist in the store (set `corpus.path` in the config or pass --corpus; "
+                         "credentials come from the store's usual environment and files)")
+    if info.get("type") == "directory" or cfg.format == "dir":
+        raise InputError(f"corpus {url}: a folder corpus under an object-storage prefix is not read yet; give one "
+                         "JSONL, CSV or Parquet object, or copy the folder onto the machine")
+    obj.expected = identity_of(info)
+    fmt = detect_format(obj, cfg.format)  # type: ignore[arg-type]  # a StoreObject has the Path members it reads
+    if fmt in ("jsonl", "csv"):
+        refuse_wide_file(obj)  # type: ignore[arg-type]
+    return obj, fmt
+
+
+def quick_fingerprint(where: Path | StoreObject, fmt: str, described: dict[str, Any]) -> str | None:
     """The corpus fingerprint without planning, when the format allows it (else ``None``).
 
     JSONL without ``path`` records, CSV and Parquet are fingerprinted by their bytes alone, so a
@@ -94,13 +126,18 @@ def quick_fingerprint(where: Path, fmt: str, described: dict[str, Any]) -> str |
         fmt: its format.
         described: the stored manifest's ``corpus`` entry (``has_path_records`` for JSONL).
 
+    A store object whose identity (etag or version, and size) is the one the plan recorded is not read at all:
+    the stored fingerprint is returned (each shard's bytes are still checked when read).
+
     Returns:
         ``sha256:<hex>``, or ``None`` for a folder or a JSONL file with ``path`` records (those need a plan).
     """
+    if isinstance(where, StoreObject) and same_object(where.expected, (described.get("reading") or {}).get("object")):
+        return described.get("fingerprint")
     if fmt in ("csv", "parquet"):
-        return tabular_fingerprint(file_sha256(where))
+        return tabular_fingerprint(sha256_of(where))
     if fmt == "jsonl" and not described.get("has_path_records", True):
-        return f"sha256:{file_sha256(where)}"
+        return f"sha256:{sha256_of(where)}"
     return None
 
 
@@ -171,9 +208,13 @@ class CorpusPlan:
         """
         if self.format != "jsonl" or self.reading.get("has_path_records"):
             return ShardInput.of_documents(self.read_shard(shard, max_doc_bytes))
-        path = Path(self.path)
+        path = self.file()
         return ShardInput.of_jsonl(escape_surrogates(path.name), str(path), shard.row, self._byte_range(shard), shard.n_docs,
                                    skip=frozenset(shard.skip), dups=dict(shard.dups))
+
+    def file(self) -> Path | StoreObject:
+        """The corpus as its readers open it: a local path, or the store object checked against the plan's identity."""
+        return corpus_file(self.path, self.reading)
 
     def lazy(self, shard: Shard, max_doc_bytes: int) -> PendingShard:
         """``shard`` as the pool is given it: read (:meth:`shard_payload`) only when it is dispatched."""
@@ -186,14 +227,14 @@ class CorpusPlan:
             InputError: the bytes differ from those planned: the corpus was edited while the batch ran
                 (:func:`check_shard_bytes`).
         """
-        with Path(self.path).open("rb") as fh:
+        with self.file().open("rb") as fh:
             fh.seek(shard.offset)
             data = fh.read(shard.end - shard.offset)
         check_shard_bytes(self.path, shard, data)
         return data
 
     def _iter_shard(self, shard: Shard, max_doc_bytes: int) -> Iterator[tuple[int, Document]]:
-        path = Path(self.path)
+        path: Any = self.file()
         if self.format == "jsonl":
             yield from jsonl_documents(path, escape_surrogates(path.name), shard.row, self._byte_range(shard), max_doc_bytes)
         elif self.format == "csv":
@@ -231,7 +272,7 @@ def check_shard_bytes(path: str | Path, shard: Shard, data: bytes) -> None:
         "edited corpus")
 
 
-def _hash_shard_ranges(where: Path, shards: list[Shard]) -> None:
+def _hash_shard_ranges(where: Path | StoreObject, shards: list[Shard]) -> None:
     """Record ``bytes_sha256`` of each JSONL/CSV shard's byte range (one sequential read of the file)."""
     with where.open("rb") as fh:
         for shard in shards:
@@ -325,6 +366,8 @@ def plan_corpus(cfg: CorpusConfig, shard_docs: int, shard_target_bytes: int, pat
         raise InputError(f"corpus {where} holds no documents")
     if fmt in ("jsonl", "csv"):  # what each shard's read is checked against (a corpus edited mid-run is refused)
         _hash_shard_ranges(where, shards)
+    if isinstance(where, StoreObject):  # the object's identity, checked on every later read (and by a resume)
+        reading["object"] = where.expected
     plan = CorpusPlan(str(where), fmt, f"sha256:{digest.hexdigest()}", seq, 0, shards, reading)
     if candidates:
         fold_duplicates(plan, candidates, first_seq, max_doc_bytes)

@@ -16,9 +16,10 @@ from typing import Any
 import msgspec
 
 from batch.config import CorpusConfig
+from batch.corpus.source import sha256_of
 from classify.documents import jsonl_line_id
 from classify.errors import InputError
-from classify.files import NotRegularFile, file_sha256, regular_file_sha256
+from classify.files import NotRegularFile, regular_file_sha256
 from classify.records import Document
 from classify.tabular import (
     csv_header,
@@ -236,6 +237,9 @@ def jsonl_rows(path: Path, digest: Any, reading: dict[str, Any]) -> Iterator[Row
             doc_id, record, _ = jsonl_line_id(name, lineno, raw)
         size = len(raw)
         if record is not None and "text" not in record and isinstance(record.get("path"), str):
+            if not isinstance(path, Path):
+                raise InputError(f"corpus {path}: line {lineno} is a `path` record; a JSONL corpus in object storage "
+                                 "carries each document's `text` (a `path` would name a file on this machine)")
             reading["has_path_records"] = True
             size, sha = _path_record_digest(path, record["path"], size)
             extra.update(f"{lineno}\t{sha}\n".encode())
@@ -323,7 +327,7 @@ def csv_rows(path: Path, cfg: CorpusConfig, digest: Any, reading: dict[str, Any]
     header, data_offset = csv_header(path)
     reading.update(header=header, data_offset=data_offset, text_column=cfg.text_column, id_column=cfg.id_column,
                    id_prefix=cfg.id_prefix or path.stem)
-    digest.update(file_sha256(path).encode())  # the plan's fingerprint is then tabular_fingerprint(file sha256)
+    digest.update(sha256_of(path).encode())  # the plan's fingerprint is then tabular_fingerprint(file sha256)
     for row in iter_csv_rows(path, cfg.text_column, id_column=cfg.id_column, id_prefix=reading["id_prefix"]):
         yield Row(row.index, row.doc_id, row.text_bytes or 1, row.end)
 

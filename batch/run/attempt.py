@@ -22,6 +22,7 @@ from batch import layout as mf
 from batch.config import BatchConfig
 from batch.corpus.plan import CorpusPlan, plan_corpus, quick_fingerprint
 from batch.corpus.shard import ShardOutput
+from batch.corpus.source import StoreObject
 from batch.pool import local_ray as _ray_local
 from batch.run.adapter import BatchAdapter
 from batch.run.debris import remove_stale_temporaries
@@ -65,7 +66,7 @@ def _init_ray() -> Any:
                             **gpus)
 
 
-def plan_or_reuse(cfg: BatchConfig, where: Path, fmt: str, old: Manifest | None, batch_id: str) -> CorpusPlan:
+def plan_or_reuse(cfg: BatchConfig, where: Path | StoreObject, fmt: str, old: Manifest | None, batch_id: str) -> CorpusPlan:
     """The corpus plan: the stored one when the corpus bytes are unchanged (a resume), else a new planning pass.
 
     ``old`` is a manifest of the current layout (one of an earlier layout is refused when it is read:
@@ -78,7 +79,10 @@ def plan_or_reuse(cfg: BatchConfig, where: Path, fmt: str, old: Manifest | None,
         fingerprint = quick_fingerprint(where, fmt, old.corpus)
         if fingerprint is not None and fingerprint == old.corpus_fingerprint:
             log.info("batch %s: corpus unchanged (%s); reusing its shard plan", batch_id, fingerprint[:19])
-            return CorpusPlan.from_manifest(old, str(where))
+            plan = CorpusPlan.from_manifest(old, str(where))
+            if isinstance(where, StoreObject):  # the same bytes under a new etag: reads are checked against the new one
+                plan.reading = {**plan.reading, "object": where.expected}
+            return plan
     t0 = time.monotonic()
     plan = plan_corpus(cfg.corpus, cfg.batch.shard_docs, cfg.batch.shard_target_bytes, where, cfg.classify.max_doc_bytes)
     log.info("planned %s: %d rows, %d distinct ids, %d shards in %.1f s", where, plan.input_rows, plan.distinct_ids,
@@ -162,7 +166,7 @@ class BatchRun:
 
     options: BatchOptions
     cfg: BatchConfig
-    corpus_path: Path
+    corpus_path: Path | StoreObject
     corpus_format: str
     model: ModelRef
     adapter: BatchAdapter | None

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from batch.config import check_batch_id, load_batch_config
+from classify import storage
 from classify.errors import ConfigError, InputError
 from classify.paths import exports_dir, model_cache_dir, path_hint, registry_dir, runs_dir, state_dir
 from classify.runrecords import new_run_dir
@@ -72,7 +73,7 @@ def job_env() -> dict[str, str]:
     }
 
 
-def build_entrypoint(args: argparse.Namespace, batch_id: str, corpus: Path) -> list[str]:
+def build_entrypoint(args: argparse.Namespace, batch_id: str, corpus: Path | str) -> list[str]:
     """The job's entrypoint, ``python -m docpilot batch ...``, as an argument list (see the module docstring)."""
     entry = [args.python, "-m", "docpilot", "batch", "--config", f"config/{Path(args.config).name}",
              "--corpus", str(corpus), "--batch-id", batch_id, "--no-progress"]
@@ -85,7 +86,7 @@ def build_entrypoint(args: argparse.Namespace, batch_id: str, corpus: Path) -> l
     return entry
 
 
-def job_request(args: argparse.Namespace, staging: Path, batch_id: str, corpus: Path) -> dict[str, Any]:
+def job_request(args: argparse.Namespace, staging: Path, batch_id: str, corpus: Path | str) -> dict[str, Any]:
     """Keyword arguments of :meth:`JobSubmissionClient.submit_job` for this batch.
 
     Returns:
@@ -159,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="docpilot submit", description="Submit the batch to a Ray cluster's job server.")
     p.add_argument("--config", default="config/docpilot.json", help="batch config (default: %(default)s)")
     p.add_argument("--corpus", help="corpus file or folder: checked here, read by the driver on the head node, so the same path must exist on both "
-                        "(a shared mount; default: the config's corpus.path)")
+                        "(a shared mount), or an s3:// (fsspec) URL the head node reads; default: the config's corpus.path")
     p.add_argument("--adapter", help="adapter name@version")
     p.add_argument("--batch-id", help="batch id (default: a new one); an existing one is resumed")
     p.add_argument("--export-dir", help="parent folder of the export copy, on the head node")
@@ -187,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     check_batch_id(args.batch_id)
     cfg = load_batch_config(args.config)
-    corpus = (Path(args.corpus).expanduser() if args.corpus else cfg.corpus.resolved_path()).resolve()
-    if not corpus.exists():
+    location = args.corpus if args.corpus else cfg.corpus.resolved_location()
+    corpus: Path | str = location if storage.is_url(str(location)) else Path(location).expanduser().resolve()
+    if isinstance(corpus, Path) and not corpus.exists():  # a URL is read by the driver from the store
         hint = "" if args.corpus else path_hint(cfg.corpus.path)
         raise InputError(f"corpus {corpus} does not exist (pass --corpus){hint}")
     if args.address.startswith("ray://") or "://" not in args.address:
