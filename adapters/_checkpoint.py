@@ -9,6 +9,10 @@ exceeded quota, I/O error) removes the temporary folder and raises
 On resume, :func:`resume_latest` reads the newest checkpoint whole before applying any of it;
 one that is cut short, invalid or missing a file is moved aside (``.step-NNNNNN.corrupt``) with a
 warning and the previous one is tried; with none usable the run starts from step 0.
+
+What the checkpoints were trained on is recorded in the run's ``config.json`` (``inputs``: the training
+data's sha256, the tokenizer files' and the base model's fingerprints); :func:`check_inputs` refuses a
+resume where any of them changed (the config itself is checked by its hash, in ``meta.json``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from typing import Any
 
 from adapters._support import free_mib, is_disk_full, is_write_failure
 from classify.errors import ConfigError, EnvironmentCheckError
-from classify.files import atomic_dir
+from classify.files import atomic_dir, file_sha256
+from classify.model import ModelRef, tokenizer_sha256
+from classify.runrecords import write_json_atomic
 
 log = logging.getLogger("adapters.train")
 
@@ -291,3 +297,76 @@ def resume_latest(root: Path, model: Any, optimizer: Any, scheduler: Any, config
     if skipped:
         log.warning("%s; no usable checkpoint in %s: starting from step 0", "; ".join(reasons), root)
     return Resumed(None, 0, None, skipped)
+
+
+INPUTS = "inputs"
+"""Key of a run's ``config.json`` recording what its checkpoints were trained on (:func:`run_inputs`)."""
+
+
+def run_inputs(data_path: Path, data_sha256: str | None, model: ModelRef) -> dict[str, Any]:
+    """What a run trains on, beside its config: the data file, the tokenizer and the base model.
+
+    Args:
+        data_path: the training data file (``train.data.path`` expanded).
+        data_sha256: its sha256, or ``None`` to hash it here (``None`` stays when the file is missing).
+        model: the resolved base model.
+
+    Returns:
+        ``{"data": {"path", "sha256"}, "tokenizer": {"path", "sha256"}, "base_model": {"name", "fingerprint"}}``
+        (a hub id has no local tokenizer files: its ``sha256`` is ``None``, its fingerprint ``""``).
+    """
+    if data_sha256 is None and data_path.is_file():
+        data_sha256 = file_sha256(data_path)
+    return {"data": {"path": str(data_path), "sha256": data_sha256},
+            "tokenizer": {"path": model.path, "sha256": tokenizer_sha256(model.path)},
+            "base_model": {"name": model.name, "fingerprint": model.fingerprint}}
+
+
+def check_inputs(run_dir: Path, inputs: dict[str, Any]) -> None:
+    """Refuse to resume a run whose training data, tokenizer or base model changed since it started.
+
+    The run's ``config.json`` keeps the :func:`run_inputs` its checkpoints were trained on. While the run has
+    no checkpoint (a new run, or one stopped before its first), nothing was trained yet: ``inputs`` is
+    recorded (replacing an earlier record) and the run goes on. A data file that is missing now is left to
+    the data reader's own message.
+
+    Args:
+        run_dir: the run folder (``config.json``, ``checkpoints/``).
+        inputs: this invocation's :func:`run_inputs`.
+
+    Raises:
+        ConfigError: a checkpoint exists and the data's sha256, the tokenizer's or the base model's
+            fingerprint differs from the record; the message names the run, each value recorded and
+            found, and what to do (restore it, or start a new run).
+    """
+    path = run_dir / "config.json"
+    record = json.loads(path.read_text())
+    recorded = record.get(INPUTS)
+    newest = latest_checkpoint(run_dir / "checkpoints")
+    if recorded is None or newest is None:
+        if recorded is None and newest is not None:
+            log.warning("run %s was started before docpilot recorded its training data, tokenizer and base model: "
+                        "they cannot be compared on this resume; recorded now", run_dir.name)
+        if recorded != inputs:
+            write_json_atomic(path, {**record, INPUTS: inputs})
+        return
+    was, now = recorded.get("data", {}), inputs["data"]
+    changed = []
+    if now["sha256"] is not None and was.get("sha256") != now["sha256"]:
+        moved = f" (then read from {was.get('path')})" if was.get("path") != now["path"] else ""
+        changed.append(f"the training data {now['path']}{moved} has sha256 {now['sha256']}, the run started with "
+                       f"{was.get('sha256')}: restore that file")
+    was, now = recorded.get("tokenizer", {}), inputs["tokenizer"]
+    if was.get("sha256") != now["sha256"]:
+        changed.append(f"the tokenizer files in {now['path']} have sha256 {now['sha256']}, the run started with "
+                       f"{was.get('sha256')} (in {was.get('path')}): restore those files")
+    was, now = recorded.get("base_model", {}), inputs["base_model"]
+    if was.get("fingerprint") != now["fingerprint"]:
+        changed.append(f"the base model {now['name']!r} has fingerprint {now['fingerprint'] or '(none: a hub id)'}, "
+                       f"the run started with {was.get('fingerprint') or '(none: a hub id)'}: restore that model")
+    if changed:
+        raise ConfigError(
+            f"cannot resume training run {run_dir.name} ({run_dir}): its checkpoints (newest: {newest.name}) were "
+            f"trained on other inputs than these: " + "; ".join(changed) + " and resume again, or start a new run "
+            "(the same `docpilot train` command without `--resume`)"
+        )

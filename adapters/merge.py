@@ -17,11 +17,8 @@ from adapters.registry import ResolvedAdapter
 from classify.config import ModelConfig
 from classify.errors import AdapterError
 from classify.files import atomic_dir
-from classify.model import FINGERPRINT_FILE, ModelRef, resolve_model, weights_fingerprint
+from classify.model import FINGERPRINT_FILE, TOKENIZER_FILES, ModelRef, resolve_model, weights_fingerprint
 from classify.runrecords import utc_now
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "vocab.json",
-                   "merges.txt", "added_tokens.json")
 
 
 def merge_adapter(adapter: ResolvedAdapter, out_dir: Path, dtype: str = "bfloat16", base: ModelRef | None = None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapters._checkpoint import check_inputs, run_inputs
 from adapters._config import TrainConfig
 from adapters._data import load_rows, split_rows, tokenize
 from adapters._loop import build_lora_model, run_loop, total_steps
@@ -195,7 +196,9 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         Interrupted: SIGTERM or SIGINT arrived inside :func:`classify.runrecords.signals_raise_interrupted`
             (as under ``docpilot train``); the message names the run folder to resume.
         InputError: bad training data (before any training).
-        ConfigError: bad config, an example over ``max_seq_tokens``, or a resume mismatch.
+        ConfigError: bad config, an example over ``max_seq_tokens``, or a resume mismatch (another config, or
+            training data, tokenizer files or base model other than those the run's checkpoints were trained on:
+            :func:`adapters._checkpoint.check_inputs`).
         EnvironmentCheckError: not enough free disk before training, or the disk filled up while writing a
             checkpoint or the adapter (the message names the folder and the free space).
         VerificationError: an end-of-run check failed (nothing is published).
@@ -206,24 +209,18 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
     cfg = cfg.for_smoke() if smoke else cfg
     sha = config_sha256(cfg)
     card_cfg = cfg  # the adapter card keeps the config as given (its hash is the run's); a resume may pin the dtype
-    if resume:
-        run_dir = find_run(resume, sha)
-        run_id = run_dir.name
-        cfg, dtypes = resume_dtype(cfg, run_dir)
-    else:
-        run_id, run_dir = new_run_dir("train", runs_dir())
-        dtypes = [cfg.training.compute_dtype()]
-        write_json_atomic(run_dir / "config.json", {"config": cfg.model_dump(mode="json"), "config_sha256": sha, "smoke": smoke,
-                                                    "compute_dtypes": dtypes})
+    cfg, run_dir, dtypes = _open_run(cfg, sha=sha, smoke=smoke, resume=resume)
+    run_id = run_dir.name
     handler = _log_to(run_dir)
     stage = "config"
     try:
         log.info("run %s (%s), config sha256 %s", run_id, "resume" if resume else "new", sha[:12])
+        model_ref = _resume_inputs_unchanged(cfg, run_dir) if resume else None
         stage = "read-data"
         rows, data_sha = load_rows(cfg.data, cfg.classify.categories)
         train_rows, val_rows = split_rows(rows, cfg.data, cfg.training.seed)
         stage = "load-model"
-        model_ref = resolve_model(cfg.model)
+        model_ref = model_ref or resolve_model(cfg.model)
         tokenizer = _tokenizer(model_ref.path)
         stage = "tokenize"
         examples = tokenize(tokenizer, cfg.classify, train_rows, cfg.training.max_seq_tokens)
@@ -233,6 +230,7 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         log.info("data %s: %d rows -> %d train, %d validation; %d steps; disk needs %.1f MiB of %.0f MiB free",
                  cfg.data.resolved_path(), len(rows), len(train_rows), len(val_rows), total_steps(cfg, len(examples)),
                  disk["total"] / 2**20, disk["free"] / 2**20)
+        check_inputs(run_dir, run_inputs(cfg.data.resolved_path(), data_sha, model_ref))  # records them for a new run
         stage = "load-model"
         model = build_lora_model(cfg, model_ref.path)
         stage = "train"
@@ -281,6 +279,38 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
     finally:
         log.removeHandler(handler)
         handler.close()
+
+
+def _open_run(cfg: TrainConfig, *, sha: str, smoke: bool, resume: str | None) -> tuple[TrainConfig, Path, list[str]]:
+    """A new run folder with its ``config.json``, or the run ``resume`` names (:func:`find_run`, :func:`resume_dtype`).
+
+    Returns:
+        ``(cfg, run_dir, dtypes)``: the config to train with (a resume may pin its dtype), the run folder and
+        the run's compute dtypes in order.
+    """
+    if resume:
+        run_dir = find_run(resume, sha)
+        cfg, dtypes = resume_dtype(cfg, run_dir)
+        return cfg, run_dir, dtypes
+    run_dir = new_run_dir("train", runs_dir())[1]
+    dtypes = [cfg.training.compute_dtype()]
+    write_json_atomic(run_dir / "config.json", {"config": cfg.model_dump(mode="json"), "config_sha256": sha, "smoke": smoke,
+                                                "compute_dtypes": dtypes})
+    return cfg, run_dir, dtypes
+
+
+def _resume_inputs_unchanged(cfg: TrainConfig, run_dir: Path) -> Any:
+    """The resumed run's base model, once its training data, tokenizer and base model are the ones it recorded.
+
+    Checked before the data is read, so an edited file is named as changed (with both sha256) rather than
+    only as bad; :func:`train` checks again with the hash of the rows it read.
+
+    Raises:
+        ConfigError: one of them changed since the run started (:func:`adapters._checkpoint.check_inputs`).
+    """
+    model_ref = resolve_model(cfg.model)
+    check_inputs(run_dir, run_inputs(cfg.data.resolved_path(), None, model_ref))
+    return model_ref
 
 
 def _record_failure(err: BaseException, cfg: TrainConfig, *, run_dir: Path, stage: str,

@@ -36,6 +36,10 @@ CACHE_FILE_MODE = 0o644
 """A provisioned model folder is readable by every user (weights are public, not secrets): a serving
 image running as another uid (10001 in ``Dockerfile.serve``) reads a cache mounted read-only. Nothing
 secret is written there (the API token is environment-only; credentials stay in the stores' own files)."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "vocab.json",
+                   "merges.txt", "added_tokens.json", "tokenizer.model")
+"""The files of a Hugging Face model folder that make its tokenizer and chat template (``tokenizer.model``: a
+SentencePiece vocabulary, as Llama 2 and Mistral ship it)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,24 @@ def weights_fingerprint(folder: str | Path) -> str:
     files = _weight_files(folder)
     if not files:
         raise EngineError(f"no weight files (*.safetensors, *.bin) in model folder {folder}")
+    lines = "".join(f"{p.name}:{file_sha256(p)}\n" for p in files)
+    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+
+
+def tokenizer_sha256(folder: str | Path) -> str | None:
+    """Fingerprint a model folder's tokenizer: sha256 over ``name:sha256`` lines of its :data:`TOKENIZER_FILES`.
+
+    Args:
+        folder: a Hugging Face model folder.
+
+    Returns:
+        ``"sha256:<64 hex>"``, or ``None`` when ``folder`` is not a local folder (a hub id) or holds none of
+        those files.
+    """
+    folder = Path(folder)
+    files = [folder / name for name in sorted(TOKENIZER_FILES) if (folder / name).is_file()] if folder.is_dir() else []
+    if not files:
+        return None
     lines = "".join(f"{p.name}:{file_sha256(p)}\n" for p in files)
     return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
 
