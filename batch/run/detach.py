@@ -100,7 +100,8 @@ def start_detached(kind: str, run_id: str, run_dir: Path, argv: list[str], *, st
     """
     lock_fd = _take_detach_lock(run_id, run_dir)
     try:
-        return _start(kind, run_id, run_dir, argv, lock_fd, stop_when_done, wrap_up_to, lots_config)
+        return _start(kind, run_id, run_dir, argv, lock_fd=lock_fd, stop_when_done=stop_when_done, wrap_up_to=wrap_up_to,
+                      lots_config=lots_config)
     finally:
         os.close(lock_fd)  # the supervisor holds its inherited copy
 
@@ -123,7 +124,7 @@ def _take_detach_lock(run_id: str, run_dir: Path) -> int:
     return fd
 
 
-def _start(kind: str, run_id: str, run_dir: Path, argv: list[str], lock_fd: int, stop_when_done: bool,
+def _start(kind: str, run_id: str, run_dir: Path, argv: list[str], *, lock_fd: int, stop_when_done: bool,
            wrap_up_to: str | None, lots_config: str | None) -> int:
     (run_dir / EXIT_RECORD).unlink(missing_ok=True)  # a resumed run's earlier record: follow waits for this one
     logfile = log_path(run_dir, kind)
