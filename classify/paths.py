@@ -11,9 +11,11 @@ run folders            ``./runs``                                  ``DOCPILOT_RU
 export copies          ``./exports``                               ``DOCPILOT_EXPORTS``
 =====================  ==========================================  ==========================
 
-Data paths written in the config file (``corpus.path``, ``train.data.path``) may use environment
-variables in the shell's form, ``${VAR}`` or ``${VAR:-default}`` (:func:`expand_path`); a path that
-does not exist is reported with how each variable was expanded (:func:`path_hint`).
+Data paths written in the config file (``corpus.path``, ``train.data.path``) and the overrides above may
+use environment variables in the shell's form, ``${VAR}`` or ``${VAR:-default}`` (:func:`expand_path`); a
+path that does not exist is reported with how each variable was expanded (:func:`path_hint`). A variable
+that is unset, empty or only spaces and would change what the path names (``${DATA}/train.csv`` becoming
+``/train.csv``, a path from the file-system root) is refused instead of followed.
 """
 
 from __future__ import annotations
@@ -29,8 +31,21 @@ from classify.errors import ConfigError
 
 
 def _env_path(var: str, default: Path) -> Path:
+    """``var``'s folder, its ``${...}`` expanded as in a configured path (:func:`expand_path`), or ``default``.
+
+    Raises:
+        ConfigError: the value is only spaces, or :func:`expand_path` refuses it (a malformed ``${``, an unset or
+            empty variable that would make it start from the file-system root...); the message names ``var``.
+    """
     value = os.environ.get(var)
-    return Path(value).expanduser().resolve() if value else default.resolve()
+    if not value:
+        return default.resolve()
+    if not value.strip():
+        raise ConfigError(f"{var}={value!r} is only spaces: unset it (for {default}) or set it to a folder")
+    try:
+        return expand_path(value).resolve()
+    except ConfigError as err:
+        raise ConfigError(f"{var}: {err}") from None
 
 
 def state_dir() -> Path:
@@ -110,6 +125,12 @@ def expand_path(configured: str) -> Path:
     real file name (:func:`path_hint` points at it when the path does not exist). A relative result
     stays relative (taken from the current directory by the caller).
 
+    Unlike the shell, a variable that expands to nothing (unset, empty, ``${VAR:-}``, or only spaces) is
+    refused where it would change what the path names: where the path starts with it (``${D}/etc/x`` would
+    be ``/etc/x``, from the file-system root; ``${D}x.csv`` would be ``x.csv``), right after a leading ``~``
+    (``~${U}/x`` would be your home's ``x``), or as a whole folder of it (``/srv/${D}/x`` would be ``/srv/x``).
+    Inside a name with other text (``a/${D}-x.csv``) it stays empty, as in the shell.
+
     Args:
         configured: the path as written in the config, e.g. ``${DATA_DIR:-../data}/test.csv``.
 
@@ -117,16 +138,20 @@ def expand_path(configured: str) -> Path:
         The path, e.g. ``../data/test.csv`` for that example with ``DATA_DIR`` unset.
 
     Raises:
-        ConfigError: a malformed ``${`` (see :func:`path_variables`), naming the path; or a path that is
-            empty once expanded (``${DATA}`` with DATA unset or empty), with :func:`path_hint`'s note.
+        ConfigError: a malformed ``${`` (see :func:`path_variables`), naming the path; a path that is
+            empty or only spaces once expanded (``${DATA}`` with DATA unset or empty), with :func:`path_hint`'s
+            note; or a variable that expanded to nothing where it changes what the path names (above): the
+            message names the variable, the path as written and as expanded, and what to set.
     """
     try:
         path_variables(configured)
     except ValueError as err:
         raise ConfigError(f"path {configured!r} {err}") from None
-    expanded = _VARIABLE.sub(lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), configured)
-    if not expanded:  # Path("") is the current directory: a corpus or data set read from wherever docpilot runs
-        raise ConfigError(f"path {configured!r} is empty once expanded{path_hint(configured)}")
+    expanded, spans = _expand(configured)
+    if not expanded.strip():  # Path("") is the current directory: a corpus or data set read from wherever docpilot runs
+        raise ConfigError(f"path {configured!r} is {'empty' if not expanded else 'only spaces'} once expanded"
+                          f"{path_hint(configured)}")
+    _refuse_dropped(configured, expanded, spans)
     return Path(expanded).expanduser()
 
 
@@ -135,15 +160,80 @@ def expand_location(configured: str) -> str | Path:
     anything else as :func:`expand_path` gives it (a ``Path`` would fold the URL's ``//``).
 
     Raises:
-        ConfigError: as :func:`expand_path`.
+        ConfigError: as :func:`expand_path` (a variable that expands to nothing and would leave out the bucket or a
+            folder of a URL, too).
     """
     if "://" in configured and not configured.startswith("file://"):
         try:
             path_variables(configured)
         except ValueError as err:
             raise ConfigError(f"path {configured!r} {err}") from None
-        return _VARIABLE.sub(lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), configured)
+        expanded, spans = _expand(configured)
+        _refuse_dropped(configured, expanded, spans)  # s3://${BUCKET}/x would be s3:///x
+        return expanded
     return expand_path(configured[len("file://"):] if configured.startswith("file://") else configured)
+
+
+def _expand(configured: str) -> tuple[str, list[tuple[str, int, int]]]:
+    """``configured`` with its ``${...}`` expanded, and ``(name, start, end)`` of each variable's text in the result."""
+    out, spans, at = [], [], 0
+    length = 0
+    for match in _VARIABLE.finditer(configured):
+        literal = configured[at:match.start()]
+        value = os.environ.get(match.group(1)) or (match.group(2) or "")
+        out += [literal, value]
+        length += len(literal)
+        spans.append((match.group(1), length, length + len(value)))
+        length += len(value)
+        at = match.end()
+    out.append(configured[at:])
+    return "".join(out), spans
+
+
+def _refuse_dropped(configured: str, expanded: str, spans: list[tuple[str, int, int]]) -> None:
+    """Raise the :class:`ConfigError` of the first variable of ``spans`` that changes what the path names (:func:`_dropped`)."""
+    for name, start, end in spans:
+        effect = _dropped(configured, expanded, start, end)
+        if effect:
+            raise ConfigError(
+                f"path {configured!r} would be {expanded!r}: {_expanded_as(name, expanded[start:end])}, so {effect}; "
+                f"set {name} to what it stands for, or write a default in the path (${{{name}:-<value>}})")
+
+
+def _dropped(configured: str, expanded: str, start: int, end: int) -> str:
+    """What a variable that expanded to nothing (or only spaces) at ``expanded[start:end]`` does to the path.
+
+    Returns:
+        ``""`` when the path keeps its shape (the variable is inside a name with other text: ``a/${D}-x.csv``);
+        else what changed: the path starts from the file-system root (``${D}/etc/x`` is ``/etc/x``), starts
+        without its leading part (``${D}x.csv``), names the home folder (``~${D}/x``), or leaves a folder out
+        (``/srv/${D}/x``).
+    """
+    if expanded[start:end].strip():
+        return ""
+    before, rest = expanded[:start], expanded[end:]
+    left = expanded.rfind("/", 0, start) + 1
+    right = expanded.find("/", end)
+    component = expanded[left:right if right != -1 else len(expanded)]
+    if not before.strip():
+        if rest.lstrip().startswith("/") and not configured.startswith("/"):
+            return "the path would start from the file-system root"
+        return "the path would lose the part it starts with"
+    if before.strip() == "~" and component.strip() == "~":
+        return "`~` would be your home folder"
+    if not component.strip():
+        return "a folder of the path would be left out"
+    return ""
+
+
+def _expanded_as(name: str, value: str) -> str:
+    """How ``${name}`` expanded to ``value`` (empty or only spaces), for a message: ``${D} is empty, from unset D``."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return f"${{{name}}} is empty, from unset {name} with no default"
+    if not raw:
+        return f"${{{name}}} is empty, from {name} set but empty, with no default"
+    return f"${{{name}}} is only spaces ({value!r}), from {name}={raw!r}"
 
 
 def path_hint(configured: str) -> str:
@@ -168,8 +258,10 @@ def path_hint(configured: str) -> str:
     for name, default in variables:
         value = os.environ.get(name)
         source = f"unset {name}" if value is None else f"{name} set but empty"
-        if value:
+        if value and value.strip():
             parts.append(f"${{{name}}} is {value}, from {name}={value}")
+        elif value:
+            parts.append(f"${{{name}}} is only spaces, from {name}={value!r}")
         elif default:
             where = "" if Path(default).expanduser().is_absolute() else " from the current directory"
             parts.append(f"${{{name}}} is {default}, from {source}: {default}{where}")

@@ -90,7 +90,8 @@ def test_a_variable_set_but_empty_is_worded_so_and_its_default_is_used(monkeypat
     """As in the shell, ``${D:-x}`` is x when D is unset or empty; the hint tells the two apart."""
     monkeypatch.setenv("D", "")
     assert expand_path("${D:-../data}/t.csv") == Path("../data/t.csv")
-    assert expand_path("${D}/t.csv") == Path("/t.csv")
+    with pytest.raises(ConfigError, match=r"^path '\$\{D\}/t.csv' would be '/t.csv': \$\{D\} is empty, from D set but empty, "):
+        expand_path("${D}/t.csv")  # was /t.csv, from the file-system root
     assert path_hint("${D:-../data}/t.csv") == (" (${D} is ../data, from D set but empty: ../data from the current "
                                                 "directory; set D to where the data is)")
     assert path_hint("${D}/t.csv") == " (${D} is empty, from D set but empty, with no default; set D to where the data is)"
@@ -119,15 +120,17 @@ def test_a_missing_training_file_with_a_bare_variable_names_the_form_to_write(mo
         load_rows(cfg.data, cfg.classify.categories)
 
 
-def test_a_missing_corpus_names_the_unset_variable(monkeypatch, tmp_path):
+def test_a_corpus_under_an_unset_variable_is_refused_naming_it_then_found_once_set(monkeypatch, tmp_path):
     from batch.corpus.plan import locate_corpus
 
     monkeypatch.delenv("MY_CORPUS_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     cfg = CorpusConfig(path="${MY_CORPUS_DIR}/c.jsonl")
-    with pytest.raises(InputError, match=r"^corpus /c.jsonl does not exist \(set `corpus.path` in the config or pass --corpus\) "
-                                         r"\(\$\{MY_CORPUS_DIR\} is empty, from unset MY_CORPUS_DIR with no default; "
-                                         r"set MY_CORPUS_DIR to where the data is\)$"):
+    # was "corpus /c.jsonl does not exist" (and a /c.jsonl that existed was read as the corpus)
+    with pytest.raises(ConfigError, match=r"^path '\$\{MY_CORPUS_DIR\}/c.jsonl' would be '/c.jsonl': \$\{MY_CORPUS_DIR\} is "
+                                          r"empty, from unset MY_CORPUS_DIR with no default, so the path would start from "
+                                          r"the file-system root; set MY_CORPUS_DIR to what it stands for, or write a default "
+                                          r"in the path \(\$\{MY_CORPUS_DIR:-<value>\}\)$"):
         locate_corpus(cfg)
     (tmp_path / "here").mkdir()
     (tmp_path / "here" / "c.jsonl").write_text('{"id": "a", "text": "hi"}\n', encoding="utf-8")
