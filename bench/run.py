@@ -19,7 +19,7 @@ from bench.common import machine
 from classify.runrecords import code_revision, utc_now
 
 MODULES = ("baseline", "zeroshot", "adapter", "adapter_merged", "merged_mode", "batch", "serve_load", "host", "injection",
-           "injection_adapter", "scale", "pilot")
+           "injection_adapter", "scale", "pilot", "slow_clients")
 
 
 def main(argv: list[str] | None = None) -> int:
