@@ -46,11 +46,52 @@ def cpu_core_groups(n_actors: int, cpus: list[int]) -> list[str] | None:
     return groups
 
 
+def node_gpus(nodes: list[dict[str, Any]] | None = None) -> dict[str, int]:
+    """GPUs each alive node of the connected Ray cluster declares (``ray.nodes()``), by node id.
+
+    Args:
+        nodes: ``ray.nodes()`` (default: asked now).
+
+    Returns:
+        ``{node id: GPUs}`` for every alive node, nodes without GPUs included (0).
+    """
+    if nodes is None:
+        import ray
+
+        nodes = ray.nodes()
+    return {n["NodeID"]: int(n.get("Resources", {}).get("GPU", 0)) for n in nodes if n.get("Alive")}
+
+
+def tp_groups(gpus_per_node: dict[str, int], tp: int) -> int:
+    """Engine actors of ``tp`` GPUs each that the nodes hold: ``sum(GPUs // tp)`` (a TP group never spans nodes).
+
+    Raises:
+        ConfigError: the cluster has GPUs but no node has ``tp`` of them (the message lists the nodes' GPUs).
+
+    Example:
+        >>> tp_groups({"a": 2, "b": 2}, 2)
+        2
+    """
+    count = sum(g // tp for g in gpus_per_node.values())
+    if count == 0 and any(gpus_per_node.values()):
+        per_node = sorted((g for g in gpus_per_node.values() if g), reverse=True)
+        raise ConfigError(
+            f"`engine.tensor_parallel_size` {tp} needs {tp} GPUs on one node, but the Ray cluster's nodes have "
+            f"{per_node} GPU(s): a tensor-parallel group never spans nodes (lots); lower "
+            f"`engine.tensor_parallel_size` to at most {per_node[0]}, or rent a lot with {tp} cards (a B200 lot holds 2)")
+    return count
+
+
 def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "split",
-                  device: str | None = None) -> tuple[int, list[dict[str, Any]]]:
+                  device: str | None = None, tensor_parallel_size: int = 1) -> tuple[int, list[dict[str, Any]]]:
     """How many engine actors to start and with which resources, from the connected Ray cluster.
 
-    One actor per GPU (``num_gpus=1``) when the cluster has GPUs and the run computes on them; otherwise
+    When the cluster has GPUs and the run computes on them: one actor per tensor-parallel group of
+    ``tensor_parallel_size`` GPUs (``num_gpus=tp``), ``GPUs // tp`` of them on each node. Ray gives one
+    actor's resources from one node, so an actor's ``tp`` GPUs are one node's (what a ``STRICT_PACK``
+    placement group of ``tp`` one-GPU bundles would give), and its ``CUDA_VISIBLE_DEVICES`` names them
+    all; vLLM's ``mp`` executor inside the actor runs one worker per card
+    (:meth:`classify.engineconfig.EngineSettings.parallel_kwargs`). Otherwise
     ``n_cpu_actors`` actors of ``actor_num_cpus`` CPUs each. The run's device is the one decision
     (:func:`classify.device.detect_device`): a CPU venv on a machine whose cards Ray counts through NVML
     (a GPU pod with ``PROFILE=cpu``) keeps the CPU rules, the core split and the CPU-fit check, and says so. With ``cpu_bind="split"``, 2 or more CPU actors on a
@@ -63,12 +104,14 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
         cpu_bind: ``batch.cpu_bind``: ``"split"`` or ``"auto"`` (vLLM's own binding in every actor).
         device: where the engines compute, ``cpu``, ``cuda`` or ``rocm``; ``None``: this driver's
             (:func:`classify.device.detect_device`).
+        tensor_parallel_size: GPUs per engine actor (``engine.tensor_parallel_size`` resolved to a number);
+            ignored on CPU (each CPU engine runs with 1).
 
     Returns:
         ``(count, options for .options() per actor slot)``; the list has ``count`` entries.
 
     Raises:
-        ConfigError: the CPU actors do not fit the cluster's CPUs.
+        ConfigError: the CPU actors do not fit the cluster's CPUs, or no node has ``tensor_parallel_size`` GPUs.
     """
     import ray
 
@@ -84,8 +127,12 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
                     "the GPUs unused (`make doctor` says why)", gpus, n_cpu_actors)
         gpus = 0
     if gpus:
+        count = tp_groups(node_gpus(), tensor_parallel_size)
         runtime_env = {"env_vars": env} if env else None
-        return gpus, [{"num_gpus": 1, "num_cpus": 1, "runtime_env": runtime_env} for _ in range(gpus)]
+        return count, [gpu_actor_option(tensor_parallel_size, runtime_env) for _ in range(count)]
+    if tensor_parallel_size > 1:
+        log.warning("`engine.tensor_parallel_size` %d applies to GPUs; this run's CPU engines run with 1",
+                    tensor_parallel_size)
     cpus = float(resources.get("CPU", 0))
     if n_cpu_actors * actor_num_cpus > cpus:
         raise ConfigError(
@@ -109,6 +156,11 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
             slot_env["VLLM_CPU_OMP_THREADS_BIND"] = groups[slot]
         options.append({"num_cpus": actor_num_cpus, "runtime_env": {"env_vars": slot_env} if slot_env else None})
     return n_cpu_actors, options
+
+
+def gpu_actor_option(tp: int, runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``.options()`` of one GPU engine actor: ``tp`` GPUs (one node's) and one CPU."""
+    return {"num_gpus": tp, "num_cpus": 1, "runtime_env": runtime_env}
 
 
 def actor_placed(actor: Any) -> bool | None:
