@@ -6,8 +6,8 @@ size its engine section carries. Each shard it classifies is recorded as ``<DOCP
 id>.json`` (node id, pid, ``CUDA_VISIBLE_DEVICES``), so a test can tell which actor ran which shard.
 
 A node started with ``PROBE_LATE=1`` in its environment is "the lot added mid-run": when the test has created
-``seen/wait-for-late``, the other actors hold each shard until an actor on such a node has classified one (at most
-``hold_s``), so that the late node is certain to find shards waiting, whatever the machine's speed.
+``seen/wait-for-late``, the other actors hold their shards until an actor on such a node has classified one (at most
+``hold_s`` after that file was made), so that the late node is certain to find shards waiting, whatever the machine's speed.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ class ProbeEngine(InstantEngineActor):
     def classify(self, shard):
         me = self.where()
         late_done = self.seen / "late-node-classified"
-        if (self.seen / "wait-for-late").exists() and not me["late"]:
-            deadline = time.monotonic() + self.hold_s
-            while not late_done.exists() and time.monotonic() < deadline:
+        wait = self.seen / "wait-for-late"
+        if wait.exists() and not me["late"]:
+            deadline = wait.stat().st_mtime + self.hold_s  # one hold for the whole batch, not one per shard
+            while not late_done.exists() and time.time() < deadline:
                 time.sleep(0.2)
         out = super().classify(shard)
         first = json.loads(out.body.splitlines()[0])["id"]
@@ -53,3 +54,41 @@ class ProbeEngine(InstantEngineActor):
         if me["late"]:
             late_done.touch()
         return out
+
+
+def run(config: str, corpus: str, batch_id: str) -> int:
+    """A batch driver with :class:`ProbeEngine` on a machine whose card torch would see (the device edge faked).
+
+    Run as ``python -m tests.support.gpu_probe CONFIG CORPUS BATCH_ID`` with ``RAY_ADDRESS`` (and the cluster's
+    token) in the environment: Ray reads its authentication settings when it is first imported, so a driver of a
+    token-authenticated cluster is its own process. Prints the summary as JSON on its last line.
+    """
+    import sys
+
+    import classify.device
+    from batch.run.driver import parse_args, run_batch
+    from classify.errors import DocpilotError
+
+    classify.device.on_accelerator = lambda: True  # the card, as torch would see it
+    import ray
+    from ray import cloudpickle
+
+    import bench.instant_engine
+
+    cloudpickle.register_pickle_by_value(bench.instant_engine)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        summary = run_batch(parse_args(["--config", config, "--corpus", corpus, "--batch-id", batch_id,
+                                        "--skip-pilot-gate", "--no-progress"]),
+                            _engine_actor=ray.remote(max_restarts=0, max_task_retries=0)(ProbeEngine))
+    except DocpilotError as err:
+        print(f"error [{type(err).__name__}]: {err}", file=sys.stderr)
+        return err.exit_code
+    print(json.dumps(summary, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(run(*sys.argv[1:4]))
