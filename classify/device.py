@@ -175,6 +175,7 @@ def engine_kwargs(
     }
     if eng.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = eng.max_num_batched_tokens
+    kwargs.update(eng.parallel_kwargs())  # tensor parallel over the GPUs this process holds (none on CPU)
     if device == "cpu":
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(eng.kv_cache_space_gib)
     else:

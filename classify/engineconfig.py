@@ -37,6 +37,17 @@ engine context would otherwise fall back to 128 sequences and 2048 tokens) run a
 """
 
 
+TENSOR_PARALLEL_SIZES: tuple[int, ...] = (1, 2, 4, 8)
+"""The tensor-parallel sizes an engine may take: GPUs of one node that hold one model copy together."""
+
+
+def _tensor_parallel(value: Any) -> Any:
+    """``engine.tensor_parallel_size``: one of :data:`TENSOR_PARALLEL_SIZES` or ``"auto"``."""
+    if value == "auto" or (type(value) is int and value in TENSOR_PARALLEL_SIZES):
+        return value
+    raise ValueError(f"must be 1, 2, 4, 8 or 'auto', got {value!r}")
+
+
 COMPILE_MIN_DOCS_PER_ENGINE = 2000
 """Documents one CPU engine must have ahead of it before ``enforce_eager: "auto"`` turns torch.compile on.
 
@@ -86,6 +97,7 @@ class EngineSettings(Frozen):
         max_loras: vLLM ``max_loras``.
         max_lora_rank: vLLM ``max_lora_rank``.
         seed: engine seed.
+        tensor_parallel_size: GPUs one engine spans (vLLM ``tensor_parallel_size``); 1 on CPU.
     """
 
     device: Device
@@ -97,6 +109,21 @@ class EngineSettings(Frozen):
     max_loras: int
     max_lora_rank: int
     seed: int
+    tensor_parallel_size: int = 1
+
+    def parallel_kwargs(self) -> dict[str, Any]:
+        """vLLM's parallel arguments for this engine: ``{}`` for one card (vLLM's ``uni`` executor in this process),
+        else ``tensor_parallel_size`` and the ``mp`` executor: one worker process per card, all inside this
+        process's node and its ``CUDA_VISIBLE_DEVICES`` (a Ray actor holding the TP group's GPUs), as Ray Data
+        LLM's TP replicas do with ``mp`` inside one placement bundle set.
+
+        Example:
+            >>> EngineConfig(tensor_parallel_size=2).resolve("cuda").parallel_kwargs()
+            {'tensor_parallel_size': 2, 'distributed_executor_backend': 'mp'}
+        """
+        if self.tensor_parallel_size == 1:
+            return {}
+        return {"tensor_parallel_size": self.tensor_parallel_size, "distributed_executor_backend": "mp"}
 
 
 class EngineConfig(Frozen):
@@ -121,6 +148,11 @@ class EngineConfig(Frozen):
             ``"auto"`` (false on accelerators; on CPU true, except a batch whose engines each have
             :data:`COMPILE_MIN_DOCS_PER_ENGINE` documents or more: :meth:`for_workload`).
         seed: engine sampling seed.
+        tensor_parallel_size: GPUs of one node that hold one model copy together (1, 2, 4, 8), or
+            ``"auto"``: the smallest that fits one sequence of ``max_model_len`` by the plan's formula
+            (:func:`classify.memory.choose_tensor_parallel`, resolved by the batch driver and the plan
+            before the engines start). The batch starts ``GPUs // tp`` engine actors per node, each
+            holding ``tp`` GPUs of one node. CPU engines always run with 1 (a set value is warned about).
     """
 
     kv_cache_space_gib: int = Field(1, ge=1, le=1024)
@@ -131,6 +163,7 @@ class EngineConfig(Frozen):
     max_lora_rank: int = Field(16, ge=1, le=512)
     enforce_eager: Annotated[bool | Literal["auto"], _auto_or(bool)] = "auto"
     seed: int = 0
+    tensor_parallel_size: Annotated[int | Literal["auto"], BeforeValidator(_tensor_parallel)] = 1
 
     def for_workload(self, docs_per_engine: int) -> EngineConfig:
         """This section with ``enforce_eager: "auto"`` made ``false`` (torch.compile) for long runs.
@@ -159,6 +192,9 @@ class EngineConfig(Frozen):
     def resolve(self, device: str) -> EngineSettings:
         """Replace every ``"auto"`` by :data:`ENGINE_AUTO`'s value for ``device``; values the user set stay.
 
+        ``tensor_parallel_size`` is 1 on CPU; ``"auto"`` left here (not resolved by the batch driver or
+        the plan, which know the model and the card) is 1.
+
         Args:
             device: ``cpu``, ``cuda`` or ``rocm`` (``classify.device.detect_device`` finds this machine's).
 
@@ -179,9 +215,10 @@ class EngineConfig(Frozen):
         auto = ENGINE_AUTO[device]
         pick = {k: auto[k] if getattr(self, k) == "auto" else getattr(self, k) for k in auto}
         cpu = device == "cpu"
+        tp = 1 if cpu or self.tensor_parallel_size == "auto" else self.tensor_parallel_size
         return EngineSettings(
             device=device, **pick,
             gpu_memory_utilization=None if cpu else self.gpu_memory_utilization,
             kv_cache_space_gib=self.kv_cache_space_gib if cpu else None,
-            max_loras=self.max_loras, max_lora_rank=self.max_lora_rank, seed=self.seed,
+            max_loras=self.max_loras, max_lora_rank=self.max_lora_rank, seed=self.seed, tensor_parallel_size=tp,
         )

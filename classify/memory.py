@@ -21,6 +21,8 @@ from classify.modelshape import (
 )
 
 GIB = 1 << 30
+TP_SIZES = (1, 2, 4, 8)
+"""Tensor-parallel sizes vLLM is given by docpilot (``engine.tensor_parallel_size``)."""
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 BUILTIN_SHAPES: dict[str, ModelShape] = {
     # meta-llama/Llama-2-7b-hf config.json
@@ -29,10 +31,12 @@ BUILTIN_SHAPES: dict[str, ModelShape] = {
     "mistral-7b": ModelShape("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000),
     # meta-llama/Meta-Llama-3-8B config.json
     "llama-3-8b": ModelShape("llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256),
+    # meta-llama/Meta-Llama-3-70B config.json
+    "llama-3-70b": ModelShape("llama-3-70b", 80, 8192, 64, 8, 128, 28672, 128256),
     # Qwen/Qwen2.5-7B config.json
     "qwen2.5-7b": ModelShape("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, attention_bias=True),
 }
-"""7B-class shapes copied from the models' published ``config.json``, so planning needs no download."""
+"""7B-class shapes (and one 70B) copied from the models' published ``config.json``, so planning needs no download."""
 
 
 def kv_bytes_per_token(shape: ModelShape, kv_dtype_bytes: int) -> int:
@@ -263,3 +267,123 @@ def cpu_serving_estimate(
         "runtime": runtime_bytes,
     }
     return verdict(parts, usable_bytes)
+
+
+def kv_bytes_per_token_per_card(shape: ModelShape, kv_dtype_bytes: int, tp: int) -> int:
+    """KV-cache bytes one token occupies on ONE card of a tensor-parallel group of ``tp`` cards.
+
+    vLLM splits the KV heads over the group; with fewer KV heads than cards it replicates them, one
+    head per card (``vllm/model_executor/models/llama.py``: ``num_kv_heads = max(1, total_num_kv_heads // tp_size)``).
+
+    Args:
+        shape: the model shape.
+        kv_dtype_bytes: bytes per KV element.
+        tp: cards in the group (1: :func:`kv_bytes_per_token`).
+
+    Returns:
+        Bytes per token on each card.
+    """
+    heads = max(1, -(-shape.num_kv_heads // tp))
+    return shape.num_layers * 2 * heads * shape.head_dim * kv_dtype_bytes
+
+
+@dataclass(frozen=True)
+class ServingFit:
+    """Whether vLLM starts with a model on a tensor-parallel group of cards, and how many sequences it then holds.
+
+    vLLM claims ``gpu_memory_utilization`` of each card, loads its share of the weights and the LoRA
+    slots, and turns the rest into KV blocks; it refuses to start when those blocks cannot hold ONE
+    sequence of ``max_model_len`` (``vllm/v1/core/kv_cache_utils.py``, ``check_enough_kv_cache_memory``).
+    ``max_num_seqs`` is a ceiling on the scheduler, not memory reserved up front: the sequences that run at
+    once are the ones whose KV fits.
+
+    Attributes:
+        tp: cards in the group.
+        start: the per-card start verdict: parts ``weights`` (share of one card), ``kv_cache`` (one
+            ``max_model_len`` sequence's share), ``lora_slots``, ``overhead``; ``fits`` = vLLM starts.
+        kv_space: bytes per card left for KV blocks after weights, LoRA slots and overhead (may be negative).
+        sequences: full ``max_model_len`` sequences the group's KV holds at once (0 = does not start).
+        max_num_seqs: the configured scheduler ceiling.
+    """
+
+    tp: int
+    start: Estimate
+    kv_space: int
+    sequences: int
+    max_num_seqs: int
+
+    @property
+    def concurrent(self) -> int:
+        """Full-length sequences that really run at once: ``min(sequences, max_num_seqs)``."""
+        return min(self.sequences, self.max_num_seqs)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form: the start estimate's fields (``parts, needed, usable, margin, fits`` and GiB) plus the fit's."""
+        return {**self.start.as_dict(), "tensor_parallel_size": self.tp, "kv_space_gib": round(self.kv_space / GIB, 3),
+                "full_sequences": self.sequences, "max_num_seqs": self.max_num_seqs, "concurrent": self.concurrent}
+
+
+def serving_fit(
+    shape: ModelShape,
+    dtype_bytes: int,
+    *,
+    tp: int,
+    max_model_len: int,
+    max_num_seqs: int,
+    max_loras: int,
+    max_lora_rank: int,
+    overhead_bytes: int,
+    usable_bytes: int,
+) -> ServingFit:
+    """What vLLM needs to start on each card of a ``tp``-card group, and the full-length sequences it then holds.
+
+    Per card (bytes): ``weights = parameters x dtype bytes / tp`` (vLLM shards every linear and the
+    vocabulary over the group); ``lora_slots`` as :func:`serving_estimate`'s, ``/ tp``; ``overhead``
+    per card; ``kv_space = usable - weights - lora_slots - overhead``. One sequence of ``max_model_len``
+    takes ``kv_bytes_per_token_per_card x max_model_len`` on each card, so
+    ``sequences = kv_space // that`` and vLLM starts when it is at least 1 (the verdict and the
+    sequence count always agree).
+
+    Args:
+        shape: model shape.
+        dtype_bytes: bytes per weight / KV element.
+        tp: cards in the group (1, 2, 4, 8).
+        max_model_len: tokens per sequence.
+        max_num_seqs: the scheduler's ceiling (reported beside the sequences that fit).
+        max_loras: LoRA slots.
+        max_lora_rank: rank every slot is sized for.
+        overhead_bytes: the fixed reserve per card.
+        usable_bytes: bytes of ONE card vLLM may use (card x ``gpu_memory_utilization``).
+
+    Returns:
+        The :class:`ServingFit`.
+    """
+    weights = -(-shape.num_parameters() * dtype_bytes // tp)
+    lora = -(-max_loras * max_lora_rank * lora_parameter_count(shape, LINEAR_MODULES) * dtype_bytes // tp)
+    per_sequence = kv_bytes_per_token_per_card(shape, dtype_bytes, tp) * max_model_len
+    kv_space = usable_bytes - weights - lora - overhead_bytes
+    sequences = max(0, kv_space // per_sequence)
+    start = Estimate({"weights": weights, "kv_cache": per_sequence, "lora_slots": lora, "overhead": overhead_bytes},
+                     weights + per_sequence + lora + overhead_bytes, usable_bytes,
+                     usable_bytes - weights - per_sequence - lora - overhead_bytes, sequences >= 1)
+    return ServingFit(tp, start, kv_space, sequences, max_num_seqs)
+
+
+def choose_tensor_parallel(fit_for: Any, cards: int, sizes: tuple[int, ...] = TP_SIZES) -> ServingFit | None:
+    """The smallest tensor-parallel size of at most ``cards`` with which vLLM starts (``engine.tensor_parallel_size: auto``).
+
+    Args:
+        fit_for: ``tp -> ServingFit`` (:func:`serving_fit` with every other argument fixed).
+        cards: GPUs one node (one lot) holds: a group never spans nodes.
+        sizes: the sizes to try, smallest first.
+
+    Returns:
+        The first :class:`ServingFit` that fits, or ``None`` when none of at most ``cards`` does.
+    """
+    for tp in sizes:
+        if tp > cards:
+            break
+        fit = fit_for(tp)
+        if fit.start.fits:
+            return fit
+    return None

@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("adapters.train:main", "LoRA fine-tuning with checkpoints and resume"),
     "adapters": ("adapters.cli:main", "adapter registry: list, show, verify, merge, export, import"),
     "serve": ("serve.cli:main", "HTTP endpoint over vLLM (FastAPI)"),
+    "cluster-check": ("batch.pool.cluster_check:main", "one probe actor per card across the Ray cluster: node, card, "
+                      "CUDA_VISIBLE_DEVICES, TP group"),
     "submit": ("batch.run.submit:main", "submit the batch to a Ray cluster's job server and follow it"),
     "wrap-up": ("batch.run.wrapup:main", "copy every adapter and run off the pod, re-check each copy, then stop the lease"),
 }

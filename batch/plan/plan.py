@@ -26,8 +26,13 @@ from classify.memory import (
     BUILTIN_SHAPES,
     DTYPE_BYTES,
     GIB,
+    TP_SIZES,
+    ServingFit,
+    choose_tensor_parallel,
     kv_bytes_per_token,
+    kv_bytes_per_token_per_card,
     serving_estimate,
+    serving_fit,
     training_estimate,
 )
 from classify.modelshape import ModelShape, shape_from_folder
@@ -114,11 +119,15 @@ def order_summary(cfg: LotsConfig) -> dict[str, Any]:
     }
 
 
-def ray_plan(cfg: LotsConfig) -> dict[str, Any]:
-    """How the batch maps onto the lots: one Ray engine actor per card (``num_gpus=1``).
+def ray_plan(cfg: LotsConfig, tp: int = 1) -> dict[str, Any]:
+    """How the batch maps onto the lots: one Ray engine actor per tensor-parallel group of ``tp`` cards of one lot.
+
+    Args:
+        cfg: the lots config.
+        tp: the engine's tensor-parallel size (cards per engine actor, ``num_gpus=tp``); a group never spans lots.
 
     Returns:
-        ``{engine_actors, num_gpus_per_actor, machines, needs_cluster, backend, image_backend,
+        ``{engine_actors, num_gpus_per_actor, actors_per_lot, machines, needs_cluster, backend, image_backend,
         backend_ok, warnings}``.
     """
     spec = gpu_spec(cfg)
@@ -131,12 +140,20 @@ def ray_plan(cfg: LotsConfig) -> dict[str, Any]:
         )
     if cfg.lots > 1:
         warnings.append(
-            f"{cfg.lots} lots are {cfg.lots} machines: start a Ray cluster across them and run the batch "
-            "with RAY_ADDRESS set (or `ray job submit`); a local Ray sees one lot only"
+            f"{cfg.lots} lots are {cfg.lots} machines: start one Ray cluster across them (docs/cluster.md), check it "
+            "with `make cluster-check`, and run the batch with RAY_ADDRESS set (or `ray job submit`); a local Ray "
+            "sees one lot only"
+        )
+    per_lot = spec.cards_per_lot // tp
+    if per_lot == 0:
+        warnings.append(
+            f"`engine.tensor_parallel_size` {tp} needs {tp} cards on one machine, but a {cfg.gpu_model} lot holds "
+            f"{spec.cards_per_lot}: a tensor-parallel group never spans lots; the batch would refuse to start"
         )
     return {
-        "engine_actors": cfg.lots * spec.cards_per_lot,
-        "num_gpus_per_actor": 1,
+        "engine_actors": cfg.lots * per_lot,
+        "num_gpus_per_actor": tp,
+        "actors_per_lot": per_lot,
         "machines": cfg.lots,
         "needs_cluster": cfg.lots > 1,
         "backend": spec.backend,
@@ -166,8 +183,66 @@ def model_shape(model_cfg: ModelConfig) -> ModelShape:
     return shape_from_folder(ref.path)
 
 
+def _gib(n: int) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def serving_advice(cfg: LotsConfig, fit_for: Any, fit: ServingFit, max_model_len: int, per_token: Any) -> list[str]:
+    """What to change when vLLM would not start on the lot's cards, or would hold fewer sequences than ``max_num_seqs``.
+
+    Proposes, with the figures: tensor parallelism over one lot's cards (never across lots), a smaller
+    ``engine.max_num_seqs`` (the sequences that fit) and a smaller ``model.max_model_len``.
+
+    Args:
+        cfg: the lots config.
+        fit_for: ``tp -> ServingFit`` for this job.
+        fit: the fit at the job's tensor-parallel size.
+        max_model_len: the job's ``model.max_model_len``.
+        per_token: ``tp -> KV bytes per token per card``.
+
+    Returns:
+        Lines of advice (empty when every ``max_num_seqs`` sequence fits).
+    """
+    spec = gpu_spec(cfg)
+    cards, card = spec.cards_per_lot, f"{cfg.gpu_model}"
+    out: list[str] = []
+    bigger = [fit_for(t) for t in TP_SIZES if t > fit.tp]
+    in_lot = [f for f in bigger if f.tp <= cards and f.sequences > fit.sequences]
+    if in_lot:
+        best = next((f for f in in_lot if f.concurrent >= f.max_num_seqs), in_lot[-1])
+        out.append(f"set `engine.tensor_parallel_size: {best.tp}` (over {best.tp} of the {cards} cards of one {card} lot): "
+                   f"weights {_gib(best.start.parts['weights'])} per card, {best.sequences:,} full-length sequences "
+                   f"fit at once (max_num_seqs {best.max_num_seqs})")
+    elif not fit.start.fits:
+        beyond = next((f for f in bigger if f.start.fits), None)
+        if beyond is not None:
+            out.append(f"it would need `engine.tensor_parallel_size: {beyond.tp}`, more cards than one {card} lot holds "
+                       f"({cards}); a tensor-parallel group never spans lots: choose a card with more memory")
+    if fit.start.fits and fit.concurrent < fit.max_num_seqs:
+        out.append(f"{'or ' if out else ''}set `engine.max_num_seqs: {fit.sequences}`: the sequences that fit at once "
+                   f"({fit.sequences:,} of max_num_seqs {fit.max_num_seqs}; vLLM queues the rest)")
+    room = fit.kv_space // per_token(fit.tp) if fit.kv_space > 0 else 0
+    if fit.concurrent < fit.max_num_seqs and room >= 16:
+        all_len = room // fit.max_num_seqs
+        if all_len >= 16:
+            out.append(f"{'or ' if out else ''}set `model.max_model_len: {all_len}` (from {max_model_len}): then all "
+                       f"{fit.max_num_seqs} sequences fit at full length")
+        elif not fit.start.fits:
+            out.append(f"{'or ' if out else ''}set `model.max_model_len: {room}` (from {max_model_len}): one sequence of that length fits")
+    if fit.kv_space <= 0:
+        out.append(f"the weights ({_gib(fit.start.parts['weights'])} per card), LoRA slots and overhead alone take more "
+                   f"than the usable {_gib(fit.start.usable)} of one {card} card")
+    return out
+
+
 def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None) -> dict[str, Any]:
-    """Per-card serving and training estimates for the ordered card (memory is not pooled).
+    """Serving and training memory for the ordered card (memory is not pooled; tensor parallelism splits one
+    engine over the cards of one lot).
+
+    Serving is what vLLM needs to start (:func:`classify.memory.serving_fit`: the weights' share of each card,
+    one ``max_model_len`` sequence of KV, LoRA slots, overhead) at the job's ``engine.tensor_parallel_size``
+    (``auto``: the smallest that starts on one lot's cards), with the full-length sequences it then holds; the
+    worst case (every ``max_num_seqs`` sequence at full length) is kept beside it.
 
     Args:
         cfg: the lots config (card, overhead).
@@ -175,9 +250,9 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None)
         job: the configured job (:func:`batch.plan.lots.job_shape`; default: the defaults of every section).
 
     Returns:
-        ``{card_memory_gib, dtype_bytes, parameters, kv_bytes_per_token, serving, training,
-        max_full_sequences}`` where ``max_full_sequences`` is how many ``max_model_len``
-        sequences the KV space left on one card holds.
+        ``{card_memory_gib, dtype_bytes, parameters, kv_bytes_per_token, tensor_parallel_size, serving,
+        serving_worst_case, serving_advice, training, max_full_sequences}``: ``serving.fits`` (vLLM starts) is
+        ``max_full_sequences >= 1``.
     """
     spec = gpu_spec(cfg)
     job = job or JobShape()
@@ -185,25 +260,42 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None)
     card = int(spec.card_memory_gib * GIB)
     overhead = int(cfg.overhead_gib_per_card * GIB)
     eng, tr = job.engine.resolve(spec.backend), job.training  # "auto" fields as the lot's backend gets them
-    serving = serving_estimate(
+    usable = int(card * eng.gpu_memory_utilization)
+
+    def fit_for(tp: int) -> ServingFit:
+        return serving_fit(shape, dtype_bytes, tp=tp, max_model_len=job.model.max_model_len,
+                           max_num_seqs=eng.max_num_seqs, max_loras=eng.max_loras, max_lora_rank=eng.max_lora_rank,
+                           overhead_bytes=overhead, usable_bytes=usable)
+
+    configured = job.engine.tensor_parallel_size
+    if configured == "auto":
+        chosen = choose_tensor_parallel(fit_for, spec.cards_per_lot)
+        tp = chosen.tp if chosen is not None else 1
+    else:
+        tp = configured
+    fit = fit_for(tp)
+    worst = serving_estimate(
         shape, dtype_bytes, max_model_len=job.model.max_model_len, max_num_seqs=eng.max_num_seqs,
-        max_loras=eng.max_loras, max_lora_rank=eng.max_lora_rank, overhead_bytes=overhead,
-        usable_bytes=int(card * eng.gpu_memory_utilization),
+        max_loras=eng.max_loras, max_lora_rank=eng.max_lora_rank, overhead_bytes=overhead, usable_bytes=usable,
     )
     training = training_estimate(
         shape, dtype_bytes, lora_rank=tr.lora_rank, lora_targets=tr.lora_targets, batch_size=tr.batch_size,
         seq_len=tr.seq_len_tokens, gradient_checkpointing=tr.gradient_checkpointing, overhead_bytes=overhead,
         usable_bytes=card,
     )
-    per_token = kv_bytes_per_token(shape, dtype_bytes)
-    kv_space = serving.usable - serving.needed + serving.parts["kv_cache"]
     return {
         "card_memory_gib": spec.card_memory_gib,
         "dtype_bytes": dtype_bytes,
         "parameters": shape.num_parameters(),
-        "kv_bytes_per_token": per_token,
-        "max_full_sequences": max(0, kv_space // (per_token * job.model.max_model_len)),
-        "serving": serving.as_dict(),
+        "kv_bytes_per_token": kv_bytes_per_token(shape, dtype_bytes),
+        "kv_bytes_per_token_per_card": kv_bytes_per_token_per_card(shape, dtype_bytes, tp),
+        "tensor_parallel_size": tp,
+        "tensor_parallel_configured": configured,
+        "max_full_sequences": fit.sequences,
+        "serving": fit.as_dict(),
+        "serving_worst_case": worst.as_dict(),
+        "serving_advice": serving_advice(cfg, fit_for, fit, job.model.max_model_len,
+                                         lambda t: kv_bytes_per_token_per_card(shape, dtype_bytes, t)),
         "training": training.as_dict(),
     }
 
@@ -221,17 +313,31 @@ def build_plan(cfg: LotsConfig, job: JobShape | None = None, shape: ModelShape |
         ConfigError: unknown GPU model, missing price, unreadable model shape.
     """
     order = order_summary(cfg)
-    ray = ray_plan(cfg)
     job = job or JobShape()
     shape = shape or model_shape(job.model)
     memory = memory_plan(cfg, shape, job)
+    ray = ray_plan(cfg, memory["tensor_parallel_size"])
     warnings = list(ray["warnings"])
-    for part in ("serving", "training"):
-        if not memory[part]["fits"]:
-            warnings.append(
-                f"{part} does not fit one {cfg.gpu_model} card: needs {memory[part]['needed_gib']} GiB, "
-                f"usable {memory[part]['usable_gib']} GiB (memory is not pooled across cards)"
-            )
+    s, tp = memory["serving"], memory["tensor_parallel_size"]
+    cards = f"one {cfg.gpu_model} card" if tp == 1 else f"{tp} {cfg.gpu_model} cards (tensor parallel)"
+    if not s["fits"]:
+        warnings.append(
+            f"serving does not start on {cards}: weights, LoRA slots, overhead and one {job.model.max_model_len}-token "
+            f"sequence need {s['needed_gib']} GiB per card, usable {s['usable_gib']} GiB (memory is not pooled "
+            "across cards)"
+        )
+    elif s["concurrent"] < s["max_num_seqs"]:
+        warnings.append(
+            f"serving starts on {cards}, holding {s['full_sequences']:,} full-length sequences at once, fewer than "
+            f"`engine.max_num_seqs` {s['max_num_seqs']}"
+        )
+    warnings += [f"proposal: {line}" for line in memory["serving_advice"]]
+    if not memory["training"]["fits"]:
+        t = memory["training"]
+        warnings.append(
+            f"training does not fit one {cfg.gpu_model} card: needs {t['needed_gib']} GiB, "
+            f"usable {t['usable_gib']} GiB (memory is not pooled across cards)"
+        )
     return {
         "order": order,
         "ray": ray,
@@ -257,10 +363,12 @@ def _print(plan: dict[str, Any], json_path: Path) -> None:
                        ("usd_per_lot", "USD per lot (period)"), ("total_usd", "total USD"),
                        ("usd_per_card_day", "USD per card-day")):
         order.add_row(label, f"{o[key]:,}" if isinstance(o[key], float) else str(o[key]))
-    order.add_row("Ray engine actors", f"{r['engine_actors']} (num_gpus=1 each, {r['machines']} machine(s))")
+    order.add_row("Ray engine actors", f"{r['engine_actors']} (num_gpus={r['num_gpus_per_actor']} each: tensor parallel "
+                  f"{r['num_gpus_per_actor']}, {r['actors_per_lot']} per lot, {r['machines']} machine(s))")
     order.add_row("backend", f"{r['backend']} card, {r['image_backend']} image: {'ok' if r['backend_ok'] else 'MISMATCH'}")
     console.print(order)
-    mem = Table(title=f"Memory per card (GiB), 1 x {o['gpu_model']} = {m['card_memory_gib']} GiB")
+    mem = Table(title=f"Memory per card (GiB), 1 x {o['gpu_model']} = {m['card_memory_gib']} GiB; serving: what vLLM "
+                      f"needs to start (one full-length sequence), tensor parallel {m['tensor_parallel_size']}")
     mem.add_column("part")
     mem.add_column("serving", justify="right")
     mem.add_column("training", justify="right")
@@ -270,10 +378,14 @@ def _print(plan: dict[str, Any], json_path: Path) -> None:
     mem.add_row("needed", f"{s['needed_gib']:.2f}", f"{t['needed_gib']:.2f}")
     mem.add_row("usable", f"{s['usable_gib']:.2f}", f"{t['usable_gib']:.2f}")
     mem.add_row("margin", f"{s['margin_gib']:.2f}", f"{t['margin_gib']:.2f}")
-    mem.add_row("verdict", *("fits" if j["fits"] else "[red]DOES NOT FIT[/red]" for j in (s, t)))
+    mem.add_row("verdict", "starts" if s["fits"] else "[red]DOES NOT START[/red]",
+                "fits" if t["fits"] else "[red]DOES NOT FIT[/red]")
     console.print(mem)
-    console.print(f"KV cache: {m['kv_bytes_per_token']:,} bytes/token; one card holds "
-                  f"{m['max_full_sequences']:,} full-length sequences at once")
+    group = "one card" if m["tensor_parallel_size"] == 1 else f"the {m['tensor_parallel_size']}-card TP group"
+    console.print(f"KV cache: {m['kv_bytes_per_token']:,} bytes/token ({m['kv_bytes_per_token_per_card']:,} per card); "
+                  f"{group} holds {m['max_full_sequences']:,} full-length ({plan['job']['model']['max_model_len']}-token) "
+                  f"sequences at once (max_num_seqs {s['max_num_seqs']}); the worst case, all of them at full length, "
+                  f"needs {m['serving_worst_case']['needed_gib']:.2f} GiB per card")
     for line in plan["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {line}")
     console.print(f"plan written to {json_path}")

@@ -46,11 +46,52 @@ def cpu_core_groups(n_actors: int, cpus: list[int]) -> list[str] | None:
     return groups
 
 
+def node_gpus(nodes: list[dict[str, Any]] | None = None) -> dict[str, int]:
+    """GPUs each alive node of the connected Ray cluster declares (``ray.nodes()``), by node id.
+
+    Args:
+        nodes: ``ray.nodes()`` (default: asked now).
+
+    Returns:
+        ``{node id: GPUs}`` for every alive node, nodes without GPUs included (0).
+    """
+    if nodes is None:
+        import ray
+
+        nodes = ray.nodes()
+    return {n["NodeID"]: int(n.get("Resources", {}).get("GPU", 0)) for n in nodes if n.get("Alive")}
+
+
+def tp_groups(gpus_per_node: dict[str, int], tp: int) -> int:
+    """Engine actors of ``tp`` GPUs each that the nodes hold: ``sum(GPUs // tp)`` (a TP group never spans nodes).
+
+    Raises:
+        ConfigError: the cluster has GPUs but no node has ``tp`` of them (the message lists the nodes' GPUs).
+
+    Example:
+        >>> tp_groups({"a": 2, "b": 2}, 2)
+        2
+    """
+    count = sum(g // tp for g in gpus_per_node.values())
+    if count == 0 and any(gpus_per_node.values()):
+        per_node = sorted((g for g in gpus_per_node.values() if g), reverse=True)
+        raise ConfigError(
+            f"`engine.tensor_parallel_size` {tp} needs {tp} GPUs on one node, but the Ray cluster's nodes have "
+            f"{per_node} GPU(s): a tensor-parallel group never spans nodes (lots); lower "
+            f"`engine.tensor_parallel_size` to at most {per_node[0]}, or rent a lot with {tp} cards (a B200 lot holds 2)")
+    return count
+
+
 def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "split",
-                  device: str | None = None) -> tuple[int, list[dict[str, Any]]]:
+                  device: str | None = None, tensor_parallel_size: int = 1) -> tuple[int, list[dict[str, Any]]]:
     """How many engine actors to start and with which resources, from the connected Ray cluster.
 
-    One actor per GPU (``num_gpus=1``) when the cluster has GPUs and the run computes on them; otherwise
+    When the cluster has GPUs and the run computes on them: one actor per tensor-parallel group of
+    ``tensor_parallel_size`` GPUs (``num_gpus=tp``), ``GPUs // tp`` of them on each node. Ray gives one
+    actor's resources from one node, so an actor's ``tp`` GPUs are one node's (what a ``STRICT_PACK``
+    placement group of ``tp`` one-GPU bundles would give), and its ``CUDA_VISIBLE_DEVICES`` names them
+    all; vLLM's ``mp`` executor inside the actor runs one worker per card
+    (:meth:`classify.engineconfig.EngineSettings.parallel_kwargs`). Otherwise
     ``n_cpu_actors`` actors of ``actor_num_cpus`` CPUs each. The run's device is the one decision
     (:func:`classify.device.detect_device`): a CPU venv on a machine whose cards Ray counts through NVML
     (a GPU pod with ``PROFILE=cpu``) keeps the CPU rules, the core split and the CPU-fit check, and says so. With ``cpu_bind="split"``, 2 or more CPU actors on a
@@ -63,12 +104,14 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
         cpu_bind: ``batch.cpu_bind``: ``"split"`` or ``"auto"`` (vLLM's own binding in every actor).
         device: where the engines compute, ``cpu``, ``cuda`` or ``rocm``; ``None``: this driver's
             (:func:`classify.device.detect_device`).
+        tensor_parallel_size: GPUs per engine actor (``engine.tensor_parallel_size`` resolved to a number);
+            ignored on CPU (each CPU engine runs with 1).
 
     Returns:
         ``(count, options for .options() per actor slot)``; the list has ``count`` entries.
 
     Raises:
-        ConfigError: the CPU actors do not fit the cluster's CPUs.
+        ConfigError: the CPU actors do not fit the cluster's CPUs, or no node has ``tensor_parallel_size`` GPUs.
     """
     import ray
 
@@ -84,8 +127,12 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
                     "the GPUs unused (`make doctor` says why)", gpus, n_cpu_actors)
         gpus = 0
     if gpus:
+        count = tp_groups(node_gpus(), tensor_parallel_size)
         runtime_env = {"env_vars": env} if env else None
-        return gpus, [{"num_gpus": 1, "num_cpus": 1, "runtime_env": runtime_env} for _ in range(gpus)]
+        return count, [gpu_actor_option(tensor_parallel_size, runtime_env) for _ in range(count)]
+    if tensor_parallel_size > 1:
+        log.warning("`engine.tensor_parallel_size` %d applies to GPUs; this run's CPU engines run with 1",
+                    tensor_parallel_size)
     cpus = float(resources.get("CPU", 0))
     if n_cpu_actors * actor_num_cpus > cpus:
         raise ConfigError(
@@ -109,6 +156,11 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
             slot_env["VLLM_CPU_OMP_THREADS_BIND"] = groups[slot]
         options.append({"num_cpus": actor_num_cpus, "runtime_env": {"env_vars": slot_env} if slot_env else None})
     return n_cpu_actors, options
+
+
+def gpu_actor_option(tp: int, runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``.options()`` of one GPU engine actor: ``tp`` GPUs (one node's) and one CPU."""
+    return {"num_gpus": tp, "num_cpus": 1, "runtime_env": runtime_env}
 
 
 def actor_placed(actor: Any) -> bool | None:
@@ -135,3 +187,114 @@ def actor_placed(actor: Any) -> bool | None:
     if info.get("State") in ("DEPENDENCIES_UNREADY", "PENDING_CREATION"):
         return bool(info.get("Pid"))
     return True
+
+
+def resolve_tensor_parallel(engine: Any, model_cfg: Any, device: str, cards_per_node: int,
+                            card_mib: int | None = None) -> int:
+    """``engine.tensor_parallel_size`` as a number for this run (what the actors ask Ray for and vLLM is given).
+
+    A number is used as given on accelerators; CPU engines run with 1. ``"auto"`` on an accelerator is the
+    smallest size of at most ``cards_per_node`` with which vLLM starts by the plan's formula
+    (:func:`classify.memory.serving_fit`: the weights' share, one ``max_model_len`` sequence of KV, LoRA slots
+    and 2 GiB overhead per card), for the model's shape and the card's memory.
+
+    Args:
+        engine: the ``engine`` section.
+        model_cfg: the ``model`` section (shape from :func:`batch.plan.plan.model_shape`, ``max_model_len``, dtype).
+        device: where the engines compute (``cpu``, ``cuda``, ``rocm``).
+        cards_per_node: the most GPUs one node of the cluster has.
+        card_mib: one card's memory in MiB; ``None``: this machine's first card (:func:`classify.machine.probe`).
+
+    Returns:
+        1, 2, 4 or 8.
+
+    Raises:
+        ConfigError: ``"auto"`` and no size of at most ``cards_per_node`` starts (the message has the figures).
+    """
+    tp = engine.tensor_parallel_size
+    if device == "cpu":
+        return 1
+    if tp != "auto":
+        return tp
+    if card_mib is None:
+        from classify.machine import probe
+
+        card_mib = next((g.memory_mib for g in probe().gpus if g.memory_mib), None)
+    if card_mib is None:
+        log.warning("`engine.tensor_parallel_size: auto`: this machine does not report its card's memory; "
+                    "engines run with 1 (set the size to choose another)")
+        return 1
+    from batch.plan.plan import model_shape
+    from classify.memory import DTYPE_BYTES, GIB, choose_tensor_parallel, serving_fit
+
+    eng = engine.resolve(device)
+    shape = model_shape(model_cfg)
+    usable = int(card_mib * 2**20 * eng.gpu_memory_utilization)
+
+    def fit_for(size: int) -> Any:
+        return serving_fit(shape, DTYPE_BYTES.get(model_cfg.dtype, 2), tp=size, max_model_len=model_cfg.max_model_len,
+                           max_num_seqs=eng.max_num_seqs, max_loras=eng.max_loras, max_lora_rank=eng.max_lora_rank,
+                           overhead_bytes=2 * GIB, usable_bytes=usable)
+
+    chosen = choose_tensor_parallel(fit_for, cards_per_node)
+    if chosen is None:
+        one = fit_for(1).start
+        raise ConfigError(
+            f"`engine.tensor_parallel_size: auto`: {model_cfg.base_model} does not start on up to {cards_per_node} "
+            f"card(s) of {card_mib} MiB on one node (one card needs {one.needed / GIB:.1f} GiB, usable "
+            f"{one.usable / GIB:.1f} GiB); `make plan` proposes what to change")
+    log.info("`engine.tensor_parallel_size: auto` -> %d (%d full-length sequences fit at once)", chosen.tp,
+             chosen.sequences)
+    return chosen.tp
+
+
+class NodeWatch:
+    """Room for more engine actors on nodes that joined the cluster after the pool started (a lot added mid-run).
+
+    Nodes alive when the watch is made are known; each later call looks at ``ray.nodes()`` and, for every alive
+    node not seen before, makes the options of as many actors as it holds (GPU run: ``GPUs // tp`` of
+    :func:`gpu_actor_option`; CPU run: ``CPUs // actor_num_cpus``), each pinned to that node
+    (``NodeAffinitySchedulingStrategy``, not soft: a replacement after that node is lost waits for it and is
+    dropped by the pool's placement rule). A node that leaves is a lost node as before.
+
+    Args:
+        options: the pool's per-slot options; new slots' options are appended to it.
+        device: where the engines compute.
+        tensor_parallel_size: GPUs per engine actor on a GPU run.
+        actor_num_cpus: CPUs per engine actor on a CPU run.
+        nodes: ``ray.nodes``-like callable (tests).
+    """
+
+    def __init__(self, options: list[dict[str, Any]], device: str, tensor_parallel_size: int, actor_num_cpus: float,
+                 nodes: Any = None):
+        import ray
+
+        self.options, self.device, self.tp, self.actor_num_cpus = options, device, tensor_parallel_size, actor_num_cpus
+        self.nodes = nodes or ray.nodes
+        self.env = {k: os.environ[k] for k in ENV_PASSED_TO_ACTORS if k in os.environ}
+        self.gpu_run = device != "cpu" and any(node_gpus(self.nodes()).values())
+        self.known = {n["NodeID"] for n in self.nodes() if n.get("Alive")}
+
+    def __call__(self) -> int:
+        """Options for the actors new nodes hold, appended to ``options``; returns how many."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        added = 0
+        for node in self.nodes():
+            node_id = node["NodeID"]
+            if not node.get("Alive") or node_id in self.known:
+                continue
+            self.known.add(node_id)
+            resources = node.get("Resources", {})
+            if self.gpu_run:
+                count = int(resources.get("GPU", 0)) // self.tp
+                base = gpu_actor_option(self.tp, {"env_vars": self.env} if self.env else None)
+            else:
+                count = int(float(resources.get("CPU", 0)) // self.actor_num_cpus)
+                base = {"num_cpus": self.actor_num_cpus, "runtime_env": {"env_vars": self.env} if self.env else None}
+            pin = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+            self.options += [{**base, "scheduling_strategy": pin} for _ in range(count)]
+            added += count
+            log.info("node %s joined (%s): room for %d more engine actor(s)", node.get("NodeManagerAddress"),
+                     {k: resources[k] for k in ("CPU", "GPU") if k in resources}, count)
+        return added

@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 IN_FLIGHT_PER_ACTOR = 2
 """Shards queued on one actor at a time: one running, one waiting, so the engine never idles."""
 
+GROW_EVERY_S = 5.0
+"""Seconds between two looks for a node that joined the cluster (:meth:`ShardPool.add_slots`)."""
+
 @dataclass(frozen=True)
 class Deadlines:
     """How long an engine actor may take before it counts as stuck (``batch.*_timeout_*`` settings).
@@ -227,6 +230,10 @@ class ShardPool:
         deadlines: when an actor counts as stuck (default :class:`Deadlines`).
         calls: the Ray calls (default :class:`RayCalls`; tests give fakes).
         clock: monotonic seconds (default :func:`time.monotonic`).
+        grow: optional; asked every ``grow_every_s`` while shards wait: how many slots the cluster now has room
+            for beyond the pool's (a node joined); ``make_actor`` must then accept those new slot numbers.
+            The pool adds at most one slot per waiting shard (:meth:`add_slots`).
+        grow_every_s: seconds between two ``grow`` calls.
 
     Attributes:
         slots: one :class:`Slot` per slot, dropped ones included.
@@ -241,8 +248,11 @@ class ShardPool:
     def __init__(self, make_actor: Callable[[int], Any], n_actors: int, shards: Sequence[ShardJob],
                  on_done: Callable[[int, Any], None], max_shard_retries: int, *,
                  on_event: Callable[[str, dict[str, Any]], None] | None = None, deadlines: Deadlines | None = None,
-                 calls: RayCalls | None = None, clock: Callable[[], float] = time.monotonic):
+                 calls: RayCalls | None = None, clock: Callable[[], float] = time.monotonic,
+                 grow: Callable[[], int] | None = None, grow_every_s: float = GROW_EVERY_S):
         self.make_actor, self.on_done, self.max_shard_retries = make_actor, on_done, max_shard_retries
+        self.grow, self.grow_every_s = grow, grow_every_s
+        self.grown_at = clock()
         self.event = on_event or (lambda name, detail: None)
         self.limits = deadlines or Deadlines()
         self.calls = calls if calls is not None else RayCalls()
@@ -411,10 +421,40 @@ class ShardPool:
                 waits.append(slot.running_since + bound - now)
         return max(0.05, min(waits)) if waits else 1.0
 
+    # -- growth: a node that joins mid-run ----------------------------------------------------------------------
+
+    def add_slots(self, now: float) -> None:
+        """Ask ``grow`` (every ``grow_every_s``, while shards wait) for room on a node that joined; start new slots.
+
+        New slots get the next slot numbers and generation 0, take shards from the same queue (so every shard
+        still runs once) and follow every rule of the other slots. ``actors-added`` is reported with the count.
+        """
+        if self.grow is None or not self.queue or now - self.grown_at < self.grow_every_s:
+            return
+        self.grown_at = now
+        room = self.grow()
+        if room <= 0:
+            return
+        add = min(room, len(self.queue))
+        first = len(self.slots)
+        self.slots += [self.start_slot(index, 0) for index in range(first, first + add)]
+        log.info("a node joined the cluster: %d engine actor(s) added, %d in the pool", add, len(self.live()))
+        self.event("actors-added", {"added": add, "slots": list(range(first, first + add)), "actors": len(self.live())})
+
+    def in_flight(self) -> dict[int, list[int]]:
+        """The shard indices in flight on each slot's current actor, earliest (the running one) first."""
+        out: dict[int, list[int]] = {}
+        for flight in self.inflight.values():
+            if flight.generation == self.slots[flight.slot].generation:
+                out.setdefault(flight.slot, []).append(flight.shard[0])
+        return out
+
     # -- the loop ------------------------------------------------------------------------------------------------
 
     def dispatch(self) -> None:
-        """Send queued shards to the live actors until each has :data:`IN_FLIGHT_PER_ACTOR` in flight."""
+        """Send queued shards to the live actors until each has :data:`IN_FLIGHT_PER_ACTOR` in flight (``in-flight``
+        is reported when any was sent)."""
+        sent = False
         for slot in self.live():
             while self.queue and slot.load < IN_FLIGHT_PER_ACTOR:
                 shard = self.queue.popleft()
@@ -423,6 +463,9 @@ class ShardPool:
                 del payload  # the actor's copy is in Ray's object store; the driver keeps only the reference
                 self.inflight[ref] = Flight(slot.index, slot.generation, shard)
                 slot.load += 1
+                sent = True
+        if sent:
+            self.event("in-flight", {"in_flight": self.in_flight()})
 
     def on_ready(self, ref: Any) -> None:
         """An actor finished starting (its info ``ref``): its shard clock starts; ``actor-ready`` is reported."""
@@ -463,6 +506,8 @@ class ShardPool:
         if self.stats.first_ready_s is None:
             self.stats.first_ready_s = self.clock() - self.t0
         self.on_done(flight.shard[0], rows)
+        if not self.queue:  # nothing to dispatch next: say what is still in flight now
+            self.event("in-flight", {"in_flight": self.in_flight()})
 
     def close(self, failed: bool) -> None:
         """Stop every slot's actor: a clean engine stop (``failed``: wait 5 s, else 60 s), else reap; then kill."""
@@ -485,8 +530,12 @@ class ShardPool:
             while self.queue or self.inflight:
                 # every turn, not only when nothing came back: one busy actor must not hide another's deadline
                 self.check_deadlines(self.clock())
+                self.add_slots(self.clock())
                 self.dispatch()
-                ready = self.calls.wait([*self.inflight, *self.info_waiting], timeout=self.next_wakeup(self.clock()))
+                wakeup = self.next_wakeup(self.clock())
+                if self.grow is not None and self.queue:
+                    wakeup = min(wakeup, self.grow_every_s)
+                ready = self.calls.wait([*self.inflight, *self.info_waiting], timeout=wakeup)
                 if ready and ready[0] in self.info_waiting:
                     self.on_ready(ready[0])
                 elif ready:
@@ -500,7 +549,8 @@ class ShardPool:
 def run_pool(make_actor: Callable[[int], Any], n_actors: int, shards: Sequence[ShardJob],
              on_done: Callable[[int, Any], None], max_shard_retries: int, *,
              on_event: Callable[[str, dict[str, Any]], None] | None = None,
-             deadlines: Deadlines | None = None) -> PoolStats:
+             deadlines: Deadlines | None = None, grow: Callable[[], int] | None = None,
+             grow_every_s: float = GROW_EVERY_S) -> PoolStats:
     """Run shards over a pool of engine actors, retrying a failed shard on a fresh actor (a :class:`ShardPool`).
 
     Args:
@@ -517,6 +567,9 @@ def run_pool(make_actor: Callable[[int], Any], n_actors: int, shards: Sequence[S
         on_event: optional callback ``(event, detail)`` for ``actor-ready`` (with :meth:`EngineActor.info`),
             ``retry`` (progress file) and ``slot-dropped`` (``{"slot", "reason"}``).
         deadlines: when an actor counts as stuck (default :class:`Deadlines`).
+        grow: optional room for more slots on nodes that joined (see :class:`ShardPool`); reported as
+            ``actors-added``. ``in-flight`` (``{"in_flight": {slot: [shard, ...]}}``) is reported as shards go out.
+        grow_every_s: seconds between two looks for room.
 
     Returns:
         :class:`PoolStats`.
@@ -525,4 +578,4 @@ def run_pool(make_actor: Callable[[int], Any], n_actors: int, shards: Sequence[S
         EngineError: a shard failed more than ``max_shard_retries + 1`` times (the first error is kept).
     """
     return ShardPool(make_actor, n_actors, shards, on_done, max_shard_retries, on_event=on_event,
-                     deadlines=deadlines).run()
+                     deadlines=deadlines, grow=grow, grow_every_s=grow_every_s).run()

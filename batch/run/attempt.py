@@ -361,9 +361,10 @@ class BatchRun:
             a stand-in engine; two values if actors differed).
         """
         from batch.pool.actor import actor_class, reap
-        from batch.pool.placement import actor_options
+        from batch.pool.placement import NodeWatch, actor_options, node_gpus, resolve_tensor_parallel
         from batch.pool.scheduler import Deadlines, run_pool
         from batch.run.lease import LeaseWatch
+        from classify.device import detect_device
 
         cfg, run_dir, adapter = self.cfg, self.run_dir, self.adapter
         hooks = self.hooks or RunHooks()
@@ -372,14 +373,21 @@ class BatchRun:
         try:
             if progress.previous_actors:
                 reap(progress.previous_actors)  # engine processes an earlier, killed attempt left behind
-            n_actors, options = actor_options(cfg.batch.cpu_actors, cfg.batch.actor_num_cpus, cfg.batch.cpu_bind)
+            device = detect_device()
+            tp = resolve_tensor_parallel(cfg.engine, cfg.model, device, max(node_gpus().values(), default=0))
+            n_actors, options = actor_options(cfg.batch.cpu_actors, cfg.batch.actor_num_cpus, cfg.batch.cpu_bind,
+                                              device=device, tensor_parallel_size=tp)
             n_actors = min(n_actors, len(pending))
+            options = options[:n_actors]
+            grow = NodeWatch(options, device, tp, cfg.batch.actor_num_cpus)  # a lot added mid-run gets actors too
             cls = self.engine_actor if self.engine_actor is not None else actor_class()
             handle = adapter.handle() if adapter else None
             plan = {s.index: s for s in manifest.shards}
             shards = [(i, corpus.lazy(plan[i], cfg.classify.max_doc_bytes)) for i in pending]
             per_engine = -(-sum(plan[i].n_docs for i in pending) // max(n_actors, 1))
             engine_cfg = _engine_for_workload(cfg.engine, per_engine, lora=handle is not None)
+            if engine_cfg.tensor_parallel_size != tp:  # "auto" resolved: every engine gets the number its actor holds
+                engine_cfg = engine_cfg.model_copy(update={"tensor_parallel_size": tp})
             bar = progress_bar(progress.total, progress.done, f"batch {self.batch_id}", disable=self.options.no_progress)
             lease = LeaseWatch(self.lease_ends_at, run_dir, self.batch_id)
             lease.tick(progress, bar, force=True)
@@ -391,9 +399,25 @@ class BatchRun:
                         hooks.stage("classify")
                     actors[detail["slot"]] = detail
                     hooks.actor_ready(detail)
+                    in_flight_to(actors)
                     progress.update(actors=list(actors.values()))
+                    bar.set_postfix_str(f"{len(actors)} actor(s)")
                 elif name == "retry":
                     progress.update(last_error=detail["error"], retries=progress.retries + 1)
+                elif name == "actors-added":
+                    log.info("batch %s: a node joined: %d engine actor(s) now", self.batch_id, detail["actors"])
+                    bar.set_postfix_str(f"{detail['actors']} actor(s), {detail['added']} added")
+                elif name == "in-flight":
+                    flights.clear()
+                    flights.update(detail["in_flight"])
+                    in_flight_to(actors)
+                    progress.update(actors=list(actors.values()))
+
+            flights: dict[int, list[int]] = {}
+
+            def in_flight_to(entries: dict[int, dict[str, Any]]) -> None:
+                for slot, entry in entries.items():  # which shards each started actor holds (progress.json)
+                    entry["shards"] = flights.get(slot, [])
 
             def on_done(index: int, out: ShardOutput) -> None:
                 hooks.stage("write")
@@ -421,11 +445,11 @@ class BatchRun:
                                      actor_model, engine_cfg, cfg.classify, handle, actor_fingerprint,
                                      temperature=adapter.temperature if adapter else None),  # merged mode: no handle carries T
                                  n_actors, shards, on_done, cfg.batch.max_shard_retries, on_event=on_event,
-                                 deadlines=deadlines)
+                                 deadlines=deadlines, grow=grow)
             lease.tick(progress, bar, force=True)
             bar.close()
-            return {"actors": n_actors, "actors_started": stats.actors_started, "retries": stats.retries,
-                    "errors": stats.errors, "first_shard_s": stats.first_ready_s,
+            return {"actors": len(options), "actors_started": stats.actors_started, "retries": stats.retries,
+                    "errors": stats.errors, "first_shard_s": stats.first_ready_s, "tensor_parallel_size": tp,
                     "enforce_eager": engine_cfg.enforce_eager,
                     "compiled": sorted({str(a.get("compiled")).lower() for a in actors.values()})}
         finally:

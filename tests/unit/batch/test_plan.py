@@ -219,9 +219,17 @@ def test_plan_no_pooling_across_b200_cards():
     cfg = lots(gpu_model="B200", lots=2)
     plan = build_plan(cfg, JobShape(model=ModelConfig(base_model="llama-2-7b", max_model_len=4096),
                                     engine=EngineConfig(max_num_seqs=256)))
-    assert plan["memory"]["serving"]["usable"] == int(int(179.1 * GIB) * 0.85)  # one card, not two
-    assert plan["memory"]["serving"]["fits"] is False
-    assert any(w.startswith("serving does not fit one B200 card") for w in plan["warnings"])
+    usable = int(int(179.1 * GIB) * 0.85)
+    serving = plan["memory"]["serving"]
+    assert serving["usable"] == usable  # one card, not two
+    # vLLM starts (one 4096-token sequence of KV fits beside the weights); 256 sequences at full length would not
+    llama = BUILTIN_SHAPES["llama-2-7b"]
+    lora = 2 * 16 * lora_parameter_count(llama, LINEAR_MODULES) * 2
+    per_seq = 32 * 2 * 32 * 128 * 2 * 4096  # 2 GiB
+    assert serving["fits"] and serving["full_sequences"] == (usable - llama.num_parameters() * 2 - lora - 2 * GIB) // per_seq
+    assert plan["memory"]["serving_worst_case"]["fits"] is False
+    assert any(w.startswith(f"serving starts on one B200 card, holding {serving['full_sequences']} full-length")
+               for w in plan["warnings"])
 
 
 def test_main_writes_plan_json(capsys):
@@ -290,7 +298,9 @@ def test_memory_functions_take_at_most_three_positional_parameters():
 def test_auto_engine_fields_resolve_for_the_lots_backend():
     """An `"auto"` engine section is sized as a CUDA/ROCm engine runs it on the lot (256 sequences)."""
     job = JobShape(engine=EngineConfig(max_num_seqs="auto", enforce_eager="auto"))
-    assert build_plan(lots(), job)["memory"]["serving"]["parts"]["kv_cache"] == SMOL_KV_PER_TOKEN * 1024 * 256
+    memory = build_plan(lots(), job)["memory"]
+    assert memory["serving_worst_case"]["parts"]["kv_cache"] == SMOL_KV_PER_TOKEN * 1024 * 256
+    assert memory["serving"]["max_num_seqs"] == 256 and memory["serving"]["parts"]["kv_cache"] == SMOL_KV_PER_TOKEN * 1024
 
 
 # ---- the plan sizes the configured job (config/docpilot.json), the lot comes from lots.json ----------------
