@@ -391,33 +391,8 @@ class BatchRun:
             bar = progress_bar(progress.total, progress.done, f"batch {self.batch_id}", disable=self.options.no_progress)
             lease = LeaseWatch(self.lease_ends_at, run_dir, self.batch_id)
             lease.tick(progress, bar, force=True)
-            actors: dict[int, dict[str, Any]] = {}
-
-            def on_event(name: str, detail: dict[str, Any]) -> None:
-                if name == "actor-ready":
-                    if not actors:
-                        hooks.stage("classify")
-                    actors[detail["slot"]] = detail
-                    hooks.actor_ready(detail)
-                    in_flight_to(actors)
-                    progress.update(actors=list(actors.values()))
-                    bar.set_postfix_str(f"{len(actors)} actor(s)")
-                elif name == "retry":
-                    progress.update(last_error=detail["error"], retries=progress.retries + 1)
-                elif name == "actors-added":
-                    log.info("batch %s: a node joined: %d engine actor(s) now", self.batch_id, detail["actors"])
-                    bar.set_postfix_str(f"{detail['actors']} actor(s), {detail['added']} added")
-                elif name == "in-flight":
-                    flights.clear()
-                    flights.update(detail["in_flight"])
-                    in_flight_to(actors)
-                    progress.update(actors=list(actors.values()))
-
-            flights: dict[int, list[int]] = {}
-
-            def in_flight_to(entries: dict[int, dict[str, Any]]) -> None:
-                for slot, entry in entries.items():  # which shards each started actor holds (progress.json)
-                    entry["shards"] = flights.get(slot, [])
+            on_event = _PoolEvents(self.batch_id, hooks, progress, bar)
+            actors = on_event.actors
 
             def on_done(index: int, out: ShardOutput) -> None:
                 hooks.stage("write")
@@ -454,6 +429,39 @@ class BatchRun:
                     "compiled": sorted({str(a.get("compiled")).lower() for a in actors.values()})}
         finally:
             _ray_local.stop(local_ray)  # a local Ray leaves no process behind; a joined cluster is left alone
+
+
+class _PoolEvents:
+    """The pool's events (:func:`batch.pool.scheduler.run_pool`'s ``on_event``) turned into ``progress.json``, the
+    progress bar and the run hooks: an actor ready, a retry, a node that joined, the shards each actor holds."""
+
+    def __init__(self, batch_id: str, hooks: Any, progress: Progress, bar: Any):
+        self.batch_id, self.hooks, self.progress, self.bar = batch_id, hooks, progress, bar
+        self.actors: dict[int, dict[str, Any]] = {}
+        self.flights: dict[int, list[int]] = {}
+
+    def __call__(self, name: str, detail: dict[str, Any]) -> None:
+        if name == "actor-ready":
+            if not self.actors:
+                self.hooks.stage("classify")
+            self.actors[detail["slot"]] = detail
+            self.hooks.actor_ready(detail)
+            self._publish()
+            self.bar.set_postfix_str(f"{len(self.actors)} actor(s)")
+        elif name == "retry":
+            self.progress.update(last_error=detail["error"], retries=self.progress.retries + 1)
+        elif name == "actors-added":
+            log.info("batch %s: a node joined: %d engine actor(s) now", self.batch_id, detail["actors"])
+            self.bar.set_postfix_str(f"{detail['actors']} actor(s), {detail['added']} added")
+        elif name == "in-flight":
+            self.flights.clear()
+            self.flights.update(detail["in_flight"])
+            self._publish()
+
+    def _publish(self) -> None:
+        for slot, entry in self.actors.items():  # which shards each started actor holds (progress.json)
+            entry["shards"] = self.flights.get(slot, [])
+        self.progress.update(actors=list(self.actors.values()))
 
 
 def _engine_for_workload(engine: Any, per_engine: int, *, lora: bool) -> Any:

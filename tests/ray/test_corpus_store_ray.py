@@ -5,7 +5,7 @@ A JSONL, a CSV and a Parquet corpus read from ``s3://`` give the same results an
 files read locally; an object replaced while the batch runs stops it as a resumable input error (exit 3, nothing
 exported), and the rerun with the object put back reuses the stored plan and finishes every id exactly once.
 
-Split by tier: the unit tests of the same subject are in ``tests/unit/batch/test_corpus_store.py``.
+Split by tier: the unit tests of the same subject are in ``tests/process/test_corpus_store.py``.
 """
 
 from __future__ import annotations

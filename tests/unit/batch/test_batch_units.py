@@ -192,7 +192,10 @@ def test_status_reads_run_folder(tmp_path, bbc_dir, monkeypatch, capsys):
     planned = planned_shards(spec["path"], 4)
     n0 = len(planned[0][1])
     mf.write_shard(run, 0, _rows(planned[0][1]))
-    (run / "progress.json").write_text(json.dumps({"state": "running", "pid": 999999999, "host": "elsewhere",
+    from batch.run.detached import process_identity
+
+    # a live driver: this process (a record naming another host or a dead pid reads "interrupted": test_detach_identity)
+    (run / "progress.json").write_text(json.dumps({"state": "running", **process_identity(),
                                                     "accepted": 4, "rejected": 0, "docs_per_s": 2.0, "eta_s": 4.5}))
     st = batch_status("b1")
     assert (st["done"], st["total"], st["shards_done"], st["shards"], st["state"]) == (n0, 13, 1, len(planned), "running")
