@@ -26,7 +26,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.corpora import ROOT, kill_recorded, make_corpus, write_config
+from tests.support.raycluster import end_node, free_ports, node_ports, raylet, under
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(3600)]  # long tests: an hour each at most
 
@@ -43,55 +43,11 @@ RAY = str(Path(sys.executable).parent / "ray")
 """A custom resource no node offers: an actor asking for it is never placed (like one waiting for a lost node)."""
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _node_ports() -> list[str]:
-    """Own ports for every per-node Ray service, so two nodes (and other Rays) on one machine never collide."""
-    names = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-             "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"]
-    return [a for name, port in zip(names, _free_ports(len(names)), strict=True) for a in (name, str(port))]
-
-
 def _progress(run: Path) -> dict:
     try:
         return json.loads((run / "progress.json").read_text())
     except (OSError, json.JSONDecodeError):
         return {}
-
-
-def _raylet(node: subprocess.Popen):
-    """The raylet process under a ``ray start --block`` process, or None."""
-    import psutil
-
-    try:
-        for proc in psutil.Process(node.pid).children(recursive=True):
-            try:
-                if "raylet" in proc.name() or any(a.endswith("/raylet") for a in proc.cmdline()[:1]):
-                    return proc
-            except psutil.Error:
-                continue
-    except psutil.Error:
-        return None
-    return None
-
-
-def _under(pid: int, root_pid: int) -> bool:
-    """Whether process ``pid`` is ``root_pid`` or one of its descendants."""
-    import psutil
-
-    try:
-        return pid == root_pid or any(p.pid == root_pid for p in psutil.Process(pid).parents())
-    except psutil.Error:
-        return False
 
 
 def _alive_nodes(env: dict, gcs: str) -> int:
@@ -102,38 +58,6 @@ def _alive_nodes(env: dict, gcs: str) -> int:
         if line.startswith("ALIVE "):
             return int(line.split()[1])
     return 0
-
-
-def _end_node(node: subprocess.Popen | None, temp_dir: str) -> None:
-    """Stop one ``ray start --block`` node this test started and every process under it or naming its temp dir."""
-    import psutil
-
-    if node is None:
-        return
-    procs = []
-    try:
-        procs = psutil.Process(node.pid).children(recursive=True)
-    except psutil.Error:
-        pass
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if any(temp_dir in a for a in proc.info["cmdline"] or ()) and proc.pid != os.getpid():
-                procs.append(proc)
-        except psutil.Error:
-            continue
-    if node.poll() is None:
-        node.send_signal(signal.SIGTERM)
-        try:
-            node.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait(timeout=30)
-    _, alive = psutil.wait_procs(procs, timeout=20)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
 
 
 @pytest.mark.slow
@@ -147,7 +71,7 @@ def test_batch_finishes_on_the_survivor_when_a_node_is_lost(tmp_path, bbc_dir):
     t0 = time.monotonic()
     spec = make_corpus(tmp_path / "corpus", bbc_dir, 24)
     config = write_config(tmp_path / "batch.json", shard_docs=4, cpu_actors=2, actor_num_cpus=1.0, max_shard_retries=2)
-    gcs_port, client_port = _free_ports(2)
+    gcs_port, client_port = free_ports(2)
     gcs = f"127.0.0.1:{gcs_port}"
     temps = [tempfile.mkdtemp(prefix="lnray-h-", dir="/tmp"), tempfile.mkdtemp(prefix="lnray-2-", dir="/tmp")]
     base_env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VLLM_CPU_OMP_THREADS_BIND")}
@@ -162,7 +86,7 @@ def test_batch_finishes_on_the_survivor_when_a_node_is_lost(tmp_path, bbc_dir):
         head = subprocess.Popen(
             [RAY, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs_port),
              "--ray-client-server-port", str(client_port), "--include-dashboard", "false", "--temp-dir", temps[0],
-             "--num-cpus", "1", "--disable-usage-stats", *_node_ports()],
+             "--num-cpus", "1", "--disable-usage-stats", *node_ports()],
             env={**base_env, "VLLM_CPU_OMP_THREADS_BIND": "0"}, stdout=logs[0], stderr=subprocess.STDOUT,
             start_new_session=True)
         deadline = time.monotonic() + 240
@@ -172,14 +96,14 @@ def test_batch_finishes_on_the_survivor_when_a_node_is_lost(tmp_path, bbc_dir):
             time.sleep(3)
         node2 = subprocess.Popen(
             [RAY, "start", "--block", "--address", gcs, "--node-ip-address", "127.0.0.1", "--temp-dir", temps[1],
-             "--num-cpus", "1", "--resources", json.dumps({"node2": 1}), "--disable-usage-stats", *_node_ports()],
+             "--num-cpus", "1", "--resources", json.dumps({"node2": 1}), "--disable-usage-stats", *node_ports()],
             env={**base_env, "VLLM_CPU_OMP_THREADS_BIND": "1"}, stdout=logs[1], stderr=subprocess.STDOUT,
             start_new_session=True)
         while _alive_nodes(base_env, gcs) < 2:
             if node2.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"second Ray node did not join: {(tmp_path / 'ray-node2.log').read_text()[-2000:]}")
             time.sleep(3)
-        head_raylet, node2_raylet = _raylet(head), _raylet(node2)
+        head_raylet, node2_raylet = raylet(head), raylet(node2)
         assert head_raylet is not None and node2_raylet is not None and head_raylet.pid != node2_raylet.pid
         t_cluster = time.monotonic() - t0
 
@@ -196,7 +120,7 @@ def test_batch_finishes_on_the_survivor_when_a_node_is_lost(tmp_path, bbc_dir):
             actors = p.get("actors", [])
             if p.get("done", 0) < 4 or len(actors) < 2:
                 return None
-            on2 = [a for a in actors if _under(a["pid"], node2_raylet.pid) and a.get("shards")]
+            on2 = [a for a in actors if under(a["pid"], node2_raylet.pid) and a.get("shards")]
             return p if on2 else None
 
         deadline = time.monotonic() + 900
@@ -206,8 +130,8 @@ def test_batch_finishes_on_the_survivor_when_a_node_is_lost(tmp_path, bbc_dir):
                             f"{(tmp_path / 'driver.log').read_text()[-3000:]}")
             time.sleep(0.2)  # the kill follows the sighting within a poll, well inside one shard's classify time
         recorded += [rec for a in before["actors"] for rec in a.get("procs", [])]
-        on_head = [a for a in before["actors"] if _under(a["pid"], head_raylet.pid)]
-        on_node2 = [a for a in before["actors"] if _under(a["pid"], node2_raylet.pid)]
+        on_head = [a for a in before["actors"] if under(a["pid"], head_raylet.pid)]
+        on_node2 = [a for a in before["actors"] if under(a["pid"], node2_raylet.pid)]
         assert len(on_head) == 1 and len(on_node2) == 1, before["actors"]
         assert on_head[0]["cpu_bind"] == "0" and on_node2[0]["cpu_bind"] == "1"  # each node's own core
         in_flight = on_node2[0]["shards"]  # the shard(s) the lost node holds: they must be retried on the survivor
@@ -254,8 +178,8 @@ def test_batch_finishes_on_the_survivor_when_a_node_is_lost(tmp_path, bbc_dir):
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(timeout=60)
         kill_recorded(recorded)
-        _end_node(node2, temps[1])
-        _end_node(head, temps[0])
+        end_node(node2, temps[1])
+        end_node(head, temps[0])
         for fh in logs:
             fh.close()
         for temp in temps:
