@@ -4,8 +4,8 @@ The tests live in tiers that mirror the code: ``unit/<package>/`` (no vLLM engin
 heavy subprocess: ``make test-unit``), ``engine/`` (the real session vLLM engine), ``ray/`` (a real
 local Ray; its one fixture ``local_ray`` is in ``ray/conftest.py``), ``process/`` (``docpilot`` or a
 vLLM import in a subprocess), ``slow/`` (``make test-slow``) and ``images/`` (``make test-images``);
-shared helpers are in ``support/`` (no test module imports another). Tests in ``engine/`` get the ``engine`` mark and tests in ``ray/`` the ``ray`` mark from
-their folder; collection fails where a test takes the ``engine`` fixture without the ``engine`` mark,
+shared helpers are in ``support/`` (no test module imports another). Tests in ``engine/`` get the ``engine`` mark, tests in ``ray/`` the ``ray`` mark
+and tests in ``slow/`` the ``slow`` mark from their folder (so none of ``slow/`` runs in the default ``make test``); collection fails where a test takes the ``engine`` fixture without the ``engine`` mark,
 or where a test in ``unit/`` takes the engine or Ray, or carries their marks. Every test has a
 timeout (``timeout`` in pyproject's pytest options; longer ones are marked where a test needs them).
 
@@ -26,7 +26,7 @@ pytest_plugins = ["pytester"]  # tests/unit/project/test_tiers.py collects scrat
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
-FOLDER_MARKS = {"engine": "engine", "ray": "ray"}  # tier folder -> the mark its tests get
+FOLDER_MARKS = {"engine": "engine", "ray": "ray", "slow": "slow"}  # tier folder -> the mark its tests get
 HEAVY_MARKS = ("engine", "ray", "slow", "images")  # none of these in unit/
 HEAVY_FIXTURES = ("engine", "local_ray")  # nor these
 

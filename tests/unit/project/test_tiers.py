@@ -64,3 +64,21 @@ def test_no_test_module_imports_another():
             if re.match(r"\s*(from\s+(tests\.)?(\w+\.)*test_\w+\s+import|import\s+(tests\.)?(\w+\.)*test_\w+)", line):
                 found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert found == []
+
+
+def test_every_test_under_slow_gets_the_slow_mark(pytester):
+    """A test in ``slow/`` without its own ``slow`` mark (a parametrized case) is still left out of ``make test``."""
+    files = {"slow/test_s.py": "import pytest\n\n@pytest.mark.parametrize('n', [1, pytest.param(2, marks=pytest.mark.slow)])\n"
+                               "def test_s(n):\n    pass\n"}
+    _collect(pytester, files, "-m", "not slow and not images").stdout.fnmatch_lines(["no tests collected (2 deselected)*"])
+    _collect(pytester, files, "-m", "slow").stdout.fnmatch_lines(["2 tests collected*"])
+
+
+def test_the_default_run_selects_nothing_under_tests_slow():
+    """pyproject's default options (``make test``) on the real ``tests/slow/``: every test there is deselected."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/slow"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "no tests collected" in out.stdout and "deselected" in out.stdout, out.stdout[-2000:]
