@@ -15,6 +15,8 @@ LOTS_CONFIG ?= config/lots.json
 # the file `make model` provisions the base model of: CONFIG, or the file of the command that needs it
 MODEL_CONFIG ?= $(CONFIG)
 PYTEST_ARGS ?=
+# every docpilot command knows make started it, so its hints use make's words (SKIP_PILOT_GATE=1, BATCH=...)
+DOCPILOT    := DOCPILOT_VIA_MAKE=1 $(BIN)/docpilot
 
 .PHONY: help setup requirements-rebuild model doctor pilot train batch status submit serve plan cluster-check test test-unit test-slow test-images bench lint clean export-adapter import-adapter wrap-up
 
@@ -87,47 +89,47 @@ requirements-rebuild: setup
 	@echo "wrote requirements/$(PROFILE).lock (see requirements/README.md for where each package comes from)"
 
 model: setup
-	$(BIN)/docpilot model --config $(MODEL_CONFIG)
+	$(DOCPILOT) model --config $(MODEL_CONFIG)
 
 # make's target-specific variables reach the prerequisites: `make train TRAIN_CONFIG=x.json` provisions x.json's model
 train: MODEL_CONFIG = $(TRAIN_CONFIG)
 batch: MODEL_CONFIG = $(BATCH_CONFIG)
 
 doctor: setup
-	$(BIN)/docpilot doctor --config $(CONFIG)
+	$(DOCPILOT) doctor --config $(CONFIG)
 
 pilot: model
-	$(BIN)/docpilot pilot --config $(CONFIG) $(if $(INPUT),--input $(INPUT)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR)) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS))
+	$(DOCPILOT) pilot --config $(CONFIG) $(if $(INPUT),--input $(INPUT)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR)) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS))
 
 train: model
-	$(BIN)/docpilot train --config $(TRAIN_CONFIG) $(if $(SMOKE),--smoke) $(if $(DETACH),--detach) $(if $(STOP_WHEN_DONE),--stop-when-done) $(if $(DEST),--wrap-up-to $(DEST))
+	$(DOCPILOT) train --config $(TRAIN_CONFIG) $(if $(SMOKE),--smoke) $(if $(DETACH),--detach) $(if $(STOP_WHEN_DONE),--stop-when-done) $(if $(DEST),--wrap-up-to $(DEST))
 
 batch: model
-	$(BIN)/docpilot batch --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(BATCH),--batch-id $(BATCH)) $(if $(RESUME_FROM),--resume-from $(RESUME_FROM)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(CPU_ACTORS),--cpu-actors $(CPU_ACTORS)) $(if $(SKIP_PILOT_GATE),--skip-pilot-gate) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR)) --lots-config $(LOTS_CONFIG) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS)) $(if $(DETACH),--detach) $(if $(STOP_WHEN_DONE),--stop-when-done) $(if $(DEST),--wrap-up-to $(DEST))
+	$(DOCPILOT) batch --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(BATCH),--batch-id $(BATCH)) $(if $(RESUME_FROM),--resume-from $(RESUME_FROM)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(CPU_ACTORS),--cpu-actors $(CPU_ACTORS)) $(if $(SKIP_PILOT_GATE),--skip-pilot-gate) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR)) --lots-config $(LOTS_CONFIG) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS)) $(if $(DETACH),--detach) $(if $(STOP_WHEN_DONE),--stop-when-done) $(if $(DEST),--wrap-up-to $(DEST))
 
 status: setup
-	$(BIN)/docpilot status $(BATCH) --lots-config $(LOTS_CONFIG) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS)) $(if $(EXPORT_PARTIAL),--export-partial $(EXPORT_PARTIAL)) $(if $(FOLLOW),--follow) $(if $(FROM),--from $(FROM))
+	$(DOCPILOT) status $(BATCH) --lots-config $(LOTS_CONFIG) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS)) $(if $(EXPORT_PARTIAL),--export-partial $(EXPORT_PARTIAL)) $(if $(FOLLOW),--follow) $(if $(FROM),--from $(FROM))
 
 wrap-up: setup
-	$(BIN)/docpilot wrap-up --to $(DEST) --lots-config $(LOTS_CONFIG) $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(NO_STOP),--no-stop)
+	$(DOCPILOT) wrap-up --to $(DEST) --lots-config $(LOTS_CONFIG) $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(NO_STOP),--no-stop)
 
 export-adapter: setup
-	$(BIN)/docpilot adapters $(if $(REGISTRY),--registry $(REGISTRY)) export $(ADAPTER) $(DEST)
+	$(DOCPILOT) adapters $(if $(REGISTRY),--registry $(REGISTRY)) export $(ADAPTER) $(DEST)
 
 import-adapter: setup
-	$(BIN)/docpilot adapters $(if $(REGISTRY),--registry $(REGISTRY)) import $(SRC) --config $(CONFIG)
+	$(DOCPILOT) adapters $(if $(REGISTRY),--registry $(REGISTRY)) import $(SRC) --config $(CONFIG)
 
 submit: setup
-	$(BIN)/docpilot submit --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ADAPTER),--adapter $(ADAPTER))
+	$(DOCPILOT) submit --config $(BATCH_CONFIG) $(if $(CORPUS),--corpus $(CORPUS)) $(if $(ADAPTER),--adapter $(ADAPTER))
 
 serve: model
-	$(BIN)/docpilot serve --config $(CONFIG)
+	$(DOCPILOT) serve --config $(CONFIG) $(if $(SKIP_PILOT_GATE),--skip-pilot-gate)
 
 plan: setup
-	$(BIN)/docpilot plan --config $(CONFIG) --lots-config $(LOTS_CONFIG)
+	$(DOCPILOT) plan --config $(CONFIG) --lots-config $(LOTS_CONFIG)
 
 cluster-check: setup
-	$(BIN)/docpilot cluster-check --config $(BATCH_CONFIG)
+	$(DOCPILOT) cluster-check --config $(BATCH_CONFIG)
 
 test: model
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -21,6 +21,7 @@ from filelock import FileLock
 from classify.errors import PilotGateError
 from classify.paths import pilots_dir
 from classify.runrecords import utc_now, write_json_atomic
+from classify.usercommand import user_flag
 
 log = logging.getLogger(__name__)
 
@@ -204,5 +205,5 @@ def require_pilot(key: str, what: str, override: bool = False, folder: Path | No
     latest = f"latest pilot {status['run_id']} verdict {status['verdict']}" if status else "never piloted"
     raise PilotGateError(
         f"{what} has not passed a pilot ({latest}); run `make pilot` for this base model, adapter and config "
-        "first, or pass --skip-pilot-gate to override (logged and recorded)"
+        f"first, or pass {user_flag('--skip-pilot-gate')} to override (logged and recorded)"
     )

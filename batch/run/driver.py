@@ -27,6 +27,7 @@ from classify.model import resolve_model, verify_model
 from classify.paths import runs_dir
 from classify.pilotgate import gate_key, pipeline_differences, pipeline_settings, require_pilot
 from classify.runrecords import signals_raise_interrupted, utc_now
+from classify.usercommand import user_command
 
 log = logging.getLogger("docpilot.batch")
 
@@ -317,9 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         if str(err).startswith("stopped by SIGHUP"):
             raise Interrupted(
                 f"{err} (the terminal or SSH connection that started the batch closed); complete shards are kept. "
-                f"Resume it detached, so that a dropped connection no longer stops it: `docpilot batch --batch-id "
-                f"{args.batch_id} --detach ...` (make batch BATCH={args.batch_id} DETACH=1), then "
-                f"`docpilot status {args.batch_id} --follow`") from err
+                f"Resume it detached, so that a dropped connection no longer stops it: "
+                f"`{user_command(f'docpilot batch --batch-id {args.batch_id} --detach ...')}`, then "
+                f"`{user_command(f'docpilot status {args.batch_id} --follow')}`") from err
         raise
     except DocpilotError as err:
         _record_foreground_exit(args.batch_id, err.exit_code)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from batch import layout as mf
+from classify.usercommand import user_command, user_flag
 
 log = logging.getLogger("batch.run.status")
 
@@ -58,6 +59,7 @@ def lease_check(st: dict[str, Any], lease_ends_at: dt.datetime, now: dt.datetime
     now = now or dt.datetime.now(dt.UTC)
     left = max(int(st["total"]) - int(st["done"]), 0)
     rate = float(st.get("docs_per_s") or 0)
+    bid = st.get("batch_id")
     all_bytes, shard_bytes = _run_bytes(Path(st["run_dir"])) if Path(st["run_dir"]).is_dir() else (0, 0)
     if left and st["done"]:
         export_bytes = all_bytes - shard_bytes + 2 * shard_bytes * st["total"] / st["done"]
@@ -74,15 +76,16 @@ def lease_check(st: dict[str, Any], lease_ends_at: dt.datetime, now: dt.datetime
                    message=("batch finished, nothing left to classify; the lease "
                             + (f"ENDED {eta_text(-lease_left_s)} ago ({lease_ends_at:%Y-%m-%d %H:%M %Z})" if ended else
                                f"ends {lease_ends_at:%Y-%m-%d %H:%M %Z} (in {eta_text(lease_left_s)})")
-                            + "; keep its export copy somewhere you control (`batch.export_dir` / --export-dir, "
+                            + f"; keep its export copy somewhere you control (`batch.export_dir` / {user_flag('--export-dir', 'DEST')}, "
                             "a folder or s3://...)"))
         return out
     if lease_left_s < 0:
         out.update(fits=False, eta_s=round(left / rate, 1) if rate else None, finish_at=None,
                    margin_s=round(lease_left_s, 1),
                    message=(f"the lease ENDED {eta_text(-lease_left_s)} ago ({lease_ends_at:%Y-%m-%d %H:%M %Z}) with "
-                            f"{left} ids left: export partial results now with `docpilot status {st['batch_id']} "
-                            "--export-partial DEST` and resume with the same --batch-id on a new lot"))
+                            f"{left} ids left: export partial results now with "
+                            f"`{user_command(f'docpilot status {bid} --export-partial DEST')}` and resume "
+                            f"with the same {user_flag('--batch-id', bid)} on a new lot"))
         return out
     if left and not rate:
         out.update(fits=None, eta_s=None, finish_at=None, margin_s=None,
@@ -100,9 +103,10 @@ def lease_check(st: dict[str, Any], lease_ends_at: dt.datetime, now: dt.datetime
     else:
         out["message"] = (
             f"WILL NOT FINISH before the lease ends ({eta_text(-margin_s)} short): {plan}. Add a lot (stop the batch, "
-            f"then rerun `docpilot batch --batch-id {st['batch_id']}` on the larger cluster: complete shards are kept), "
-            f"or export partial results now with `docpilot status {st['batch_id']} --export-partial DEST` "
-            f"(DEST a folder or s3://...; a later run with the same --batch-id resumes from the copied shards)")
+            f"then rerun `{user_command(f'docpilot batch --batch-id {bid}')}` on the larger cluster: complete "
+            f"shards are kept), or export partial results now with "
+            f"`{user_command(f'docpilot status {bid} --export-partial DEST')}` (DEST a folder or s3://...; a "
+            f"later run with the same {user_flag('--batch-id', bid)} resumes from the copied shards)")
     return out
 
 

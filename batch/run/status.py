@@ -23,6 +23,7 @@ from batch.run.lease import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check
 from batch.runfiles import EarlierRunFolder, ProgressFile
 from classify.errors import InputError, StoreUnreachable
 from classify.paths import runs_dir
+from classify.usercommand import user_command
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +217,7 @@ def _off_pod(base: Any, progress: ProgressFile) -> dict[str, Any] | None:
 
 
 def _print_remote(st: dict[str, Any]) -> None:
+    bid = st["batch_id"]
     pct = 100 * (st["done"] or 0) / st["total"] if st["total"] else 100.0
     age = f" ({eta_text(st['age_s'])} ago)" if st["age_s"] is not None else ""
     print(f"batch {st['batch_id']}: {st['state']} (as last mirrored from {st['host']}{age})")
@@ -230,13 +232,14 @@ def _print_remote(st: dict[str, Any]) -> None:
         wait = (f"; {off['shards_waiting']} waiting for their copy as last mirrored (oldest "
                 f"{eta_text(off['oldest_waiting_s'])})" if off.get("shards_waiting") else "")
         print(f"  off pod   {off['shards_safe']}{of} shards safe at the export location{wait}; resume on a new pod "
-              f"with `docpilot batch --resume-from <export root>/{st['batch_id']}`")
+              f"with `{user_command(f'docpilot batch --resume-from <export-root>/{bid}')}`")
     print(f"  source    {st['source']}   updated {st['updated_at']}")
     print(f"  exported  {'yes: a complete copy (SHA256SUMS) is there' if st['exported'] else 'no complete copy there yet'}")
     if st["state"] == "running" and st["age_s"] is not None and st["age_s"] > 180:
         print("  NOTE      the record is older than the mirror interval: the driver or its pod may be gone; resume with "
-              f"`docpilot batch --batch-id {st['batch_id']}` on the same pod, or with `docpilot batch --resume-from "
-              f"<export root>/{st['batch_id']}` on a new one (the shards safe off the pod are kept)")
+              f"`{user_command(f'docpilot batch --batch-id {bid}')}` on the same pod, or with "
+              f"`{user_command(f'docpilot batch --resume-from <export-root>/{bid}')}` on a new one (the shards "
+              "safe off the pod are kept)")
 
 
 def _print_detached(run_dir: Path) -> None:
@@ -321,8 +324,8 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
                     if bar is not None:
                         bar.close()
                     print(f"batch {batch_id}: its processes are gone without an exit status (killed: SIGKILL, out of "
-                          f"memory, a reboot? or the folder names another machine or a process id now reused); complete shards are kept: resume with `docpilot batch --batch-id {batch_id} "
-                          f"--detach`" + (f"; log: {log_path(run_dir, 'batch')}" if detach else ""), file=sys.stderr)
+                          f"memory, a reboot? or the folder names another machine or a process id now reused); complete shards are kept: resume with "
+                          f"`{user_command(f'docpilot batch --batch-id {batch_id} --detach')}`" + (f"; log: {log_path(run_dir, 'batch')}" if detach else ""), file=sys.stderr)
                     return 1
             else:
                 gone_since = None
