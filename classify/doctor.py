@@ -24,6 +24,7 @@ from typing import Any
 from classify.config import PilotConfig, load_config
 from classify.device import cpp_compiler
 from classify.memory import Estimate
+from classify.usercommand import user_flag
 
 MATMUL_N = 512
 """Side of the square matrices of the compute check (n x n, 2 n^3 flops)."""
@@ -345,9 +346,39 @@ def run_checks(cfg: PilotConfig | None = None, check_model: bool = True) -> list
             detail = f"{(mem_available or 0) / 2**30:.1f} GiB available, one engine needs ~{need / 2**30:.2f} GiB ({formula})"
             checks.append(Check("memory", status, detail, {"available_bytes": mem_available, "need_bytes": need,
                                                            "parts": est.parts}))
+            if n_acc == 0:
+                checks.append(actor_check(mem_available, need))
         except Exception as err:
             checks.append(Check("memory", "blocker", f"cannot size the model {cfg.model.base_model!r}: {err}"))
     return checks
+
+
+def actor_count_for(cores: int, mem_available: int | None, need: int) -> int:
+    """How many CPU engine actors (``batch.cpu_actors`` / ``CPU_ACTORS=``) this machine holds side by side.
+
+    Each actor's engine gets its own cores (``batch.cpu_bind: split``) and its own memory, so the count is
+    the smaller of the cores and the engines that fit in the available memory; at least 1.
+
+    Args:
+        cores: the cores this process may use (``os.sched_getaffinity``).
+        mem_available: available host memory in bytes (``None``: unknown, not limiting).
+        need: one engine's memory in bytes (:func:`engine_memory`).
+
+    Returns:
+        The actor count to choose.
+    """
+    by_memory = cores if mem_available is None or need <= 0 else mem_available // need
+    return max(1, min(cores, by_memory))
+
+
+def actor_check(mem_available: int | None, need: int) -> Check:
+    """The ``actors`` row: which ``batch.cpu_actors`` to choose on this machine (:func:`actor_count_for`)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    n = actor_count_for(cores, mem_available, need)
+    mem = "memory unknown" if mem_available is None else f"{mem_available / 2**30:.1f} GiB available"
+    return Check("actors", "ok", f"choose {n} CPU actor(s) here (`batch.cpu_actors`, or CPU_ACTORS={n} on `make batch`): "
+                 f"{cores} core(s), {mem}, one engine each ~{need / 2**30:.2f} GiB on its own core(s)",
+                 {"recommended_cpu_actors": n, "cores": cores, "available_bytes": mem_available, "need_bytes": need})
 
 
 def _mem_available_bytes() -> int | None:
@@ -385,18 +416,28 @@ def print_table(checks: list[Check]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``docpilot doctor [--config F] [--json OUT]``: exit 6 on a blocker."""
+    """``docpilot doctor [--config F] [--json OUT|-]``: the table; the JSON only to ``OUT`` (``-``: standard output).
+
+    Returns:
+        6 on a blocker, else 0.
+    """
     parser = argparse.ArgumentParser(prog="docpilot doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="config/docpilot.json")
-    parser.add_argument("--json", dest="json_out", help="also write the findings to this file")
+    parser.add_argument("--json", dest="json_out", metavar="OUT",
+                        help="also write the findings as JSON to this file (`-`: standard output, instead of the table)")
     args = parser.parse_args(argv)
     cfg = load_config(PilotConfig, args.config)
     checks = run_checks(cfg)
-    print_table(checks)
     doc = findings_json(checks)
-    print(json.dumps(doc, indent=2))
-    if args.json_out:
-        out = Path(args.json_out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=2) + "\n")
+    if args.json_out == "-":
+        print(json.dumps(doc, indent=2))
+    else:
+        print_table(checks)
+        if args.json_out:
+            out = Path(args.json_out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(doc, indent=2) + "\n")
+            print(f"findings as JSON: {out}", file=sys.stderr)
+        else:
+            print(f"(the same findings as JSON: {user_flag('--json', 'FILE')})", file=sys.stderr)
     return 6 if blockers(checks) else 0

@@ -34,6 +34,7 @@ MAKE_VARS: dict[str, str] = {
     "--input": "INPUT",
     "--to": "DEST",
     "--no-stop": "NO_STOP",
+    "--json": "JSON",
 }
 """docpilot flag -> the Makefile variable that passes it (the Makefile's ``$(if $(VAR),--flag ...)``)."""
 

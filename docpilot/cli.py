@@ -47,7 +47,7 @@ QUIET_ENV: dict[str, str] = {
 """Environment set by default (unless the user set the name) so vLLM, Ray and transformers log only errors.
 Set before any of them is imported; child processes inherit it (Ray actors through runtime_env)."""
 
-QUIET_LOGGERS = ("vllm", "ray", "transformers", "torch", "accelerate", "peft")
+QUIET_LOGGERS = ("vllm", "ray", "transformers", "torch", "accelerate", "peft", "matplotlib")
 
 
 def _verbose(argv: list[str]) -> tuple[bool, list[str]]:

@@ -96,6 +96,12 @@ def build_summary(
     }
 
 
+VERDICT_VS_DECISION = ("verdict is whether every check of this pilot passed (pass|fail); decision is what to do next: "
+                       "proceed (only on a pass), fix-environment (the machine or venv is at fault) or "
+                       "revisit-configuration (the model, adapter, prompt or config is)")
+"""The one line ``summary.json`` (``verdict_vs_decision``), ``decision.md`` and docs/pilot.md give on the two words."""
+
+
 def measurement_notes(measured: dict[str, Any] | None) -> tuple[list[str], bool]:
     """What the decision says about the measured engine beside the plan's estimate.
 
@@ -193,6 +199,7 @@ def decide(summary: dict[str, Any] | None, stage: str, error: BaseException | No
 def decision_markdown(run_id: str, decision: dict[str, Any], summary: dict[str, Any] | None, what: str) -> str:
     """Render ``decision.md``: the decision, why, and the checks table."""
     lines = [f"# Pilot {run_id}: **{decision['decision']}**", "", f"Piloted: {what}", "",
+             f"({VERDICT_VS_DECISION}.)", "",
              f"Stage reached: `{decision['stage_reached']}`", "", "## Why", ""]
     lines += [f"- {r}" for r in decision["reasons"]]
     if summary:

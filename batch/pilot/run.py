@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from batch.config import BatchConfig, load_batch_config
-from batch.pilot.decision import build_summary, decide, decision_markdown
+from batch.pilot.decision import VERDICT_VS_DECISION, build_summary, decide, decision_markdown
 from batch.pilot.inputs import read_pilot_set
 from batch.pilot.measure import measure_pool, nvml_usage, pool_peaks, process_titles
 from batch.run.adapter import BatchAdapter, prompt_mismatch, resolve_adapter
@@ -380,6 +380,7 @@ def _write_outcome(run_dir: Path, run_id: str, params: dict, summary: dict, *, s
     decision = decide(summary if error is None else None, stage, error)
     summary["stage_reached"] = stage
     summary["first_error"] = decision["first_error"]
+    summary["decision"], summary["verdict_vs_decision"] = decision["decision"], VERDICT_VS_DECISION
     what = f"base {params['model']['name'] if params['model'] else '?'}" + (
         f" + adapter {params['adapter']['ref']}" if params["adapter"] else " (no adapter)")
     write_json_atomic(run_dir / "params.json", params)

@@ -106,14 +106,13 @@ def warn_pipeline(pilot: dict[str, Any], cfg: Any, adapter_mode: str | None) -> 
         adapter_mode: the batch's adapter mode, ``None`` without adapter.
 
     Returns:
-        The differences (also logged as one warning and printed to stderr); empty when they agree.
+        The differences (also logged as one warning, once); empty when they agree.
     """
     diffs = pipeline_differences(pilot.get("pipeline"), pipeline_settings(cfg.engine, cfg.batch, adapter_mode))
     if diffs:
         line = (f"this batch runs another pipeline than pilot {pilot.get('run_id')} proved ({'; '.join(diffs)}); "
                 "the answers are the same, but run `make pilot` with these settings to prove this pipeline too")
         log.warning("%s", line)
-        print(f"warning: {line}", file=sys.stderr)
     return diffs
 
 

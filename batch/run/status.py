@@ -23,7 +23,7 @@ from batch.run.lease import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check
 from batch.runfiles import EarlierRunFolder, ProgressFile
 from classify.errors import InputError, StoreUnreachable
 from classify.paths import runs_dir
-from classify.usercommand import user_command
+from classify.usercommand import user_command, user_flag
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,39 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
         "updated_at": progress.updated_at, "skip_pilot_gate": manifest.pilot_gate.get("override"),
         "classified": classified, "export": export,
     }
+
+
+def list_batches(root: Path | None = None) -> list[dict[str, Any]]:
+    """The batches under the runs folder (pilots left out), oldest first: what ``docpilot status`` without an id lists.
+
+    Args:
+        root: parent of run folders (default :func:`classify.paths.runs_dir`).
+
+    Returns:
+        One :func:`batch_status` dict per run folder holding a ``manifest.json`` (``{"batch_id", "state":
+        "unreadable: ..."}`` for a folder it cannot read).
+    """
+    root = root or runs_dir()
+    out = []
+    for run_dir in sorted(p for p in root.glob("*") if (p / mf.MANIFEST).is_file() and "-pilot-" not in p.name):
+        try:
+            out.append(batch_status(run_dir.name, root))
+        except (InputError, EarlierRunFolder, OSError, ValueError) as err:
+            out.append({"batch_id": run_dir.name, "state": f"unreadable: {err}", "done": None, "total": None})
+    return out
+
+
+def _print_batches(root: Path) -> int:
+    batches = list_batches(root)
+    if not batches:
+        print(f"no batches under {root} yet: start one with `{user_command('docpilot batch')}`")
+        return 0
+    print(f"batches under {root} (oldest first):")
+    for st in batches:
+        counts = f"{st['done']}/{st['total']} ids" if st.get("total") is not None else "-"
+        print(f"  {st['batch_id']}  {counts}  {st['state']}")
+    print(f"one batch in detail: `{user_command('docpilot status ' + batches[-1]['batch_id'])}`")
+    return 0
 
 
 def export_partial(st: dict[str, Any], dest_root: str) -> Any:
@@ -353,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         argv: command-line arguments (default ``sys.argv[1:]``).
 
     Returns:
-        0 (2 when no batch id is given); with ``--follow`` the batch's own exit status.
+        0 (without a batch id: the batches there are, :func:`list_batches`); with ``--follow`` the batch's own
+        exit status.
 
     Raises:
         InputError: unknown batch id, or nothing readable at ``--from``.
@@ -386,8 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.follow and args.batch_id:
         return follow(args.batch_id)
     if not args.batch_id:
-        print("usage: docpilot status BATCH_ID   (make status BATCH=<id>)", file=sys.stderr)
-        return 2
+        return _print_batches(runs_dir())
     st = batch_status(args.batch_id)
     from batch.plan.plan import lease_end
 
@@ -408,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  rate      {st['docs_per_s'] or 0:.2f} docs/s   ETA {eta_text(st['eta_s']) if st['state'] == 'running' else '-'}")
     print(f"  retries   {st['retries']}   last error: {st['last_error'] or 'none'}")
     if st["skip_pilot_gate"]:
-        print("  WARNING   started with --skip-pilot-gate (no passed pilot)")
+        print(f"  WARNING   started with {user_flag('--skip-pilot-gate')} (no passed pilot)")
     print(f"  folder    {st['run_dir']}   updated {st['updated_at']}")
     if st.get("export"):
         print(f"  export    {st['export']['to']} (exported and verified {st['export']['verified_at']})")

@@ -19,10 +19,14 @@ def test_compute_check_is_real(dtype):
         assert check.data["relative_error"] > 1e-4
 
 
-def test_findings_and_json(tmp_path):
+def test_findings_and_json(tmp_path, capsys):
     out = tmp_path / "env.json"
     code = doctor.main(["--json", str(out)])
     doc = json.loads(out.read_text())
+    printed = capsys.readouterr()
+    assert f"findings as JSON: {out}" in printed.err and '"checks"' not in printed.out + printed.err  # the table only
+    actors = next(c for c in doc["checks"] if c["name"] == "actors")
+    assert f"choose {actors['data']['recommended_cpu_actors']} CPU actor(s) here" in actors["detail"]
     names = [c["name"] for c in doc["checks"]]
     for expected in ("python", "virtualenv", "torch", "accelerators", "compute cpu float32", "vllm", "c++ compiler", "ray", "disk",
                      "memory"):
@@ -32,6 +36,27 @@ def test_findings_and_json(tmp_path):
     torch_check = next(c for c in doc["checks"] if c["name"] == "torch")
     assert torch_check["data"]["build"] in ("cpu", "cuda", "rocm")
     assert code == (6 if not doc["ok"] else 0)
+
+
+def test_the_doctor_prints_its_table_not_the_json_unless_asked(capsys):
+    doctor.main([])
+    printed = capsys.readouterr()
+    assert "docpilot doctor" in printed.err and "--json FILE" in printed.err  # the table, and where the JSON is
+    assert '"checks"' not in printed.out + printed.err
+    doctor.main(["--json", "-"])
+    assert json.loads(capsys.readouterr().out)["checks"]
+
+
+@pytest.mark.parametrize(("cores", "available_gib", "need_gib", "actors"), [
+    (2, 15.0, 4.25, 2),  # the 2-core CI machine: the README's 2-actor figure
+    (16, 15.0, 4.25, 3),  # memory bounds it
+    (1, 64.0, 4.25, 1),  # one core: one engine
+    (8, 2.0, 4.25, 1),  # not even one fits: still 1 (the memory row is the blocker)
+    (4, None, 4.25, 4),  # memory unknown
+])
+def test_the_actor_count_to_choose_is_the_smaller_of_cores_and_engines_that_fit(cores, available_gib, need_gib, actors):
+    avail = None if available_gib is None else int(available_gib * 2**30)
+    assert doctor.actor_count_for(cores, avail, int(need_gib * 2**30)) == actors
 
 
 def test_wrong_results_are_a_blocker(monkeypatch, tmp_path):
