@@ -280,6 +280,14 @@ def fit_calibration(logprobs: dict[str, list[float]], rows: list[Row], categorie
             reliability_diagram(scores, right, out_dir / f"reliability_validation_{tag}.png",
                                 f"validation split, {'raw scores' if tag == 'before' else f'temperature T = {t:.2f}'}")
     out["fitted_on"] = f"validation split, n={len(kept)}"
-    log.info("calibration: T = %.3f fitted on %d validation rows; ECE %.4f -> %.4f", t, len(kept),
-             out["ece_before"], out["ece_after"])
+    log.info("calibration: T = %.3f fitted on %d validation rows: NLL %.3f -> %.3f nats/row (what T is fitted to), "
+             "ECE %.2f%% -> %.2f%% (15 bins)", t, len(kept), out["nll_before"], out["nll_after"],
+             100 * out["ece_before"], 100 * out["ece_after"])
+    log.info("calibration: %s", NLL_VS_ECE)
     return out
+
+
+NLL_VS_ECE = ("NLL is the mean -log p(true category), lower is better, and the one the temperature minimises; "
+              "ECE is the mean gap between score and accuracy over 15 score bins, coarse on a few hundred rows with "
+              "few errors, so it may move either way while NLL falls")
+"""The one line ``make train`` prints on what its two calibration figures mean."""

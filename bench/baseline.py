@@ -143,7 +143,9 @@ def comparison(sections: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         *(f"| validation {c} | | {v['right']}/{v['rows']} |" for c, v in vpc.items()),
     ]
     if calib:
-        lines.append(f"| score calibration (validation) | | T = {calib['temperature']}, ECE {calib['ece_before']:.2%} -> "
+        nll = (f"NLL {calib['nll_before']:.3f} -> {calib['nll_after']:.3f} (fitted to), "
+               if calib.get("nll_before") is not None else "")
+        lines.append(f"| score calibration (validation) | | T = {calib['temperature']}, {nll}ECE {calib['ece_before']:.2%} -> "
                      f"{calib['ece_after']:.2%} ({calib['fitted_on']}) |")
     verdict = "beats or matches" if figures["beats_baseline"] else "does NOT reach"
     md = "\n".join([f"The adapter {verdict} the TF-IDF + LinearSVC baseline on test.csv.", "", *lines])

@@ -67,6 +67,34 @@ MIN_SHARDS = 32
 """A corpus file is cut into at least this many shards when its rows allow (16 actors with 2 in flight each)."""
 
 
+def corpus_settings_for(cfg: CorpusConfig, path: str | Path | None) -> CorpusConfig:
+    """The corpus settings of ``--corpus PATH`` (``make batch CORPUS=...``): ids come from that corpus's own settings.
+
+    The config's ``corpus.id_prefix`` names the rows of the configured corpus (``bbc-test-NNNN`` for the shipped
+    ``test.csv``); another corpus given on the command line gets the default instead: ``<file stem>-NNNN``
+    (``CORPUS=news.csv`` -> ``news-0000``, also for ``s3://bucket/news.csv``), or its own id column when
+    ``corpus.id_column`` names one it has. A URL is compared as written (never resolved as a local path).
+
+    Args:
+        cfg: the config's ``corpus`` section.
+        path: the command line's corpus, or ``None`` (the configured one).
+
+    Returns:
+        ``cfg``, or a copy with ``id_prefix`` unset when ``path`` is another corpus than ``corpus.path``.
+
+    Raises:
+        InputError, ConfigError: an unset variable in ``corpus.path`` (:meth:`CorpusConfig.resolved_location`).
+    """
+    if path is None or cfg.id_prefix is None or cfg.path is None:
+        return cfg
+    configured, given = str(cfg.resolved_location()), str(path)
+    if storage.is_url(configured) or storage.is_url(given):
+        same = configured.rstrip("/") == given.rstrip("/")
+    else:
+        same = Path(configured).expanduser().resolve() == Path(given).expanduser().resolve()
+    return cfg if same else cfg.model_copy(update={"id_prefix": None})
+
+
 def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Path | StoreObject, str]:
     """The corpus's absolute path (or its object in a store) and format, checked.
 

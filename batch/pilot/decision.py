@@ -102,6 +102,11 @@ VERDICT_VS_DECISION = ("verdict is whether every check of this pilot passed (pas
 """The one line ``summary.json`` (``verdict_vs_decision``), ``decision.md`` and docs/pilot.md give on the two words."""
 
 
+def _source(measured: dict[str, Any]) -> str:
+    """Where the estimate beside the measured peak comes from (``summary.json`` ``measured.estimate_source``)."""
+    return measured.get("estimate_source") or "the estimate"
+
+
 def measurement_notes(measured: dict[str, Any] | None) -> tuple[list[str], bool]:
     """What the decision says about the measured engine beside the plan's estimate.
 
@@ -125,11 +130,11 @@ def measurement_notes(measured: dict[str, Any] | None) -> tuple[list[str], bool]
         measured["tolerance"]
     if measured.get("gap"):
         side = "above" if ratio > 1 else "below"
-        notes.append(f"memory gap: the engine's measured peak {peak / 2**30:.2f} GiB is {ratio:.2f}x make plan's "
-                     f"estimate {est / 2**30:.2f} GiB ({side} it by more than the tolerance {tol:.0%}); revise "
+        notes.append(f"memory gap: the engine's measured peak {peak / 2**30:.2f} GiB is {ratio:.2f}x "
+                     f"{_source(measured)} {est / 2**30:.2f} GiB ({side} it by more than the tolerance {tol:.0%}); revise "
                      "the plan's figures (engine section, overhead) before sizing lots from them")
     elif est is None:
-        notes.append("memory: make plan's estimate could not be made for this model (see summary.json measured.detail)")
+        notes.append(f"memory: {_source(measured)} could not be made for this model (see summary.json measured.detail)")
     blocks = bool(measured.get("exceeds_machine"))
     if blocks:
         notes.append(f"memory: the engine's measured peak {peak / 2**30:.2f} GiB exceeds the machine's "
@@ -212,7 +217,7 @@ def decision_markdown(run_id: str, decision: dict[str, Any], summary: dict[str, 
             est = f"{m['plan_estimate_bytes'] / 2**30:.2f} GiB" if m.get("plan_estimate_bytes") else "not available"
             ratio = f"{m['ratio']:.2f}" if m.get("ratio") is not None else "-"
             lines += ["", "## Measured", "",
-                      f"Engine peak memory ({m['device']}) {m['peak_rss_bytes'] / 2**30:.2f} GiB; make plan's estimate "
+                      f"Engine peak memory ({m['device']}) {m['peak_rss_bytes'] / 2**30:.2f} GiB; {_source(m)} "
                       f"{est}; ratio {ratio} (tolerance {m['tolerance']:.0%}, gap: {'yes' if m.get('gap') else 'no'}). "
                       f"Classify stage: {m['docs_per_s']} docs/s, {m['tokens_per_s']} prompt tokens/s "
                       f"({m['docs']} documents in {m['classify_s']} s)."]

@@ -1,4 +1,4 @@
-"""What the pilot measures of its engine (peak memory, throughput) beside ``make plan``'s estimate.
+"""What the pilot measures of its engine (peak memory, throughput) beside its estimate (the doctor's on CPU, the card's on an accelerator).
 
 Measured where (issue 10 item 8):
 
@@ -123,6 +123,12 @@ def nvml_usage(pids: list[int]) -> tuple[int | None, str]:
     return None, "NVML reported no memory in use"
 
 
+CPU_ESTIMATE_SOURCE = "make doctor's estimate for one engine on this machine's CPU"
+"""Where the CPU figure comes from: the doctor's row, not ``make plan``, which sizes the configured lot's cards."""
+CARD_ESTIMATE_SOURCE = "the estimate for this card (card x engine.gpu_memory_utilization, make plan's formula)"
+"""Where the accelerator figure comes from: this card's memory, not necessarily the lot ``make plan`` sizes."""
+
+
 def plan_estimate(model_path: str, dtype: str, *, max_model_len: int, engine: Any, enable_lora: bool) -> dict[str, Any]:
     """``make plan``'s memory estimate for the engine the pilot ran.
 
@@ -145,7 +151,7 @@ def plan_estimate(model_path: str, dtype: str, *, max_model_len: int, engine: An
         est = cpu_serving_estimate(shape, nbytes, kv_cache_space_gib=engine.kv_cache_space_gib,
                                    max_loras=engine.max_loras, max_lora_rank=engine.max_lora_rank,
                                    enable_lora=enable_lora, usable_bytes=psutil.virtual_memory().total)
-        return {"bytes": est.needed, "parts": est.parts, "usable": est.usable,
+        return {"bytes": est.needed, "parts": est.parts, "usable": est.usable, "source": CPU_ESTIMATE_SOURCE,
                 "formula": "weights + kv_cache_space_gib + LoRA slots + 3 processes x 1 GiB runtime"}
     import torch
 
@@ -154,7 +160,7 @@ def plan_estimate(model_path: str, dtype: str, *, max_model_len: int, engine: An
                            max_loras=engine.max_loras if enable_lora else 0, max_lora_rank=engine.max_lora_rank,
                            overhead_bytes=GPU_OVERHEAD_BYTES, usable_bytes=int(card * engine.gpu_memory_utilization))
     return {"bytes": est.usable, "parts": {**est.parts, "worst_case_needed": est.needed}, "usable": est.usable,
-            "formula": "card x gpu_memory_utilization (vLLM fills the share with KV blocks)"}
+            "source": CARD_ESTIMATE_SOURCE, "formula": "card x gpu_memory_utilization (vLLM fills the share with KV blocks)"}
 
 
 def measured_block(device: str, peak_bytes: int, *, docs: int, tokens: int, seconds: float,
@@ -172,7 +178,8 @@ def measured_block(device: str, peak_bytes: int, *, docs: int, tokens: int, seco
         detail: what was measured where (per process, vLLM's account...).
 
     Returns:
-        ``{peak_rss_bytes, docs_per_s, tokens_per_s, plan_estimate_bytes, ratio, tolerance, gap,
+        ``{estimate_source, peak_rss_bytes, docs_per_s, tokens_per_s, plan_estimate_bytes (the figure of
+        ``estimate_source``; the key keeps its first name), ratio, tolerance, gap,
         exceeds_machine, machine_bytes, device, classify_s, docs, tokens, estimate, detail}``.
     """
     est = estimate["bytes"] if estimate else None
@@ -180,6 +187,7 @@ def measured_block(device: str, peak_bytes: int, *, docs: int, tokens: int, seco
     tolerance = TOLERANCE[device]
     return {
         "device": device,
+        "estimate_source": (estimate or {}).get("source") or (CPU_ESTIMATE_SOURCE if device == "cpu" else CARD_ESTIMATE_SOURCE),
         "peak_rss_bytes": int(peak_bytes),
         "peak_gib": round(peak_bytes / GIB, 3),
         "docs_per_s": round(docs / seconds, 3) if seconds > 0 else None,
@@ -202,7 +210,7 @@ def measured_block(device: str, peak_bytes: int, *, docs: int, tokens: int, seco
 def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: str, model_cfg: Any, engine_cfg: Any,
                  enable_lora: bool, docs: int, tokens: int, seconds: float,
                  gpu_source: str = "nvml processes") -> dict[str, Any]:
-    """What the pilot's engine actors used, beside make plan's estimate for the same engine.
+    """What the pilot's engine actors used, beside the estimate for the same engine (``estimate_source``).
 
     Args:
         peaks: :func:`pool_peaks` of the actors' processes, sampled while they ran.

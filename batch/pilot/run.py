@@ -88,6 +88,8 @@ class PilotHooks(RunHooks):
         params: ``params.json`` (written with each outcome).
     """
 
+    mirror_progress = False  # the export location holds the pilot's verified copy only, no stray progress mirror
+
     def __init__(self, cfg: PilotConfig, run_dir: Path, params: dict[str, Any]):
         self.cfg, self.run_dir, self.params = cfg, run_dir, params
         self.current = "doctor"

@@ -96,6 +96,10 @@ class RunHooks:
     Every method is a no-op here; :class:`batch.pilot.run.PilotHooks` overrides them.
     """
 
+    mirror_progress = True
+    """Mirror ``progress.json`` beside the export copy (``<export root>/<id>.progress.json``) while the run goes;
+    a pilot (minutes, 12 documents) sets it off and leaves only its export copy there."""
+
     def stage(self, name: str) -> None:
         """The run enters stage ``name`` (:data:`STAGES`): a failure from here on is this stage's."""
 
@@ -241,7 +245,7 @@ class BatchRun:
             self.uploader = ShardUploader(self.run_dir, str(dest), len(manifest.shards))
             self.uploader.start(sorted(done))
         progress = Progress(self.run_dir, self.batch_id, total=corpus.distinct_ids,
-                            mirror=progress_mirror(export_root, self.batch_id),
+                            mirror=progress_mirror(export_root, self.batch_id) if self._mirrors() else None,
                             offpod=self.uploader.lag if self.uploader else None)
         progress.start(done)
         log.info("batch %s: %d shards complete, %d to run", self.batch_id, len(done), len(pending))
@@ -323,6 +327,9 @@ class BatchRun:
         mf.write_manifest(self.run_dir, manifest)
         progress.finish()
         return summary
+
+    def _mirrors(self) -> bool:
+        return self.hooks is None or self.hooks.mirror_progress
 
     def _quality(self, corpus: CorpusPlan) -> dict[str, Any]:
         """The quality report (:func:`batch.report.quality.batch_report`): PNGs and ``quality.md`` in the run folder.

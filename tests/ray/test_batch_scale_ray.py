@@ -175,3 +175,25 @@ def test_auto_turns_torch_compile_on_only_for_enough_documents_per_engine(local_
     assert summary["this_attempt"]["enforce_eager"] == expected and summary["this_attempt"]["actors"] == 2
     assert summary["this_attempt"]["compiled"] == ["none"]  # the stand-in engine has no vLLM to ask
     assert summary["accepted"] == n_docs
+
+
+def test_a_corpus_given_on_the_command_line_names_its_rows_by_its_own_file(local_ray, tmp_path, monkeypatch):
+    """Issue 42 item 5: `make batch CORPUS=news.csv` with the shipped config (`corpus.id_prefix: bbc-test`, no id
+    column) names its rows `news-NNNN` (the file's stem), not `bbc-test-NNNN`; the configured corpus keeps its prefix."""
+    import csv
+
+    from classify.runrecords import read_jsonl
+
+    def write_csv(path, n):
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["text"])
+            w.writerows([[r["text"]] for r in news_rows(n)])
+        return path
+
+    shipped = write_csv(tmp_path / "test.csv", 5)
+    fields = {"path": str(shipped), "format": "auto", "id_column": None, "id_prefix": "bbc-test"}
+    _run(tmp_path, write_csv(tmp_path / "news.csv", 3), "other", monkeypatch, corpus_fields=fields)
+    assert [r["id"] for r in read_jsonl(tmp_path / "runs" / "other" / mf.RESULTS)] == ["news-0000", "news-0001", "news-0002"]
+    _run(tmp_path, shipped, "shipped", monkeypatch, corpus_fields=fields)
+    assert [r["id"] for r in read_jsonl(tmp_path / "runs" / "shipped" / mf.RESULTS)][:2] == ["bbc-test-0000", "bbc-test-0001"]

@@ -218,7 +218,7 @@ def test_sigterm_during_engine_start_still_records_where_the_pilot_stopped(tmp_p
 
 @pytest.mark.engine
 def test_summary_holds_measured_peak_memory_and_throughput_beside_the_plan(default_trial, pilot_config):
-    """summary.json: the engine's peak RSS, docs/s and tokens/s, next to make plan's CPU estimate; decision.md says it."""
+    """summary.json: the engine's peak RSS, docs/s and tokens/s, next to the doctor's CPU estimate; decision.md says which it is."""
     from classify.memory import GIB
 
     summary = json.loads((default_trial.run_dir / "summary.json").read_text())
@@ -234,7 +234,17 @@ def test_summary_holds_measured_peak_memory_and_throughput_beside_the_plan(defau
     assert m["tolerance"] == 0.5 and m["gap"] == (abs(m["ratio"] - 1) > 0.5)
     assert not m["exceeds_machine"]
     md = (default_trial.run_dir / "decision.md").read_text()
-    assert "## Measured" in md and "make plan's estimate" in md and "docs/s" in md
+    assert "## Measured" in md and "docs/s" in md
+    # issue 42 item 2: the figure names its source, and it is the doctor's figure for one engine on this CPU
+    assert m["estimate_source"].startswith("make doctor's estimate") and m["estimate_source"] in md
+    assert "make plan's estimate" not in md
+    from classify.doctor import engine_memory
+
+    assert engine_memory(pilot_config, 0)[0].needed == m["plan_estimate_bytes"]
+    # issue 42 item 8: a pilot leaves no `<pilot-id>.progress.json` beside its export copy
+    assert not list(Path(default_trial.export_dir).parent.glob("*.progress.json"))
+    assert summary["decision"] == json.loads((default_trial.run_dir / "decision.json").read_text())["decision"]
+    assert "verdict is whether every check" in summary["verdict_vs_decision"]
 
 
 # --- the batch-only parts, each broken in turn (real Ray, stand-in engine actor) ---------------------------------
@@ -336,6 +346,8 @@ def test_a_parquet_pilot_set_runs_through_the_batch_reader(local_ray, isolated, 
     assert len(rows) == 12 and rows["r01"]["status"] == "rejected" and rows["r01"]["reason"]
     assert outcome.summary["expected_rejects_matched"] == 1 and outcome.summary["accuracy"] == 1.0
     assert verify_export(outcome.export_dir, check_export) == []
+    # issue 42 item 8: the export location holds the verified copy and nothing else (no `<id>.progress.json`)
+    assert [p.name for p in (isolated / "exports").iterdir()] == [outcome.run_id]
 
 
 def test_pilot_and_batch_call_the_same_reader_shard_writer_merge_and_recheck(local_ray, isolated, pilot_config,

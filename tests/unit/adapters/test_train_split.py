@@ -58,7 +58,7 @@ def _completion(lps: list[float], first_tokens: list[int]) -> SimpleNamespace:
     return SimpleNamespace(logprobs=[got], token_ids=[first_tokens[int(np.argmax(lps))]])
 
 
-def test_capture_and_fit_calibration_writes_the_card_block(tmp_path):
+def test_capture_and_fit_calibration_writes_the_card_block(tmp_path, caplog):
     first = [11, 12, 13, 14, 15]
     calls = []
     scorer = SimpleNamespace(mode="first-token", first_tokens=first,
@@ -74,7 +74,12 @@ def test_capture_and_fit_calibration_writes_the_card_block(tmp_path):
         rows.append(Row(f"v{i}", "t", truth))
         assert scorer.result(SimpleNamespace(id=f"v{i}"), None, _completion(lps, first)) == "r"
     assert len(calls) == 300 and len(captured) == 300
-    block = fit_calibration(captured, rows, CATS, tmp_path)
+    with caplog.at_level("INFO", logger="adapters.train"):
+        block = fit_calibration(captured, rows, CATS, tmp_path)
+    said = "\n".join(r.getMessage() for r in caplog.records)  # issue 42 item 3: the NLL T was fitted to, and what each means
+    assert f"NLL {block['nll_before']:.3f} -> {block['nll_after']:.3f} nats/row (what T is fitted to)" in said, said
+    assert f"ECE {100 * block['ece_before']:.2f}% -> {100 * block['ece_after']:.2f}%" in said
+    assert "NLL is the mean -log p(true category)" in said and "ECE is the mean gap between score and accuracy" in said
     assert block["temperature"] > 2 and block["ece_after"] < block["ece_before"]
     assert block["nll_after"] < block["nll_before"] and block["fitted_on"] == "validation split, n=300"
     assert (tmp_path / "reliability_validation_before.png").is_file()

@@ -374,3 +374,20 @@ def test_a_second_driver_on_a_held_run_folder_is_refused_and_told_how_to_watch(t
     finally:
         held.release()
     _driver_lock("b1", tmp_path, "docpilot status b1").release()  # free again: taken and given back
+
+
+def test_the_corpus_of_the_command_line_gets_its_own_ids_and_a_url_is_never_resolved(tmp_path, monkeypatch):
+    """Issue 42 item 5: `corpus.id_prefix` names the configured corpus only (the driver's `corpus_settings_for`)."""
+    from pathlib import Path
+
+    from batch.config import CorpusConfig
+    from batch.corpus.plan import corpus_settings_for
+
+    cfg = CorpusConfig(path=str(tmp_path / "test.csv"), id_prefix="bbc-test")
+    assert corpus_settings_for(cfg, None).id_prefix == "bbc-test"
+    assert corpus_settings_for(cfg, tmp_path / "sub" / ".." / "test.csv").id_prefix == "bbc-test"  # the same file
+    assert corpus_settings_for(cfg, tmp_path / "news.csv").id_prefix is None  # -> news-NNNN
+    monkeypatch.setattr(Path, "resolve", lambda self, strict=False: (_ for _ in ()).throw(AssertionError("resolved")))
+    assert corpus_settings_for(cfg, "s3://bucket/news.csv").id_prefix is None
+    url = CorpusConfig(path="s3://bucket/test.csv", id_prefix="bbc-test")
+    assert corpus_settings_for(url, "s3://bucket/test.csv").id_prefix == "bbc-test"

@@ -117,7 +117,7 @@ def _measured(peak_gib: float, est_gib: float | None, machine_gib: float = 16.0,
         (7.3, 4.8, 16, True, "proceed", "memory gap: the engine's measured peak 7.30 GiB is 1.52x"),
         (2.3, 4.8, 16, True, "proceed", "below it by more than the tolerance 50%"),
         (17.0, 16.5, 16, False, "revisit-configuration", "exceeds the machine's 16.00 GiB"),
-        (4.5, None, 16, False, "proceed", "estimate could not be made"),
+        (4.5, None, 16, False, "proceed", "CPU could not be made for this model"),
     ],
     ids=["within", "above", "below", "over-machine", "no-estimate"],
 )
@@ -136,7 +136,11 @@ def test_memory_gap_is_a_note_unless_the_engine_exceeds_the_machine(pilot_config
         assert any(note in r for r in out["reasons"]), out["reasons"]
     else:
         assert len(out["reasons"]) == 1
-    assert "## Measured" in decision_markdown("r", out, summary, "base")
+    md = decision_markdown("r", out, summary, "base")
+    assert "## Measured" in md
+    # issue 42 item 2: the CPU figure is the doctor's (one engine on this machine), not `make plan`'s for the lot
+    assert "make doctor's estimate for one engine on this machine's CPU" in md + " ".join(out["reasons"])
+    assert "make plan's estimate" not in md + " ".join(out["reasons"])
 
 
 def test_a_failed_measurement_is_recorded_not_raised(pilot_config):
