@@ -54,9 +54,10 @@ PROFILE       := $(word 1,$(PROBED))
 PROFILE_FORCED := $(filter forced,$(PROBED))
 endif
 # pip's own output goes to $(VENV)/pip.log (PIP_VERBOSE=1 shows it); docpilot prints one line per step. pip's
-# -qq shows errors only (its retry WARNINGs for an unreachable index stay in the log), --progress-bar off no bars.
-PIP_QUIET   ?= $(if $(PIP_VERBOSE),,--quiet --quiet --progress-bar off --log $(VENV)/pip.log)
-PIP         := $(BIN)/python -m pip $(PIP_QUIET)
+# -qq shows errors only (its retry WARNINGs for an unreachable index stay in the log); PIP_PROGRESS_BAR=off (pip's
+# --progress-bar of `install`, as an environment variable so `pip uninstall` takes it too) draws no bars.
+PIP_QUIET   ?= $(if $(PIP_VERBOSE),,--quiet --quiet --log $(VENV)/pip.log)
+PIP         := $(if $(PIP_VERBOSE),,PIP_PROGRESS_BAR=off )$(BIN)/python -m pip $(PIP_QUIET)
 # a failed step says where pip's whole story is
 PIP_FAILED  := || { echo "[setup] failed: pip's full log is $(VENV)/pip.log (PIP_VERBOSE=1 prints it here)" >&2; exit 1; }
 

@@ -220,7 +220,10 @@ class ProgressFile(_RunFile):
         state: ``starting``, ``running``, ``done`` or ``failed`` (``not started`` when there is no file).
         total: distinct ids in the corpus; done, accepted, rejected: ids in complete shards.
         processed_this_attempt: ids classified by this attempt.
-        docs_per_s: this attempt's rate; eta_s: seconds left at that rate (``None``: unknown).
+        docs_per_s: this attempt's rate (engine start included); eta_s: seconds left at the steady rate once
+            known, else at ``docs_per_s`` (``None``: unknown).
+        steady_docs_per_s, steady_tokens_per_s: documents and prompt tokens per second from this attempt's first
+            complete shard to its latest (``None`` before a second shard): the rate to size a lease by.
         elapsed_s: seconds since the attempt started running.
         retries: shard retries; last_error: the latest error text.
         actors: one object per engine actor (``slot``, ``pid``, ``node``, ``procs``, ...).
@@ -241,6 +244,8 @@ class ProgressFile(_RunFile):
     processed_this_attempt: int | None = None
     docs_per_s: int | float | None = None  # int | float: a number is written back as it was read
     eta_s: int | float | None = None  # int | float: a number is written back as it was read
+    steady_docs_per_s: int | float | None = None
+    steady_tokens_per_s: int | float | None = None
     elapsed_s: int | float | None = None  # int | float: a number is written back as it was read
     retries: int | None = 0
     last_error: str | None = None

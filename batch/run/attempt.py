@@ -298,6 +298,7 @@ class BatchRun:
         self._stage("merge")
         counts = self._merge(manifest)
         processed, tokens = progress.processed, progress.processed_tokens
+        steady = progress.steady()
         pool_s = max(t_end - t_pool, 1e-9)
         adapter = self.adapter
         summary = counts
@@ -311,6 +312,8 @@ class BatchRun:
             "this_attempt": {
                 "processed_docs": processed, "processed_tokens": tokens,
                 "docs_per_s": round(processed / pool_s, 3), "tokens_per_s": round(tokens / pool_s, 1),
+                "steady_docs_per_s": round(steady[0], 3) if steady else None,  # after the first shard: sizes a lease
+                "steady_tokens_per_s": round(steady[1], 1) if steady else None,
                 "pool_wall_s": round(pool_s, 2), "wall_s": round(t_end - self.t_start, 2),
                 "merge_s": round(time.monotonic() - t_merge, 2), **pool,
             },
@@ -415,7 +418,10 @@ class BatchRun:
                 lease.tick(progress, bar)
                 if self.uploader is not None:
                     bar.set_postfix_str(offpod_short(self.uploader.lag(), progress.lease), refresh=False)
+                bar.show_steady(progress.steady())
                 bar.update(out.n_docs)
+                if bar.n >= bar.total:  # one last line now: nothing logged after it redraws a second 100% line
+                    bar.close()
 
             actor_model, actor_fingerprint = (adapter.engine_model(cfg.model, manifest.model_fingerprint) if adapter
                                               else (cfg.model, manifest.model_fingerprint))

@@ -332,7 +332,10 @@ def main(argv: list[str] | None = None) -> int:
     t = summary["this_attempt"]
     print(f"batch {summary['batch_id']}: {summary['total']} ids = {summary['accepted']} accepted + "
           f"{summary['rejected']} rejected ({summary['input_rows']} input rows, {summary['duplicate_rows']} duplicate rows); "
-          f"this attempt {t['processed_docs']} docs at {t['docs_per_s']} docs/s in {t['wall_s']} s")
+          f"this attempt {t['processed_docs']} docs at {t['docs_per_s']} docs/s in {t['wall_s']} s (engine start included)")
+    if t.get("steady_docs_per_s"):
+        print(f"steady rate after the first shard: {t['steady_docs_per_s']} docs/s, {t['steady_tokens_per_s']} tokens/s "
+              "(the rate to size a lease by)")
     print(f"results: {summary['run_dir']}/results.jsonl  summary: {summary['run_dir']}/summary.json")
     if summary.get("accuracy") is not None:
         lab = summary["quality"]["labelled"]

@@ -38,7 +38,8 @@ def lease_check(st: dict[str, Any], lease_ends_at: dt.datetime, now: dt.datetime
                 upload_mib_per_s: float = DEFAULT_UPLOAD_MIB_PER_S) -> dict[str, Any]:
     """Whether the rest of a batch and its export finish before the lease ends.
 
-    Finish time = now + ETA + export time. ETA = ids left / the current attempt's docs/s. Export
+    Finish time = now + ETA + export time. ETA = ids left / the current attempt's steady docs/s
+    (after its first shard: the engines' start left out), or its overall docs/s before a steady rate exists. Export
     time = projected export bytes / ``upload_mib_per_s``; the projection scales the shard bytes
     written so far to the whole corpus and counts them twice (the shards and the merged
     ``results.jsonl`` are both copied), plus the other files as they are now.
@@ -46,7 +47,8 @@ def lease_check(st: dict[str, Any], lease_ends_at: dt.datetime, now: dt.datetime
     are not sent again and are left out; shards still waiting for their copy (the copy's lag) stay in.
 
     Args:
-        st: :func:`batch.run.status.batch_status` output (``done``, ``total``, ``docs_per_s``, ``state``, ``run_dir``;
+        st: :func:`batch.run.status.batch_status` output (``done``, ``total``, ``docs_per_s``, optional
+            ``steady_docs_per_s``, ``state``, ``run_dir``;
             optional ``copied_bytes``: shard bytes already at the export location).
         lease_ends_at: when the lease ends (aware datetime).
         now: the current time (default: now, UTC).
@@ -58,7 +60,7 @@ def lease_check(st: dict[str, Any], lease_ends_at: dt.datetime, now: dt.datetime
     """
     now = now or dt.datetime.now(dt.UTC)
     left = max(int(st["total"]) - int(st["done"]), 0)
-    rate = float(st.get("docs_per_s") or 0)
+    rate = float(st.get("steady_docs_per_s") or st.get("docs_per_s") or 0)
     bid = st.get("batch_id")
     all_bytes, shard_bytes = _run_bytes(Path(st["run_dir"])) if Path(st["run_dir"]).is_dir() else (0, 0)
     if left and st["done"]:
@@ -156,7 +158,7 @@ class LeaseWatch:
             return self.verdict
         self._checked_at = now
         offpod = progress.offpod() if getattr(progress, "offpod", None) is not None else {}
-        st = {"total": progress.total, "done": progress.done, "docs_per_s": progress.rate(),
+        st = {"total": progress.total, "done": progress.done, "docs_per_s": progress.lease_rate(),
               "run_dir": str(self.run_dir), "batch_id": self.batch_id, "copied_bytes": offpod.get("copied_bytes", 0)}
         self.verdict = lease_check(st, self.lease_ends_at, upload_mib_per_s=self.upload_mib_per_s)
         fits = self.verdict["fits"]

@@ -76,6 +76,7 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
         "done": sum(sizes[i] for i in complete), "total": manifest.corpus.get("distinct_ids"),
         "accepted": progress.accepted, "rejected": progress.rejected,
         "docs_per_s": progress.docs_per_s, "eta_s": progress.eta_s,
+        "steady_docs_per_s": progress.steady_docs_per_s, "steady_tokens_per_s": progress.steady_tokens_per_s,
         "last_error": progress.last_error or (manifest.attempts[-1].get("error") if manifest.attempts else None),
         "shards_done": len(complete), "shards": len(sizes), "retries": progress.retries,
         "updated_at": progress.updated_at, "skip_pilot_gate": manifest.pilot_gate.get("override"),
@@ -222,6 +223,7 @@ def remote_status(location: str) -> dict[str, Any]:
                  "exporting, or its export failed (see its run folder or log)")
     return {"batch_id": progress.batch_id, "state": state, "done": progress.done, "total": progress.total,
             "accepted": progress.accepted, "rejected": progress.rejected, "docs_per_s": progress.docs_per_s,
+            "steady_docs_per_s": progress.steady_docs_per_s, "steady_tokens_per_s": progress.steady_tokens_per_s,
             "eta_s": progress.eta_s, "retries": progress.retries, "last_error": progress.last_error,
             "lease": progress.lease, "host": progress.host, "updated_at": progress.updated_at, "age_s": age_s,
             "source": str(source).split("?", 1)[0], "exported": exported, "off_pod": off_pod}
@@ -249,13 +251,21 @@ def _off_pod(base: Any, progress: ProgressFile) -> dict[str, Any] | None:
             "oldest_waiting_s": lag.get("oldest_pending_s"), "copy_errors": lag.get("errors")}
 
 
+def _steady(st: dict[str, Any]) -> str:
+    """``" (steady X docs/s Y tokens/s after the first shard)"`` when ``progress.json`` holds a steady rate."""
+    if not st.get("steady_docs_per_s"):
+        return ""
+    return (f" (steady {st['steady_docs_per_s']:.2f} docs/s {st.get('steady_tokens_per_s') or 0:.0f} tokens/s after "
+            "the first shard)")
+
+
 def _print_remote(st: dict[str, Any]) -> None:
     bid = st["batch_id"]
     pct = 100 * (st["done"] or 0) / st["total"] if st["total"] else 100.0
     age = f" ({eta_text(st['age_s'])} ago)" if st["age_s"] is not None else ""
     print(f"batch {st['batch_id']}: {st['state']} (as last mirrored from {st['host']}{age})")
     print(f"  done      {st['done']}/{st['total']} ids ({pct:.1f}%)   rejected {st['rejected']}   accepted {st['accepted']}")
-    print(f"  rate      {st['docs_per_s'] or 0:.2f} docs/s   ETA {eta_text(st['eta_s']) if st['state'] == 'running' else '-'}")
+    print(f"  rate      {st['docs_per_s'] or 0:.2f} docs/s{_steady(st)}   ETA {eta_text(st['eta_s']) if st['state'] == 'running' else '-'}")
     print(f"  retries   {st['retries']}   last error: {st['last_error'] or 'none'}")
     if st["lease"]:
         print(f"  lease     {st['lease'].get('message') or st['lease'].get('short')}")
@@ -334,6 +344,7 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
                 if bar is None:
                     bar = progress_bar(int(st["total"]), 0, f"batch {batch_id}", file=file)
                 bar.n = int(st["done"])
+                bar.show_steady((st["steady_docs_per_s"], st["steady_tokens_per_s"] or 0) if st.get("steady_docs_per_s") else None)
                 progress = ProgressFile.read_or_none(run_dir / mf.PROGRESS)
                 lease = (progress.lease or {}).get("short") if progress else None
                 bar.set_postfix_str(f"{st['state'].split(' ')[0]}" + (f", {lease}" if lease else ""), refresh=False)
@@ -438,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"batch {st['batch_id']}: {st['state']}")
     print(f"  done      {st['done']}/{st['total']} ids ({pct:.1f}%), shards {st['shards_done']}/{st['shards']}")
     print(f"  rejected  {st['rejected'] if st['rejected'] is not None else '?'}   accepted {st['accepted'] if st['accepted'] is not None else '?'}")
-    print(f"  rate      {st['docs_per_s'] or 0:.2f} docs/s   ETA {eta_text(st['eta_s']) if st['state'] == 'running' else '-'}")
+    print(f"  rate      {st['docs_per_s'] or 0:.2f} docs/s{_steady(st)}   ETA {eta_text(st['eta_s']) if st['state'] == 'running' else '-'}")
     print(f"  retries   {st['retries']}   last error: {st['last_error'] or 'none'}")
     if st["skip_pilot_gate"]:
         print(f"  WARNING   started with {user_flag('--skip-pilot-gate')} (no passed pilot)")

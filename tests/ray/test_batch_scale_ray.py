@@ -197,3 +197,45 @@ def test_a_corpus_given_on_the_command_line_names_its_rows_by_its_own_file(local
     assert [r["id"] for r in read_jsonl(tmp_path / "runs" / "other" / mf.RESULTS)] == ["news-0000", "news-0001", "news-0002"]
     _run(tmp_path, shipped, "shipped", monkeypatch, corpus_fields=fields)
     assert [r["id"] for r in read_jsonl(tmp_path / "runs" / "shipped" / mf.RESULTS)][:2] == ["bbc-test-0000", "bbc-test-0001"]
+
+
+def _terminal(stream: str) -> list[str]:
+    """``stream`` as a terminal shows it: a carriage return goes back to the start of the line, text overwrites."""
+    lines, line, col = [], [], 0
+    for ch in stream:
+        if ch == "\n":
+            lines.append("".join(line).rstrip())
+            line, col = [], 0
+        elif ch == "\r":
+            col = 0
+        else:
+            line[col:col + 1] = [ch]
+            col += 1
+    return lines + (["".join(line).rstrip()] if line else [])
+
+
+def test_the_steady_rate_is_in_the_bar_progress_json_summary_and_the_final_lines(local_ray, tmp_path, monkeypatch,
+                                                                                capfd):
+    """Issue 42 item 4: docs/s and tokens/s after the first shard on the bar, in progress.json and summary.json and the
+    last lines; the bar ends with one 100% line (as a terminal shows it), not two at different rates."""
+    from batch.run.driver import main as batch_main
+    from bench.instant_engine import remote_class
+
+    monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("DOCPILOT_EXPORTS", str(tmp_path / "exports"))
+    config = write_config(tmp_path / "c.json", shard_docs=50, shard_target_bytes=4000)
+    corpus = write_jsonl(tmp_path / "c.jsonl", news_rows(400))
+    import batch.run.driver as driver
+
+    real = driver.run_batch
+    monkeypatch.setattr(driver, "run_batch", lambda options: real(options, _engine_actor=remote_class()))
+    assert batch_main(["--config", str(config), "--corpus", str(corpus), "--batch-id", "s", "--skip-pilot-gate"]) == 0
+    out = capfd.readouterr()
+    screen = _terminal(out.err)
+    full = [line for line in screen if "400/400" in line]
+    assert len(full) == 1 and "steady" in full[0] and "tokens/s" in full[0], screen[-8:]
+    summary = json.loads((tmp_path / "runs" / "s" / mf.SUMMARY).read_text())["this_attempt"]
+    progress = json.loads((tmp_path / "runs" / "s" / mf.PROGRESS).read_text())
+    assert summary["steady_docs_per_s"] > 0 and summary["steady_tokens_per_s"] is not None  # the instant engine: 0 tokens
+    assert progress["steady_docs_per_s"] == summary["steady_docs_per_s"]
+    assert f"steady rate after the first shard: {summary['steady_docs_per_s']} docs/s" in out.out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -46,15 +47,17 @@ def test_make_help_lists_every_target():
 
 
 FAKE_PYTHON = r"""#!/bin/bash
-# stands in for python (and the venv's python) in `make setup`: records each call; pip fails on FAIL_ON
-echo "$*" >> "$CALLS"
+# stands in for python (and the venv's python) in `make setup`: records each call (pip's with PIP_PROGRESS_BAR);
+# real pip parses each pip command line (`--help` at the end: options checked, nothing installed); FAIL_ON fails
+echo "$*${PIP_PROGRESS_BAR:+ [PIP_PROGRESS_BAR=$PIP_PROGRESS_BAR]}" >> "$CALLS"
 case "$1" in
   -c) exit 0 ;;
 esac
 case "$2" in
   classify.machine) [[ "$*" == *--write* ]] && echo '{"profile": "cpu"}' > "${@: -1}"; exit 0 ;;
   venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; exit 0 ;;
-  pip) if [[ -n "$FAIL_ON" && "$*" == *"$FAIL_ON"* ]]; then echo "ERROR: No matching distribution" >&2; exit 1; fi; exit 0 ;;
+  pip) if [[ -n "$FAIL_ON" && "$*" == *"$FAIL_ON"* ]]; then echo "ERROR: No matching distribution" >&2; exit 1; fi
+       "$REAL_PYTHON" -m pip "${@:3}" --help > /dev/null; exit $? ;;
 esac
 """
 
@@ -64,7 +67,7 @@ def _setup(tmp_path, fail_on: str = "") -> subprocess.CompletedProcess:
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    env = {"PATH": "/usr/bin:/bin", "CALLS": str(tmp_path / "calls"), "FAIL_ON": fail_on}
+    env = {"PATH": "/usr/bin:/bin", "CALLS": str(tmp_path / "calls"), "FAIL_ON": fail_on, "REAL_PYTHON": sys.executable}
     return subprocess.run(["make", "setup", "PROFILE=cpu", f"PYTHON={fake}", f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=60)
 
@@ -79,8 +82,8 @@ def test_setup_prints_one_line_per_step_and_keeps_pips_output_in_its_log(tmp_pat
     assert [line.split()[1] for line in lines if line.split()[1][0].isdigit()] == ["0/4", "1/4", "2/4", "3/4", "4/4"]
     pip_calls = [c for c in (tmp_path / "calls").read_text().splitlines() if c.startswith("-m pip ")]
     assert len(pip_calls) == 6
-    log = f"--quiet --quiet --progress-bar off --log {tmp_path / 'venv'}/pip.log"
-    assert all(log in c for c in pip_calls), pip_calls
+    log = f"--quiet --quiet --log {tmp_path / 'venv'}/pip.log"
+    assert all(log in c and c.endswith("[PIP_PROGRESS_BAR=off]") for c in pip_calls), pip_calls
 
 
 def test_a_failed_install_step_names_pips_log(tmp_path):
