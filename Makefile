@@ -53,20 +53,21 @@ PROBED        := $(shell $(PYTHON) -m classify.machine profile --venv $(VENV) 2>
 PROFILE       := $(word 1,$(PROBED))
 PROFILE_FORCED := $(filter forced,$(PROBED))
 endif
-# pip's own output goes to $(VENV)/pip.log (PIP_VERBOSE=1 shows it); docpilot prints one line per step. pip's
-# -qq shows errors only (its retry WARNINGs for an unreachable index stay in the log); PIP_PROGRESS_BAR=off (pip's
-# --progress-bar of `install`, as an environment variable so `pip uninstall` takes it too) draws no bars.
-PIP_QUIET   ?= $(if $(PIP_VERBOSE),,--quiet --quiet --log $(VENV)/pip.log)
+# pip's own output goes to $(VENV)/pip.log (--log: everything) and $(VENV)/pip.out (what pip --quiet would print:
+# its WARNINGs, such as the retries of an unreachable index, and errors); docpilot prints one line per step, and
+# on a failed step the end of pip.out. PIP_VERBOSE=1 shows pip's own output instead. PIP_PROGRESS_BAR=off (pip's
+# `install --progress-bar`, as an environment variable so that `pip uninstall` takes it too) draws no bars.
+PIP_QUIET   ?= $(if $(PIP_VERBOSE),,--quiet --log $(VENV)/pip.log)
 PIP         := $(if $(PIP_VERBOSE),,PIP_PROGRESS_BAR=off )$(BIN)/python -m pip $(PIP_QUIET)
-# a failed step says where pip's whole story is
-PIP_FAILED  := || { echo "[setup] failed: pip's full log is $(VENV)/pip.log (PIP_VERBOSE=1 prints it here)" >&2; exit 1; }
+PIP_FAILED  := $(if $(PIP_VERBOSE),,>> $(VENV)/pip.out 2>&1) || { $(if $(PIP_VERBOSE),,tail -n 15 $(VENV)/pip.out >&2;) \
+               echo "[setup] failed: pip's full log is $(VENV)/pip.log (PIP_VERBOSE=1 prints it here)" >&2; exit 1; }
 
 setup: $(VENV)/.installed-$(PROFILE)
 
 $(VENV)/.installed-$(PROFILE): pyproject.toml $(wildcard requirements/$(PROFILE).lock)
 	@$(PYTHON) -m classify.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced)
 	@if ! grep -qs '"profile": "$(PROFILE)"' $(VENV)/docpilot-profile.json; then rm -rf $(VENV); fi
-	@echo "[setup] 0/4 a fresh venv in $(VENV) (pip's log: $(VENV)/pip.log)"
+	@echo "[setup] 0/4 a fresh venv in $(VENV) (pip's log: $(VENV)/pip.log, its warnings: $(VENV)/pip.out)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PIP) install --upgrade pip $(PIP_FAILED)
 ifeq ($(PROFILE),cuda)
