@@ -66,28 +66,39 @@ def _distribution(plt: Any, report: Mapping[str, Any], path: Path, run: str) -> 
 
 
 def _histogram(plt: Any, report: Mapping[str, Any], path: Path, run: str) -> str:
+    """The scores of the accepted documents; with labels, the wrong or unlabelled ones again in a panel of their own
+    below (its own count axis, each bar numbered): a few wrong answers among hundreds right are one pixel each on
+    the shared axis, and they are what a reader looks for."""
     hist = report["score_histogram"]
     edges, counts = hist["bin_edges"], hist["counts"]
     width = edges[1] - edges[0]
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
     lab = report.get("labelled")
     if lab and any(lab["score_bins_correct"]):
+        fig, (ax, low) = plt.subplots(2, 1, figsize=(7.5, 5.6), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
         right = lab["score_bins_correct"]
         wrong = [n - r for n, r in zip(counts, right, strict=True)]
         ax.bar(edges[:-1], right, width=width, align="edge", color="#55A868", edgecolor="white", label="correct (labelled)")
         ax.bar(edges[:-1], wrong, width=width, align="edge", bottom=right, color="#C44E52", edgecolor="white",
                label="wrong or unlabelled")
+        bars = low.bar(edges[:-1], wrong, width=width, align="edge", color="#C44E52", edgecolor="white")
+        low.bar_label(bars, labels=[str(n) if n else "" for n in wrong], fontsize=8)
+        low.set_ylim(0, max(wrong + [1]) * 1.3)
+        low.set_ylabel("wrong or\nunlabelled")
+        low.set_title(f"{sum(wrong)} wrong or unlabelled, on their own scale", fontsize=9)
     else:
+        fig, ax = plt.subplots(figsize=(7.5, 4.2))
+        low = ax
         ax.bar(edges[:-1], counts, width=width, align="edge", color="#4C72B0", edgecolor="white", label="accepted documents")
     review = report.get("review")
     if review:
-        ax.axvline(review["below_score"], color="black", linestyle="--",
-                   label=f"review below {review['below_score']} ({review['flagged']} flagged)")
+        for axis in dict.fromkeys((ax, low)):
+            axis.axvline(review["below_score"], color="black", linestyle="--",
+                         label=f"review below {review['below_score']} ({review['flagged']} flagged)")
     ax.legend(loc="upper left", fontsize=8)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, max(counts + [1]) * 1.15)
     ax.set_title(f"Score of the chosen category ({sum(counts)} accepted documents, bins of {width:.2f})\n{run}", fontsize=10)
-    ax.set_xlabel("score: probability of the chosen category (0-1)")
+    low.set_xlabel("score: probability of the chosen category (0-1)")
     ax.set_ylabel("documents (count)")
     return _save(plt, fig, path)
 

@@ -388,3 +388,27 @@ def test_a_results_table_is_counted_in_slices_as_a_whole(threshold):
     out = QualityTally(cats, threshold)
     out.add_table(odd)  # a score over 1 falls in the last bin, NaN in none
     assert out.hist[19] == 1 and sum(out.hist) == 1 and out.total == 2
+
+
+def test_the_few_wrong_answers_get_a_panel_of_their_own_in_the_score_histogram(tmp_path, monkeypatch):
+    """Issue 42 item 8: 2 wrong answers beside 300 right ones are one pixel each on a shared linear axis; the picture
+    draws them again on their own axis, where one wrong answer is at least a third of the panel's height."""
+    from batch.report import plots
+    from batch.report.quality import QualityTally, write_report
+
+    t = QualityTally(["sport", "tech"])
+    for i in range(300):
+        t.add(_row(i, "sport", 0.97), label="sport")
+    t.add(_row(300, "tech", 0.96), label="sport")
+    t.add(_row(301, "tech", 0.55), label="sport")
+    figures = []
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda plt, fig, path: figures.append((path.name, fig)) or real(plt, fig, path))
+    write_report(tmp_path, t, "run-x")
+    [fig] = [f for name, f in figures if name == plots.HISTOGRAM_PNG]
+    assert len(fig.axes) == 2, "the wrong answers have no panel of their own"
+    low = fig.axes[1]
+    heights = [p.get_height() for p in low.patches]
+    assert sum(heights) == 2 and max(heights) == 1
+    assert 1 / low.get_ylim()[1] >= 1 / 3
+    assert (tmp_path / plots.HISTOGRAM_PNG).read_bytes()[:4] == b"\x89PNG"
