@@ -198,8 +198,18 @@ class AsyncClassifier:
         self.aborted += len(ids)
 
     def shutdown(self) -> None:
-        """Stop the engine core process (safe to call twice)."""
+        """Stop the engine core process (safe to call twice).
+
+        vLLM's ``AsyncLLM.__del__`` calls its ``shutdown()`` once more when the object is collected; at interpreter
+        exit that runs after the module globals it calls (``shutdown_prometheus``) are gone, and prints a
+        ``TypeError`` traceback after a clean SIGTERM. Once stopped here, the engine's own ``shutdown`` is a no-op.
+        """
         self.llm.shutdown()
+        self.llm.shutdown = _already_stopped  # instance attribute: AsyncLLM.__del__ calls self.shutdown()
+
+
+def _already_stopped(*_args: Any, **_kwargs: Any) -> None:
+    """What ``AsyncLLM.shutdown`` becomes once :meth:`AsyncClassifier.shutdown` stopped the engine."""
 
 
 def build_async_engine(

@@ -96,6 +96,8 @@ class _FakeProgress:
     def rate(self):
         return self._rate
 
+    lease_rate = rate  # no steady rate yet: the overall one
+
 
 def test_the_batch_progress_line_says_whether_the_lease_fits(tmp_path):
     import io
@@ -132,3 +134,28 @@ def test_a_finished_batch_or_an_ended_lease_gets_the_right_advice(tmp_path):
     running = lease_check(batch_status("b-run", tmp_path), NOW - dt.timedelta(minutes=5), now=NOW)
     assert running["fits"] is False and running["message"].startswith("the lease ENDED 5m00s ago")
     assert "--export-partial" in running["message"]
+
+
+def test_the_steady_rate_leaves_the_engine_start_out_and_drives_the_eta_and_the_lease(tmp_path, monkeypatch):
+    """Issue 42 item 4: 60 s of engine start, then a shard of 100 documents every 10 s: the steady rate is 10 docs/s
+    (the overall rate 3.3 docs/s); progress.json, the ETA and the lease clock go by the steady one."""
+    from batch.run import progress as progress_mod
+    from batch.run.lease import LeaseWatch
+    from batch.run.progress import Progress
+
+    clock = [1000.0]
+    monkeypatch.setattr(progress_mod.time, "monotonic", lambda: clock[0])
+    run = _run(tmp_path, total=1000, done=0)
+    p = Progress(run, "b-lease", total=1000)
+    p.start({})
+    clock[0] += 60  # the engines start
+    for _ in range(3):
+        clock[0] += 10
+        p.shard_counted(100, 100, 0, 20_000)
+    assert p.steady() == (10.0, 2000.0) and round(p.rate(), 2) == 3.33
+    p.save()
+    saved = json.loads((run / mf.PROGRESS).read_text())
+    assert (saved["steady_docs_per_s"], saved["steady_tokens_per_s"], saved["docs_per_s"]) == (10.0, 2000.0, 3.333)
+    assert saved["eta_s"] == 70.0  # 700 documents left at 10 docs/s, not at 3.3
+    watch = LeaseWatch(dt.datetime.now(dt.UTC) + dt.timedelta(minutes=3), run, "b-lease")
+    assert watch.tick(p, force=True)["eta_s"] == 70.0
