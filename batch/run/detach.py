@@ -40,6 +40,7 @@ from batch.run.detached import (
     record_exit,
 )
 from classify.runrecords import utc_now, write_json_atomic
+from classify.usercommand import user_command, user_flag
 
 log = logging.getLogger("docpilot.detach")
 
@@ -119,7 +120,8 @@ def _take_detach_lock(run_id: str, run_dir: Path) -> int:
         pid = holder.get("supervisor_pid", "?")
         raise InputError(f"{run_id} is already running detached (supervisor pid {pid}, started "
                          f"{holder.get('started_at', '?')}, holds {run_dir / DETACH_LOCK}); follow it with "
-                         f"`docpilot status {run_id} --follow`, stop it with `kill {pid}`; start it again once it "
+                         f"`{user_command(f'docpilot status {run_id} --follow')}`, stop it with `kill {pid}`; start it "
+                         "again once it "
                          "ended") from None
     return fd
 
@@ -152,7 +154,7 @@ def _start(kind: str, run_id: str, run_dir: Path, argv: list[str], *, lock_fd: i
     what = "batch" if kind == "batch" else "training job"
     print(f"{what} {run_id} detached (pid {proc.pid}, its own session: closing this terminal does not stop it)")
     print(f"log:    {logfile}")
-    print(f"follow: docpilot status {run_id} --follow" + ("   (make status BATCH=" + run_id + ")" if kind == "batch" else ""))
+    print(f"follow: {user_command(f'docpilot status {run_id} --follow')}")
     print(f"stop:   kill {proc.pid}   (a clean, resumable stop, as SIGTERM)")
     return 0
 
@@ -178,11 +180,11 @@ def detach_train(argv: list[str], stop_when_done: bool, wrap_up_to: str | None, 
     from classify.runrecords import new_run_dir
 
     if not detach:
-        raise InputError("--stop-when-done needs --detach (a foreground run ends with its terminal); after a "
-                         "foreground run use `docpilot wrap-up --to DEST`")
+        raise InputError(f"{user_flag('--stop-when-done')} needs {user_flag('--detach')} (a foreground run ends with its "
+                         f"terminal); after a foreground run use `{user_command('docpilot wrap-up --to DEST')}`")
     if stop_when_done and not wrap_up_to:
-        raise InputError("--stop-when-done needs --wrap-up-to DEST (a folder or s3://...): the lease is never stopped "
-                         "before everything is copied off the pod and re-checked")
+        raise InputError(f"{user_flag('--stop-when-done')} needs {user_flag('--wrap-up-to', 'DEST')} (a folder or "
+                         "s3://...): the lease is never stopped before everything is copied off the pod and re-checked")
     if stop_when_done:
         from batch.run.lease import check_stop_command, stop_settings
 

@@ -164,7 +164,7 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
     if gate["pilot"] is not None:
         gate_record["pipeline_differences"] = warn_pipeline(gate["pilot"], cfg, adapter.mode if adapter else None)
     batch_id, run_dir = _open_run(options.batch_id)
-    lock = _driver_lock(batch_id, run_dir, f"docpilot status {batch_id}")
+    lock = _driver_lock(batch_id, run_dir, user_command(f"docpilot status {batch_id}"))
     finished = False
     try:
         if options.resume_from:
@@ -277,7 +277,7 @@ def _detach(args: BatchOptions, argv: list[str]) -> int:
         batch_id, run_dir = _open_run(None)
     else:
         batch_id, run_dir = _open_run(args.batch_id)
-        _driver_lock(batch_id, run_dir, f"docpilot status {batch_id} --follow").release()
+        _driver_lock(batch_id, run_dir, user_command(f"docpilot status {batch_id} --follow")).release()
     rest = child_argv(argv)
     if args.batch_id is None:
         rest += ["--batch-id", batch_id]

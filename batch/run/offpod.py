@@ -41,6 +41,7 @@ from classify import storage
 from classify.errors import InputError, VerificationError
 from classify.export import read_sums, sums_text
 from classify.runrecords import write_bytes_atomic
+from classify.usercommand import user_flag
 
 log = logging.getLogger("docpilot.batch")
 
@@ -312,8 +313,9 @@ def restore_run(dest: str, run_dir: Path) -> tuple[Manifest, int]:
             resumed, the command can be run again).
     """
     if (run_dir / mf.MANIFEST).exists():
-        raise InputError(f"{run_dir} already holds a batch; resume it with --batch-id {run_dir.name} (without "
-                         "--resume-from), or give another DOCPILOT_RUNS folder")
+        raise InputError(f"{run_dir} already holds a batch; resume it with {user_flag('--batch-id', run_dir.name)} "
+                         f"(without {user_flag('--resume-from', '...')}), or give another "
+                         "DOCPILOT_RUNS folder")
     fs, root = storage.filesystem(dest)
     fs.invalidate_cache()
     try:
