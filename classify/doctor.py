@@ -24,6 +24,7 @@ from typing import Any
 from classify.config import PilotConfig, load_config
 from classify.device import cpp_compiler
 from classify.memory import Estimate
+from classify.paths import state_dir
 from classify.usercommand import user_flag
 
 MATMUL_N = 512
@@ -416,7 +417,8 @@ def print_table(checks: list[Check]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``docpilot doctor [--config F] [--json OUT|-]``: the table; the JSON only to ``OUT`` (``-``: standard output).
+    """``docpilot doctor [--config F] [--json OUT|-]``: the table, and the findings as JSON in a file (its path printed):
+    ``OUT``, by default ``<DOCPILOT_HOME>/doctor.json``; ``--json -`` prints the JSON instead of the table.
 
     Returns:
         6 on a blocker, else 0.
@@ -424,7 +426,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="docpilot doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="config/docpilot.json")
     parser.add_argument("--json", dest="json_out", metavar="OUT",
-                        help="also write the findings as JSON to this file (`-`: standard output, instead of the table)")
+                        help="write the findings as JSON to this file (default <DOCPILOT_HOME>/doctor.json; `-`: "
+                             "standard output, instead of the table)")
     args = parser.parse_args(argv)
     cfg = load_config(PilotConfig, args.config)
     checks = run_checks(cfg)
@@ -433,11 +436,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print_table(checks)
-        if args.json_out:
-            out = Path(args.json_out)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(doc, indent=2) + "\n")
-            print(f"findings as JSON: {out}", file=sys.stderr)
-        else:
-            print(f"(the same findings as JSON: {user_flag('--json', 'FILE')})", file=sys.stderr)
+        out = Path(args.json_out) if args.json_out else state_dir() / "doctor.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"findings as JSON: {out} (another file: {user_flag('--json', 'FILE')})", file=sys.stderr)
     return 6 if blockers(checks) else 0

@@ -38,11 +38,13 @@ def test_findings_and_json(tmp_path, capsys):
     assert code == (6 if not doc["ok"] else 0)
 
 
-def test_the_doctor_prints_its_table_not_the_json_unless_asked(capsys):
+def test_the_doctor_prints_its_table_and_where_the_json_is_not_the_json(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCPILOT_HOME", str(tmp_path))
     doctor.main([])
     printed = capsys.readouterr()
-    assert "docpilot doctor" in printed.err and "--json FILE" in printed.err  # the table, and where the JSON is
+    assert "docpilot doctor" in printed.err and f"findings as JSON: {tmp_path / 'doctor.json'}" in printed.err
     assert '"checks"' not in printed.out + printed.err
+    assert json.loads((tmp_path / "doctor.json").read_text())["checks"]
     doctor.main(["--json", "-"])
     assert json.loads(capsys.readouterr().out)["checks"]
 
