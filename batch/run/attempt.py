@@ -419,8 +419,10 @@ class BatchRun:
                 if self.uploader is not None:
                     bar.set_postfix_str(offpod_short(self.uploader.lag(), progress.lease), refresh=False)
                 bar.show_steady(progress.steady())
-                bar.update(out.n_docs)
-                if bar.n >= bar.total:  # one last line now: nothing logged after it redraws a second 100% line
+                if bar.n + out.n_docs < bar.total:
+                    bar.update(out.n_docs)
+                else:  # the last shard: one final line, drawn by close() (update() first would draw a second 100% one)
+                    bar.n = bar.total
                     bar.close()
 
             actor_model, actor_fingerprint = (adapter.engine_model(cfg.model, manifest.model_fingerprint) if adapter

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -229,11 +230,23 @@ def test_the_steady_rate_is_in_the_bar_progress_json_summary_and_the_final_lines
 
     real = driver.run_batch
     monkeypatch.setattr(driver, "run_batch", lambda options: real(options, _engine_actor=remote_class()))
+    import batch.run.attempt as attempt
+
+    real_bar = attempt.progress_bar
+
+    def every_update_drawn(*args, **kwargs):  # as on a real lot, where shards are seconds apart (tqdm's mininterval)
+        bar = real_bar(*args, **kwargs)
+        bar.mininterval, bar.miniters, bar.dynamic_miniters = 0, 1, False
+        return bar
+
+    monkeypatch.setattr(attempt, "progress_bar", every_update_drawn)
     assert batch_main(["--config", str(config), "--corpus", str(corpus), "--batch-id", "s", "--skip-pilot-gate"]) == 0
     out = capfd.readouterr()
     screen = _terminal(out.err)
     full = [line for line in screen if "400/400" in line]
     assert len(full) == 1 and "steady" in full[0] and "tokens/s" in full[0], screen[-8:]
+    drawn = [part for part in re.split(r"[\r\n]", out.err) if "400/400" in part]  # as a log file holds it
+    assert len(drawn) == 1, drawn
     summary = json.loads((tmp_path / "runs" / "s" / mf.SUMMARY).read_text())["this_attempt"]
     progress = json.loads((tmp_path / "runs" / "s" / mf.PROGRESS).read_text())
     assert summary["steady_docs_per_s"] > 0 and summary["steady_tokens_per_s"] is not None  # the instant engine: 0 tokens
