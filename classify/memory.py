@@ -11,14 +11,20 @@ biases unless ``attention_bias``), which covers SmolLM2, Llama 2/3, Mistral and 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from classify.errors import ConfigError
 from classify.modelshape import (
     LINEAR_MODULES,
     ModelShape,
     lora_parameter_count,
+    shape_from_folder,
 )
+
+log = logging.getLogger(__name__)
 
 GIB = 1 << 30
 TP_SIZES = (1, 2, 4, 8)
@@ -387,3 +393,82 @@ def choose_tensor_parallel(fit_for: Any, cards: int, sizes: tuple[int, ...] = TP
         if fit.start.fits:
             return fit
     return None
+
+
+def model_shape(model_cfg: Any) -> ModelShape:
+    """The base model's shape: a built-in 7B-class table entry (:data:`BUILTIN_SHAPES`), or the model folder's ``config.json``.
+
+    Args:
+        model_cfg: the ``model`` section (its ``base_model``).
+
+    Raises:
+        ConfigError: a Hugging Face id that is not a local folder (the plan never downloads).
+        EngineError: the default model cannot be provisioned (from :func:`classify.model.resolve_model`).
+    """
+    if model_cfg.base_model in BUILTIN_SHAPES:
+        return BUILTIN_SHAPES[model_cfg.base_model]
+    from classify.model import resolve_model
+
+    ref = resolve_model(model_cfg)
+    if not Path(ref.path).is_dir():
+        raise ConfigError(
+            f"`model.base_model` {model_cfg.base_model!r} is not a local folder; the plan reads config.json "
+            f"without downloading: give a folder or one of {sorted(BUILTIN_SHAPES)}"
+        )
+    return shape_from_folder(ref.path)
+
+
+def resolve_tensor_parallel(engine: Any, model_cfg: Any, device: str, *, cards_per_node: int,
+                            card_mib: int | None = None) -> int:
+    """``engine.tensor_parallel_size`` as a number for this run (what the actors ask Ray for and vLLM is given).
+
+    A number is used as given on accelerators; CPU engines run with 1. ``"auto"`` on an accelerator is the
+    smallest size of at most ``cards_per_node`` with which vLLM starts by the plan's formula
+    (:func:`serving_fit`: the weights' share, one ``max_model_len`` sequence of KV, LoRA slots
+    and 2 GiB overhead per card), for the model's shape and the card's memory.
+
+    Args:
+        engine: the ``engine`` section.
+        model_cfg: the ``model`` section (shape from :func:`model_shape`, ``max_model_len``, dtype).
+        device: where the engines compute (``cpu``, ``cuda``, ``rocm``).
+        cards_per_node: the most GPUs one node of the cluster has.
+        card_mib: one card's memory in MiB; ``None``: this machine's first card (:func:`classify.machine.probe`).
+
+    Returns:
+        1, 2, 4 or 8.
+
+    Raises:
+        ConfigError: ``"auto"`` and no size of at most ``cards_per_node`` starts (the message has the figures).
+    """
+    tp = engine.tensor_parallel_size
+    if device == "cpu":
+        return 1
+    if tp != "auto":
+        return tp
+    if card_mib is None:
+        from classify.machine import probe
+
+        card_mib = next((g.memory_mib for g in probe().gpus if g.memory_mib), None)
+    if card_mib is None:
+        log.warning("`engine.tensor_parallel_size: auto`: this machine does not report its card's memory; "
+                    "engines run with 1 (set the size to choose another)")
+        return 1
+    eng = engine.resolve(device)
+    shape = model_shape(model_cfg)
+    usable = int(card_mib * 2**20 * eng.gpu_memory_utilization)
+
+    def fit_for(size: int) -> Any:
+        return serving_fit(shape, DTYPE_BYTES.get(model_cfg.dtype, 2), tp=size, max_model_len=model_cfg.max_model_len,
+                           max_num_seqs=eng.max_num_seqs, max_loras=eng.max_loras, max_lora_rank=eng.max_lora_rank,
+                           overhead_bytes=2 * GIB, usable_bytes=usable)
+
+    chosen = choose_tensor_parallel(fit_for, cards_per_node)
+    if chosen is None:
+        one = fit_for(1).start
+        raise ConfigError(
+            f"`engine.tensor_parallel_size: auto`: {model_cfg.base_model} does not start on up to {cards_per_node} "
+            f"card(s) of {card_mib} MiB on one node (one card needs {one.needed / GIB:.1f} GiB, usable "
+            f"{one.usable / GIB:.1f} GiB); `make plan` proposes what to change")
+    log.info("`engine.tensor_parallel_size: auto` -> %d (%d full-length sequences fit at once)", chosen.tp,
+             chosen.sequences)
+    return chosen.tp

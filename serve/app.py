@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from classify.config import PilotConfig, load_config
+from classify.config import EngineConfig, PilotConfig, load_config
 from classify.model import ModelRef, resolve_model, verify_model
 from serve import routes_adapters, routes_classify, routes_health, routes_metrics
 from serve.adapters import AdapterService
@@ -53,6 +53,39 @@ def load_server_config(settings: ServeSettings) -> PilotConfig:
     return load_config(PilotConfig, settings.config_path, overrides)
 
 
+def server_engine(config: PilotConfig, device: str | None = None) -> EngineConfig:
+    """The engine section the server's vLLM engine is built with: ``tensor_parallel_size`` a number.
+
+    ``auto`` is resolved by the batch's own function (:func:`classify.memory.resolve_tensor_parallel`: the
+    smallest size with which vLLM starts by the plan's formula) over this machine's cards (a server is one
+    node) and the first card's memory, as ``nvidia-smi``/``amd-smi`` report them (:func:`classify.machine.probe`);
+    a number is kept on an accelerator; CPU engines run with 1.
+
+    Args:
+        config: the server's config (its ``model`` and ``engine`` sections).
+        device: ``cpu``, ``cuda`` or ``rocm``; ``None``: this machine's (:func:`classify.device.detect_device`).
+
+    Returns:
+        ``config.engine`` with ``tensor_parallel_size`` 1, 2, 4 or 8.
+
+    Raises:
+        ConfigError: ``auto`` and the model starts on no group of this machine's cards (the figures in the message).
+    """
+    from classify.device import detect_device
+    from classify.memory import resolve_tensor_parallel
+
+    device = device or detect_device()
+    cards, card_mib = 0, None
+    if device != "cpu" and config.engine.tensor_parallel_size == "auto":
+        from classify.machine import probe
+
+        gpus = probe().gpus
+        cards, card_mib = len(gpus), next((g.memory_mib for g in gpus if g.memory_mib), None)
+    tp = resolve_tensor_parallel(config.engine, config.model, device, cards_per_node=cards, card_mib=card_mib)
+    log.info("engine on %s: tensor_parallel_size %d (configured %s)", device, tp, config.engine.tensor_parallel_size)
+    return config.engine.model_copy(update={"tensor_parallel_size": tp})
+
+
 def create_app(
     settings: ServeSettings,
     config: PilotConfig | None = None,
@@ -77,6 +110,7 @@ def create_app(
         ConfigError: invalid config. EngineError: the base model cannot be resolved.
     """
     config = config or load_server_config(settings)
+    config = config.model_copy(update={"engine": server_engine(config)})  # the TP the engine gets, recorded (/readyz)
     model = model or verify_model(resolve_model(config.model))  # re-hashed at server start (#28 item 3)
     if registry is None:
         from adapters.registry import Registry

@@ -35,4 +35,5 @@ async def readyz(state: State) -> JSONResponse:
     if not state.ready:
         status = "failed" if state.failure else "loading"
         return JSONResponse(NotReadyOut(status=status, error=state.failure).model_dump(), status_code=503)
-    return JSONResponse(ReadyOut(status="ready", model=state.model.name, fingerprint=state.model.fingerprint).model_dump())
+    return JSONResponse(ReadyOut(status="ready", model=state.model.name, fingerprint=state.model.fingerprint,
+                                 tensor_parallel_size=state.config.engine.tensor_parallel_size).model_dump())

@@ -168,6 +168,8 @@ class ReadyOut(_Body):
     status: Literal["ready"]
     model: str
     fingerprint: str
+    tensor_parallel_size: int = Field(description="GPUs the engine spans (`engine.tensor_parallel_size`, `auto` "
+                                                  "resolved as the batch resolves it; 1 on CPU)")
 
 
 class NotReadyOut(_Body):

@@ -111,6 +111,38 @@ class PilotHooks(RunHooks):
             log.debug("pilot stage %s", name)
         self.current = name
 
+    def pool_starting(self, device: str, tp: int, place_timeout_s: float) -> None:
+        """On a Ray cluster, ``make cluster-check``'s check before any engine starts; recorded in ``environment.json``.
+
+        A cluster is more than one alive Ray node, or GPUs the engines compute on (``device`` not ``cpu``): one
+        probe actor per card in its TP group of ``tp`` (:func:`batch.pool.cluster_check.check_cluster`, waiting up
+        to ``place_timeout_s``), its table (node, card, ``CUDA_VISIBLE_DEVICES``, TP group) logged and kept as
+        ``environment.json``'s ``cluster``. One node with CPU engines (a plain local pilot) costs one look at
+        ``ray.nodes()`` and is recorded as not checked.
+
+        Raises:
+            EnvironmentCheckError: a card got no probe (held by another job, a group spread over nodes, a card
+                left out by ``tp``): the stage fails and the decision is ``fix-environment``.
+        """
+        import ray
+
+        from batch.pool.cluster_check import check_cluster, report_lines
+
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        cards = device != "cpu" and any(n.get("Resources", {}).get("GPU", 0) for n in nodes)
+        if len(nodes) < 2 and not cards:
+            result: dict[str, Any] = {"checked": False, "why": "one Ray node and CPU engines: no card or node to place"}
+        else:
+            result = {"checked": True, **check_cluster(tp, place_timeout_s, cards=cards)}
+            for line in report_lines(result):
+                log.info("pilot cluster check: %s", line)
+        write_json_atomic(self.run_dir / "environment.json",
+                          {**(json_file(self.run_dir / "environment.json") or {}), "cluster": result})
+        if result.get("ok") is False:
+            raise EnvironmentCheckError(
+                f"cluster check failed: {'; '.join(result['problems'])} (every card must hold one engine; "
+                "`make cluster-check` shows the cluster, docs/cluster.md)")
+
     def actor_ready(self, info: dict[str, Any]) -> None:
         """Keep the actor's processes (itself and its ``VLLM::`` engine processes) to measure them."""
         if self.first_ready is None:

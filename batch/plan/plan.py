@@ -20,10 +20,9 @@ from typing import Any
 from pydantic import AwareDatetime, ValidationError
 
 from batch.plan.lots import JobShape, LotsConfig, gpu_spec, job_shape, load_lease_part, load_lots
-from classify.config import Frozen, ModelConfig, config_sha256
+from classify.config import Frozen, config_sha256
 from classify.errors import ConfigError
 from classify.memory import (
-    BUILTIN_SHAPES,
     DTYPE_BYTES,
     GIB,
     TP_SIZES,
@@ -31,11 +30,12 @@ from classify.memory import (
     choose_tensor_parallel,
     kv_bytes_per_token,
     kv_bytes_per_token_per_card,
+    model_shape,
     serving_estimate,
     serving_fit,
     training_estimate,
 )
-from classify.modelshape import ModelShape, shape_from_folder
+from classify.modelshape import ModelShape
 
 _NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
 
@@ -161,26 +161,6 @@ def ray_plan(cfg: LotsConfig, tp: int = 1) -> dict[str, Any]:
         "backend_ok": spec.backend == cfg.image_backend,
         "warnings": warnings,
     }
-
-
-def model_shape(model_cfg: ModelConfig) -> ModelShape:
-    """The base model's shape: a built-in 7B-class table entry, or the model folder's ``config.json``.
-
-    Raises:
-        ConfigError: a Hugging Face id that is not a local folder (the plan never downloads).
-        EngineError: the default model cannot be provisioned (from :func:`classify.model.resolve_model`).
-    """
-    if model_cfg.base_model in BUILTIN_SHAPES:
-        return BUILTIN_SHAPES[model_cfg.base_model]
-    from classify.model import resolve_model
-
-    ref = resolve_model(model_cfg)
-    if not Path(ref.path).is_dir():
-        raise ConfigError(
-            f"`model.base_model` {model_cfg.base_model!r} is not a local folder; the plan reads config.json "
-            f"without downloading: give a folder or one of {sorted(BUILTIN_SHAPES)}"
-        )
-    return shape_from_folder(ref.path)
 
 
 def _gib(n: int) -> str:

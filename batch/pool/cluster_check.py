@@ -35,12 +35,14 @@ class CardProbe:
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
-def check_cluster(tp: int = 1, timeout_s: float = 120.0) -> dict[str, Any]:
+def check_cluster(tp: int = 1, timeout_s: float = 120.0, cards: bool = True) -> dict[str, Any]:
     """Place one probe per card of the connected Ray cluster in its tensor-parallel group and report where each landed.
 
     Args:
         tp: the engine's tensor-parallel size (cards per group; a group never spans nodes).
         timeout_s: seconds to wait for the placement groups and the probes.
+        cards: place probes on the GPUs; ``False`` (a run whose engines compute on the CPU, GPUs declared or
+            not): list the nodes only.
 
     Returns:
         ``{"ok", "nodes": [{node_id, ip, gpus, cpus}], "cards": [{group, node_id, node_ip, host, gpu_ids,
@@ -58,7 +60,7 @@ def check_cluster(tp: int = 1, timeout_s: float = 120.0) -> dict[str, Any]:
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     described = [{"node_id": n["NodeID"], "ip": n.get("NodeManagerAddress"), "gpus": int(n["Resources"].get("GPU", 0)),
                   "cpus": n["Resources"].get("CPU", 0)} for n in nodes]
-    gpus = node_gpus(nodes)
+    gpus = node_gpus(nodes) if cards else {}
     groups = tp_groups(gpus, tp)
     out: dict[str, Any] = {"ok": True, "tensor_parallel_size": tp, "nodes": described, "groups": groups, "cards": [],
                            "problems": []}
@@ -109,22 +111,22 @@ def _problems(cards: list[dict[str, Any]], gpus: dict[str, int], groups: int, tp
     return problems
 
 
-def _print(result: dict[str, Any]) -> None:
+def report_lines(result: dict[str, Any]) -> list[str]:
+    """:func:`check_cluster`'s result as the table ``make cluster-check`` prints (and the pilot logs): the nodes, then
+    one row per card (node, ip, card, ``CUDA_VISIBLE_DEVICES``, TP group), the problems and the verdict."""
     tp = result["tensor_parallel_size"]
-    print(f"Ray cluster: {len(result['nodes'])} node(s), {sum(n['gpus'] for n in result['nodes'])} GPU(s), "
-          f"tensor parallel {tp}: {result['groups']} engine actor(s)")
-    for n in result["nodes"]:
-        print(f"  node {n['node_id'][:12]} {n['ip']}: {n['gpus']} GPU(s), {n['cpus']:g} CPU(s)")
+    out = [f"Ray cluster: {len(result['nodes'])} node(s), {sum(n['gpus'] for n in result['nodes'])} GPU(s), "
+           f"tensor parallel {tp}: {result['groups']} engine actor(s)"]
+    out += [f"  node {n['node_id'][:12]} {n['ip']}: {n['gpus']} GPU(s), {n['cpus']:g} CPU(s)" for n in result["nodes"]]
     if result["cards"]:
-        print(f"  {'node':<14}{'ip':<16}{'card':<6}{'CUDA_VISIBLE_DEVICES':<22}TP group")
-    for c in sorted(result["cards"], key=lambda c: (c["group"], c["gpu_ids"])):
-        print(f"  {c['node_id'][:12]:<14}{c['node_ip']:<16}{','.join(c['gpu_ids']):<6}"
-              f"{str(c['cuda_visible_devices']):<22}{c['group']}")
+        out.append(f"  {'node':<14}{'ip':<16}{'card':<6}{'CUDA_VISIBLE_DEVICES':<22}TP group")
+    out += [f"  {c['node_id'][:12]:<14}{c['node_ip']:<16}{','.join(c['gpu_ids']):<6}"
+            f"{str(c['cuda_visible_devices']):<22}{c['group']}"
+            for c in sorted(result["cards"], key=lambda c: (c["group"], c["gpu_ids"]))]
     if not result["groups"]:
-        print("  no GPUs: the batch runs CPU engine actors (batch.cpu_actors)")
-    for p in result["problems"]:
-        print(f"problem: {p}")
-    print("cluster check: " + ("ok" if result["ok"] else "FAILED"))
+        out.append("  no GPUs: the batch runs CPU engine actors (batch.cpu_actors)")
+    out += [f"problem: {p}" for p in result["problems"]]
+    return [*out, "cluster check: " + ("ok" if result["ok"] else "FAILED")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,13 +137,17 @@ def main(argv: list[str] | None = None) -> int:
 
     Raises:
         EnvironmentCheckError: a probe is missing, a group spans nodes, a card is shared or left out (exit 6).
-        ConfigError: no node has ``engine.tensor_parallel_size`` GPUs.
+        ConfigError: no node has ``engine.tensor_parallel_size`` GPUs (``auto``: resolved as the batch resolves it,
+            :func:`classify.memory.resolve_tensor_parallel`).
     """
     from pathlib import Path
 
     import ray
 
-    from classify.config import EngineConfig, parse_config
+    from batch.pool.placement import node_gpus
+    from classify.config import EngineConfig, ModelConfig, parse_config
+    from classify.device import detect_device
+    from classify.memory import resolve_tensor_parallel
 
     p = argparse.ArgumentParser(prog="docpilot cluster-check", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="config/docpilot.json", help="the job's config (its engine.tensor_parallel_size)")
@@ -150,23 +156,27 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     try:
-        section = json.loads(Path(args.config).read_text(encoding="utf-8")).get("engine", {})
+        data = json.loads(Path(args.config).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         from classify.errors import ConfigError
 
         raise ConfigError(f"{args.config}: cannot read the job's config: {err}") from None
-    tp = parse_config(EngineConfig, section, f"{args.config}: engine").tensor_parallel_size
-    if tp == "auto":
-        tp = 1  # the batch resolves it from the card's memory; the check places one card per probe either way
+    engine = parse_config(EngineConfig, data.get("engine", {}), f"{args.config}: engine")
+    model = parse_config(ModelConfig, data.get("model", {}), f"{args.config}: model")
     address = os.environ.get("RAY_ADDRESS")
     if not address:
         log.warning("RAY_ADDRESS is not set: checking a local Ray of this machine only (docs/cluster.md)")
     ray.init(address=address or None, log_to_driver=False)
     try:
+        tp = engine.tensor_parallel_size
+        if tp == "auto":  # the batch's own resolution: this machine's card memory, the cluster's largest node
+            device = detect_device()
+            tp = resolve_tensor_parallel(engine, model, "cuda" if device == "cpu" else device,
+                                         cards_per_node=max(node_gpus().values(), default=0))
         result = check_cluster(tp, args.timeout_s)
     finally:
         ray.shutdown()
-    print(json.dumps(result, indent=2)) if args.json else _print(result)
+    print(json.dumps(result, indent=2) if args.json else "\n".join(report_lines(result)))
     if not result["ok"]:
         raise EnvironmentCheckError(f"cluster check failed: {'; '.join(result['problems'])}")
     return 0

@@ -189,65 +189,6 @@ def actor_placed(actor: Any) -> bool | None:
     return True
 
 
-def resolve_tensor_parallel(engine: Any, model_cfg: Any, device: str, cards_per_node: int,
-                            card_mib: int | None = None) -> int:
-    """``engine.tensor_parallel_size`` as a number for this run (what the actors ask Ray for and vLLM is given).
-
-    A number is used as given on accelerators; CPU engines run with 1. ``"auto"`` on an accelerator is the
-    smallest size of at most ``cards_per_node`` with which vLLM starts by the plan's formula
-    (:func:`classify.memory.serving_fit`: the weights' share, one ``max_model_len`` sequence of KV, LoRA slots
-    and 2 GiB overhead per card), for the model's shape and the card's memory.
-
-    Args:
-        engine: the ``engine`` section.
-        model_cfg: the ``model`` section (shape from :func:`batch.plan.plan.model_shape`, ``max_model_len``, dtype).
-        device: where the engines compute (``cpu``, ``cuda``, ``rocm``).
-        cards_per_node: the most GPUs one node of the cluster has.
-        card_mib: one card's memory in MiB; ``None``: this machine's first card (:func:`classify.machine.probe`).
-
-    Returns:
-        1, 2, 4 or 8.
-
-    Raises:
-        ConfigError: ``"auto"`` and no size of at most ``cards_per_node`` starts (the message has the figures).
-    """
-    tp = engine.tensor_parallel_size
-    if device == "cpu":
-        return 1
-    if tp != "auto":
-        return tp
-    if card_mib is None:
-        from classify.machine import probe
-
-        card_mib = next((g.memory_mib for g in probe().gpus if g.memory_mib), None)
-    if card_mib is None:
-        log.warning("`engine.tensor_parallel_size: auto`: this machine does not report its card's memory; "
-                    "engines run with 1 (set the size to choose another)")
-        return 1
-    from batch.plan.plan import model_shape
-    from classify.memory import DTYPE_BYTES, GIB, choose_tensor_parallel, serving_fit
-
-    eng = engine.resolve(device)
-    shape = model_shape(model_cfg)
-    usable = int(card_mib * 2**20 * eng.gpu_memory_utilization)
-
-    def fit_for(size: int) -> Any:
-        return serving_fit(shape, DTYPE_BYTES.get(model_cfg.dtype, 2), tp=size, max_model_len=model_cfg.max_model_len,
-                           max_num_seqs=eng.max_num_seqs, max_loras=eng.max_loras, max_lora_rank=eng.max_lora_rank,
-                           overhead_bytes=2 * GIB, usable_bytes=usable)
-
-    chosen = choose_tensor_parallel(fit_for, cards_per_node)
-    if chosen is None:
-        one = fit_for(1).start
-        raise ConfigError(
-            f"`engine.tensor_parallel_size: auto`: {model_cfg.base_model} does not start on up to {cards_per_node} "
-            f"card(s) of {card_mib} MiB on one node (one card needs {one.needed / GIB:.1f} GiB, usable "
-            f"{one.usable / GIB:.1f} GiB); `make plan` proposes what to change")
-    log.info("`engine.tensor_parallel_size: auto` -> %d (%d full-length sequences fit at once)", chosen.tp,
-             chosen.sequences)
-    return chosen.tp
-
-
 class NodeWatch:
     """Room for more engine actors on nodes that joined the cluster after the pool started (a lot added mid-run).
 

@@ -103,6 +103,10 @@ class RunHooks:
     def stage(self, name: str) -> None:
         """The run enters stage ``name`` (:data:`STAGES`): a failure from here on is this stage's."""
 
+    def pool_starting(self, device: str, tp: int, place_timeout_s: float) -> None:
+        """The pool is about to place its engine actors (``tp`` GPUs each when ``device`` is not ``cpu``; Ray is
+        joined); waiting up to ``place_timeout_s`` for a placement is allowed; raising fails ``start-pool``."""
+
     def actor_ready(self, info: dict[str, Any]) -> None:
         """An engine actor started (``info`` is :meth:`batch.pool.actor.EngineActor.info`)."""
 
@@ -371,10 +375,11 @@ class BatchRun:
             a stand-in engine; two values if actors differed).
         """
         from batch.pool.actor import actor_class, reap
-        from batch.pool.placement import NodeWatch, actor_options, node_gpus, resolve_tensor_parallel
+        from batch.pool.placement import NodeWatch, actor_options, node_gpus
         from batch.pool.scheduler import Deadlines, run_pool
         from batch.run.lease import LeaseWatch
         from classify.device import detect_device
+        from classify.memory import resolve_tensor_parallel
 
         cfg, run_dir, adapter = self.cfg, self.run_dir, self.adapter
         hooks = self.hooks or RunHooks()
@@ -384,9 +389,11 @@ class BatchRun:
             if progress.previous_actors:
                 reap(progress.previous_actors)  # engine processes an earlier, killed attempt left behind
             device = detect_device()
-            tp = resolve_tensor_parallel(cfg.engine, cfg.model, device, max(node_gpus().values(), default=0))
+            tp = resolve_tensor_parallel(cfg.engine, cfg.model, device,
+                                         cards_per_node=max(node_gpus().values(), default=0))
             n_actors, options = actor_options(cfg.batch.cpu_actors, cfg.batch.actor_num_cpus, cfg.batch.cpu_bind,
                                               device=device, tensor_parallel_size=tp)
+            hooks.pool_starting(device, tp, cfg.batch.actor_place_timeout_s)  # the pilot checks a cluster here
             n_actors = min(n_actors, len(pending))
             options = options[:n_actors]
             grow = NodeWatch(options, device, tp, cfg.batch.actor_num_cpus)  # a lot added mid-run gets actors too

@@ -78,14 +78,23 @@ def read_remote_ledger(dest: str) -> dict[str, str]:
         StoreUnreachable: the store did not answer within :func:`classify.storage.store_limits`.
         OSError, ImportError: the store cannot be read (anything but a missing ledger).
     """
+    data = _read_fresh(dest, LEDGER)
+    return {} if data is None else _parse_ledger(data)
+
+
+def _read_fresh(dest: str, name: str) -> bytes | None:
+    """The bytes of ``dest/name`` read past fsspec's listing cache, or None when the store has no such file.
+
+    Raises:
+        StoreUnreachable: the store did not answer within :func:`classify.storage.store_limits`.
+    """
     fs, root = storage.filesystem(dest)
     fs.invalidate_cache()
     try:
-        with storage.store_call("read", f"{dest}/{LEDGER}"):
-            data = fs.cat_file(f"{root}/{LEDGER}")
+        with storage.store_call("read", f"{dest}/{name}"):
+            return fs.cat_file(f"{root}/{name}")
     except FileNotFoundError:
-        return {}
-    return _parse_ledger(data)
+        return None
 
 
 def _parse_ledger(data: bytes) -> dict[str, str]:
@@ -316,14 +325,11 @@ def restore_run(dest: str, run_dir: Path) -> tuple[Manifest, int]:
         raise InputError(f"{run_dir} already holds a batch; resume it with {user_flag('--batch-id', run_dir.name)} "
                          f"(without {user_flag('--resume-from', '...')}), or give another "
                          "DOCPILOT_RUNS folder")
+    manifest_bytes = _read_fresh(dest, mf.MANIFEST)
     fs, root = storage.filesystem(dest)
-    fs.invalidate_cache()
-    try:
-        with storage.store_call("read", f"{dest}/{mf.MANIFEST}"):
-            manifest_bytes = fs.cat_file(f"{root}/{mf.MANIFEST}")
-    except FileNotFoundError:
+    if manifest_bytes is None:
         raise InputError(f"no {mf.MANIFEST} at {_label(dest)}: nothing of this batch was copied there (check the "
-                         "export location and the batch id)") from None
+                         "export location and the batch id)")
     staging = run_dir / f".{mf.MANIFEST}.resume"
     write_bytes_atomic(staging, manifest_bytes)
     try:

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.support.corpora import news_rows, write_config, write_jsonl
+from tests.support.corpora import ROOT, news_rows, write_config, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +75,52 @@ def test_tp2_one_actor_holds_both_cards(two_gpu_ray, tmp_path, monkeypatch):
     assert actors[0]["tensor_parallel_size"] == 2  # the engine gets the TP its actor holds
     manifest = json.loads((tmp_path / "runs" / "tp2" / "manifest.json").read_text())
     assert manifest["full_config"]["engine"]["tensor_parallel_size"] == 2  # recorded with the run's config
+
+
+def pilot_on_gpus(tmp_path, monkeypatch, pilot_config, place_timeout_s: float = 120.0):
+    """The pilot (data/pilot) with :class:`ProbeEngine` on this Ray's two declared cards; its outcome."""
+    from batch.config import BatchConfig
+    from batch.pilot.run import run_pilot
+    from tests.support.gpu_probe import ProbeEngine
+
+    monkeypatch.setattr("classify.device.on_accelerator", lambda: True)  # the card, as torch would see it
+    for var, sub in (("DOCPILOT_HOME", "home"), ("DOCPILOT_RUNS", "runs"), ("DOCPILOT_EXPORTS", "exports"),
+                     ("DOCPILOT_REGISTRY", "registry")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    bcfg = BatchConfig.model_validate({"batch": {"actor_place_timeout_s": place_timeout_s}})
+    return run_pilot(pilot_config, ROOT / "data" / "pilot", batch_cfg=bcfg, _engine_actor=two_gpu_ray_remote(ProbeEngine))
+
+
+def test_the_pilot_start_pool_stage_checks_every_card_before_the_engines(two_gpu_ray, tmp_path, monkeypatch,
+                                                                         pilot_config):
+    outcome = pilot_on_gpus(tmp_path, monkeypatch, pilot_config)
+    assert outcome.summary["first_error"] is None and outcome.stage == "verify", outcome.summary["first_error"]
+    cluster = json.loads((outcome.run_dir / "environment.json").read_text())["cluster"]
+    assert cluster["checked"] and cluster["ok"] and cluster["problems"] == []
+    assert (cluster["tensor_parallel_size"], cluster["groups"], len(cluster["nodes"])) == (1, 2, 1)
+    assert sorted((c["cuda_visible_devices"], c["group"]) for c in cluster["cards"]) in (
+        [("0", 0), ("1", 1)], [("0", 1), ("1", 0)])  # one probe per card, each its own TP group
+
+
+def test_the_pilot_fails_start_pool_when_a_card_gets_no_engine(two_gpu_ray, tmp_path, monkeypatch, pilot_config):
+    import ray
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    class OtherJob:  # another job holding one of the two cards
+        def card(self) -> list:
+            return ray.get_gpu_ids()
+
+    other = OtherJob.remote()
+    try:
+        assert len(ray.get(other.card.remote(), timeout=120)) == 1
+        outcome = pilot_on_gpus(tmp_path, monkeypatch, pilot_config, place_timeout_s=3.0)
+    finally:
+        ray.kill(other)
+    assert (outcome.decision, outcome.stage, outcome.verdict) == ("fix-environment", "start-pool", "fail")
+    first = outcome.summary["first_error"]
+    assert first["type"] == "EnvironmentCheckError" and first["message"].startswith("cluster check failed: 1 of 2 TP "
+                                                                                    "groups of 1 GPU(s) could not be")
+    cluster = json.loads((outcome.run_dir / "environment.json").read_text())["cluster"]
+    assert cluster["ok"] is False and len(cluster["cards"]) == 1  # the free card's probe reported, the held one none
+    assert not (outcome.run_dir / "progress.json").exists() or not json.loads(
+        (outcome.run_dir / "progress.json").read_text()).get("actors")  # no engine actor was started

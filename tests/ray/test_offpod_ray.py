@@ -145,6 +145,22 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     psutil.wait_procs(procs, timeout=30)
 
 
+def _start_slow_batch(args: list[str], batch_id: str, export_root: str, runs) -> subprocess.Popen:
+    """The driver waiting 0.4 s after each shard it writes (a real engine's pace), copying to ``export_root``."""
+    return subprocess.Popen([sys.executable, "-c", DRIVER, "0.4", *args, "--batch-id", batch_id, "--export-dir",
+                             export_root], cwd=ROOT, env=_env(runs), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def _wait_for_ledger(proc: subprocess.Popen, fs, dest: str, n: int, timeout_s: float = 240) -> None:
+    """Wait until the store's ledger at ``dest`` lists ``n`` shards (the batch still running)."""
+    deadline = time.monotonic() + timeout_s
+    while len(_ledger(fs, dest)) < n:
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, f"no {n} shards off the pod within {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
 def test_pod_loss_resumes_from_the_s3_copy_every_id_exactly_once(tmp_path, s3):
     from batch.run.merge import check_export
     from classify.export import verify_export
@@ -153,15 +169,9 @@ def test_pod_loss_resumes_from_the_s3_copy_every_id_exactly_once(tmp_path, s3):
     args, export_root = _setup(tmp_path, "podloss")
     dest = f"{export_root}/lost"
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER, "0.4", *args, "--batch-id", "lost", "--export-dir",
-                             export_root], cwd=ROOT, env=_env(runs), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = _start_slow_batch(args, "lost", export_root, runs)
     try:
-        deadline = time.monotonic() + 240
-        while len(_ledger(fs, dest)) < 4:
-            assert proc.poll() is None, proc.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "no 4 shards off the pod within 240 s"
-            time.sleep(0.2)
+        _wait_for_ledger(proc, fs, dest, 4)
     finally:
         _kill_tree(proc)
     assert proc.returncode == -signal.SIGKILL
@@ -216,15 +226,9 @@ def test_a_store_down_for_a_while_slows_only_the_copy(tmp_path, s3):
     args, export_root = _setup(tmp_path, "outage")
     dest = f"{export_root}/down"
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER, "0.4", *args, "--batch-id", "down", "--export-dir",
-                             export_root], cwd=ROOT, env=_env(runs), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = _start_slow_batch(args, "down", export_root, runs)
     try:
-        deadline = time.monotonic() + 240
-        while len(_ledger(fs, dest)) < 2:
-            assert proc.poll() is None, proc.communicate()[0][-3000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        _wait_for_ledger(proc, fs, dest, 2)
         moto.stop()
         progress = runs / "down" / "progress.json"
         done_at_stop = ProgressFile.read(progress).done

@@ -65,6 +65,7 @@ def _alive_nodes(env: dict, gcs: str) -> int:
 def test_batch_finishes_on_the_survivor_when_a_node_is_lost(tmp_path, bbc_dir):
     import psutil
 
+    from batch import layout
     from classify.paths import runs_dir
     from classify.runrecords import read_jsonl
 
@@ -163,7 +164,12 @@ def test_batch_finishes_on_the_survivor_when_a_node_is_lost(tmp_path, bbc_dir):
         assert summary["accepted"] + summary["rejected"] == summary["total"] == len(spec["ids"])
         assert summary["attempts"] == 1  # no rerun needed
         attempt = summary["this_attempt"]
-        assert attempt["retries"] >= 1 and in_flight and any("Actor" in e for e in attempt["errors"]), (in_flight, attempt)
+        # the lost actor's running shard (one of those progress.json showed it holding) was charged one retry ...
+        charged = [int(e.split(":")[0].split()[1]) for e in attempt["errors"] if e.startswith("shard ") and "Actor" in e]
+        assert in_flight and charged and set(charged) <= set(in_flight), (in_flight, attempt)
+        assert attempt["retries"] == len(charged) >= 1, attempt
+        # ... and written once by the survivor (the lost node's processes are gone): its shard file and every id
+        assert all(layout.shard_path(run, i).is_file() for i in in_flight)
         assert attempt["processed_docs"] == len(spec["ids"])
         # the replacement asks for the lost node's CPU: it is dropped after batch.actor_place_timeout_s, unless
         # the survivor finished everything first (the fast tests check the drop itself)
@@ -172,7 +178,8 @@ def test_batch_finishes_on_the_survivor_when_a_node_is_lost(tmp_path, bbc_dir):
         recorded += [rec for a in after.get("actors", []) for rec in a.get("procs", [])]
         print(f"\nlost-node timings: cluster up {t_cluster:.0f} s, first shard + both actors {t_first:.0f} s, "
               f"node killed at {t_kill:.0f} s, batch done at {t_done:.0f} s; pool {attempt['pool_wall_s']} s, "
-              f"retries {attempt['retries']}, actors started {attempt['actors_started']}, slot dropped {dropped}")
+              f"retries {attempt['retries']} (shard(s) {charged}; the lost node held {in_flight}), "
+              f"actors started {attempt['actors_started']}, slot dropped {dropped}")
     finally:
         if driver is not None and driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
