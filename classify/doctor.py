@@ -426,7 +426,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="docpilot doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="config/docpilot.json")
     parser.add_argument("--json", dest="json_out", metavar="OUT",
-                        help="write the findings as JSON to this file (default <DOCPILOT_HOME>/doctor.json; `-`: "
+                        help="write the findings as JSON to this file (default <DOCPILOT_HOME>/doctor.json; - : "
                              "standard output, instead of the table)")
     args = parser.parse_args(argv)
     cfg = load_config(PilotConfig, args.config)

@@ -70,8 +70,8 @@ MIN_SHARDS = 32
 def corpus_settings_for(cfg: CorpusConfig, path: str | Path | None) -> CorpusConfig:
     """The corpus settings of ``--corpus PATH`` (``make batch CORPUS=...``): ids come from that corpus's own settings.
 
-    The config's ``corpus.id_prefix`` names the rows of the configured corpus (``bbc-test-NNNN`` for the shipped
-    ``test.csv``); another corpus given on the command line gets the default instead: ``<file stem>-NNNN``
+    The config's ``corpus.id_prefix`` names the rows of the configured corpus (``<id_prefix>-NNNN``); another
+    corpus given on the command line gets the default instead: ``<file stem>-NNNN``
     (``CORPUS=news.csv`` -> ``news-0000``, also for ``s3://bucket/news.csv``), or its own id column when
     ``corpus.id_column`` names one it has. A URL is compared as written (never resolved as a local path).
 

@@ -150,7 +150,7 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
     if options.cpu_actors is not None:
         overrides["batch.cpu_actors"] = options.cpu_actors
     cfg = load_batch_config(options.config, overrides)
-    cfg = cfg.model_copy(update={"corpus": corpus_settings_for(cfg.corpus, options.corpus)})  # its ids, not bbc-test-N
+    cfg = cfg.model_copy(update={"corpus": corpus_settings_for(cfg.corpus, options.corpus)})  # its own ids (corpus_settings_for)
     corpus_path, corpus_format = locate_corpus(cfg.corpus, options.corpus)  # fail early; planned once the run is locked
     model = verify_model(resolve_model(cfg.model))  # re-hashed: what runs is what was verified
     adapter = resolve_adapter(options.adapter, model, cfg.engine, cfg.model)
