@@ -34,6 +34,7 @@ from adapters.resolved import ResolvedAdapter, lora_int_id
 from classify.config import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
 from classify.model import ModelRef
 from classify.pilotgate import adapter_keys, gate_key, pilot_status, require_pilot
+from classify.usercommand import user_flag
 
 if TYPE_CHECKING:
     from adapters.registry import Registry
@@ -216,7 +217,7 @@ class AdapterService:
                 f"{', run ' + card.run_id if card.run_id else ''})")
         gate = require_pilot(lora, what, self.skip_pilot_gate, also=(merged,))
         if gate["override"]:
-            log.warning("!!! PILOT GATE SKIPPED: serving adapter %s (--skip-pilot-gate)", adapter.ref)
+            log.warning("!!! PILOT GATE SKIPPED: serving adapter %s (%s)", adapter.ref, user_flag("--skip-pilot-gate"))
 
     def is_verified(self, ref: str, sha256: str) -> bool:
         """Whether ``ref`` with content hash ``sha256`` has been verified by this server."""

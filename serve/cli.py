@@ -20,6 +20,7 @@ from typing import Any
 from pydantic_settings import CliSettingsSource
 
 from classify.errors import EngineError
+from classify.usercommand import user_flag
 from serve.settings import ServeSettings, load_settings
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,8 @@ def main(argv: list[str]) -> int:
         log.warning("!!! AUTHENTICATION DISABLED (--insecure-no-auth): anyone who reaches %s:%d can use the server",
                     settings.host, settings.port)
     if settings.skip_pilot_gate:
-        log.warning("!!! PILOT GATE SKIPPED (--skip-pilot-gate): unpiloted adapters and base model will be served")
+        log.warning("!!! PILOT GATE SKIPPED (%s): unpiloted adapters and base model will be served",
+                    user_flag("--skip-pilot-gate"))
     from serve.conn import check_fd_budget
 
     check_fd_budget(settings.max_connections)  # before anything loads: the cap must fit `ulimit -n`

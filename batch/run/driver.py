@@ -27,7 +27,7 @@ from classify.model import resolve_model, verify_model
 from classify.paths import runs_dir
 from classify.pilotgate import gate_key, pipeline_differences, pipeline_settings, require_pilot
 from classify.runrecords import signals_raise_interrupted, utc_now
-from classify.usercommand import user_command
+from classify.usercommand import user_command, user_flag
 
 log = logging.getLogger("docpilot.batch")
 
@@ -309,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError("--stop-when-done needs --detach (a foreground batch ends with its terminal); "
                          "after a foreground batch run `docpilot wrap-up --to DEST`")
     if args.skip_pilot_gate:
-        log.warning("!!! --skip-pilot-gate given: the pilot gate is OVERRIDDEN for this batch; recorded in manifest.json")
+        log.warning("!!! %s given: the pilot gate is OVERRIDDEN for this batch; recorded in manifest.json",
+                    user_flag("--skip-pilot-gate"))
     args = args.model_copy(update={"batch_id": args.batch_id or _new_batch_id()})
     try:
         summary = run_batch(args)
