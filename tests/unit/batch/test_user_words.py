@@ -27,13 +27,31 @@ NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 def _batch(root, batch_id, total=2000, done=1000, override=False):
     run = root / batch_id
     shards = [{"index": i, "row": i * 1000, "n_rows": 1000, "n_docs": 1000} for i in range(total // 1000)]
-    mf.write_manifest(run, {"manifest_version": mf.MANIFEST_VERSION, "corpus": {"distinct_ids": total}, "shards": shards,
-                            "pilot_gate": {"override": override}, "attempts": []})
+    mf.write_manifest(
+        run,
+        {
+            "manifest_version": mf.MANIFEST_VERSION,
+            "corpus": {"distinct_ids": total},
+            "shards": shards,
+            "pilot_gate": {"override": override},
+            "attempts": [],
+        },
+    )
     for i in range(done // 1000):
         mf.shard_path(run, i).parent.mkdir(parents=True, exist_ok=True)
         mf.shard_path(run, i).write_bytes(b"x")
-    (run / mf.PROGRESS).write_text(json.dumps({"state": "running", "host": "elsewhere", "pid": 1, "docs_per_s": 1.0,
-                                               "accepted": done, "rejected": 0}))
+    (run / mf.PROGRESS).write_text(
+        json.dumps(
+            {
+                "state": "running",
+                "host": "elsewhere",
+                "pid": 1,
+                "docs_per_s": 1.0,
+                "accepted": done,
+                "rejected": 0,
+            }
+        )
+    )
 
 
 def test_status_without_an_id_lists_the_batches_there_are(tmp_path, monkeypatch, capsys):
@@ -46,7 +64,10 @@ def test_status_without_an_id_lists_the_batches_there_are(tmp_path, monkeypatch,
     _batch(tmp_path, "20261203T000000Z-pilot-cccc")  # a pilot's run folder is not a batch to follow
     assert status_main([]) == 0
     out = capsys.readouterr().out
-    assert "20261201T000000Z-batch-aaaa  1000/2000 ids" in out and "20261202T000000Z-batch-bbbb  2000/2000 ids" in out
+    assert (
+        "20261201T000000Z-batch-aaaa  1000/2000 ids" in out
+        and "20261202T000000Z-batch-bbbb  2000/2000 ids" in out
+    )
     assert "pilot-cccc" not in out
     assert "`make status BATCH=20261202T000000Z-batch-bbbb`" in out
 
@@ -67,29 +88,47 @@ def test_lease_advice_and_the_override_warning_in_the_users_form(tmp_path, monke
         assert "`docpilot status b1 --export-partial DEST`" in msg and "--batch-id b1" in msg
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path))
     status_main(["b1"])
-    assert ("started with SKIP_PILOT_GATE=1" if via_make else "started with --skip-pilot-gate") in capsys.readouterr().out
+    assert (
+        "started with SKIP_PILOT_GATE=1" if via_make else "started with --skip-pilot-gate"
+    ) in capsys.readouterr().out
 
 
 def test_the_pipeline_warning_is_said_once(capsys, caplog):
-    cfg = type("Cfg", (), {"engine": EngineConfig(), "batch": type("B", (), {"cpu_actors": 2, "actor_num_cpus": 1.0,
-                                                                             "cpu_bind": "split"})()})()
+    cfg = type(
+        "Cfg",
+        (),
+        {
+            "engine": EngineConfig(),
+            "batch": type("B", (), {"cpu_actors": 2, "actor_num_cpus": 1.0, "cpu_bind": "split"})(),
+        },
+    )()
     piloted = {**pipeline_settings(EngineConfig(), cfg.batch, None), "cpu_actors": 1}
     with caplog.at_level(logging.WARNING, logger="docpilot.batch"):
-        assert warn_pipeline({"run_id": "p1", "pipeline": piloted}, cfg, None) == ["cpu_actors: piloted 1, now 2"]
+        assert warn_pipeline({"run_id": "p1", "pipeline": piloted}, cfg, None) == [
+            "cpu_actors: piloted 1, now 2"
+        ]
     said = [r.getMessage() for r in caplog.records] + capsys.readouterr().err.splitlines()
     assert len([line for line in said if "another pipeline than pilot p1" in line]) == 1, said
 
 
 def test_verdict_and_decision_are_told_apart_in_one_line():
-    md = decision_markdown("p1", {"decision": "revisit-configuration", "stage_reached": "verify", "reasons": ["r"]},
-                           None, "base m")
+    md = decision_markdown(
+        "p1",
+        {"decision": "revisit-configuration", "stage_reached": "verify", "reasons": ["r"]},
+        None,
+        "base m",
+    )
     assert VERDICT_VS_DECISION in md
     assert "pass|fail" in VERDICT_VS_DECISION and "revisit-configuration" in VERDICT_VS_DECISION
 
 
 def test_make_help_and_the_readme_say_serve_needs_a_token():
-    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        ["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     [serve] = [line for line in out.splitlines() if line.startswith("serve ")]
     assert "DOCPILOT_API_TOKEN" in serve, serve
-    [row] = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `make serve`")]
+    [row] = [
+        line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `make serve`")
+    ]
     assert "DOCPILOT_API_TOKEN" in row
