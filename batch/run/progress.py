@@ -152,9 +152,10 @@ class Progress:
             self.mirror.offer(self.path, final=self.state in ("done", "failed"))
 
 
-BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{steady}{postfix}]"
-"""tqdm's default layout with ``rate_noinv_fmt`` (always docs/s: the default turns a rate below 1 into s/doc) and
-``steady`` (:class:`Bar`): the rate after the first shard, which the overall rate (engine start included) is not."""
+BAR_FORMAT = "{desc}: {whole_percent:3d}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{steady}{postfix}]"
+"""tqdm's default layout with ``rate_noinv_fmt`` (always docs/s: the default turns a rate below 1 into s/doc),
+``steady`` (:class:`Bar`): the rate after the first shard, which the overall rate (engine start included) is not,
+and ``whole_percent``: the percentage rounded down, so 333/334 reads 99% and only the end reads 100%."""
 
 
 class Bar(tqdm):
@@ -168,7 +169,9 @@ class Bar(tqdm):
 
     @property
     def format_dict(self) -> dict[str, Any]:
-        return {**super().format_dict, "steady": self.steady_text}
+        d = super().format_dict
+        whole = 100 * d["n"] // d["total"] if d.get("total") else 0
+        return {**d, "steady": self.steady_text, "whole_percent": int(whole)}
 
 
 def progress_bar(total: int, initial: int, desc: str, disable: bool = False, file: Any = None) -> Bar:

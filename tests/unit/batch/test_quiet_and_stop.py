@@ -87,3 +87,21 @@ def test_terminate_then_kill_stops_polite_and_stubborn_processes():
     # psutil reaps its children and records how each ended (Popen.wait then only sees a reaped pid)
     assert [p.returncode for p in procs] == [-signal.SIGTERM, -signal.SIGKILL]
     assert time.monotonic() - t0 >= 2  # the stubborn one got its grace period before SIGKILL
+
+
+def test_the_bar_reads_100_percent_only_at_the_end_and_shows_the_steady_rate():
+    """Issue 42 item 4: 333/334 is 99% (tqdm's rounding drew 100% twice at the end of a BBC batch)."""
+    import io
+
+    from batch.run.progress import progress_bar
+
+    out = io.StringIO()
+    bar = progress_bar(total=334, initial=0, desc="batch x", file=out)
+    bar.show_steady((5.75, 1792.0))
+    bar.update(333)
+    bar.refresh()
+    assert " 99%|" in out.getvalue().split("\r")[-1] and "steady 5.75 docs/s 1792 tokens/s" in out.getvalue()
+    bar.update(1)
+    bar.close()
+    assert [p for p in out.getvalue().replace("\n", "\r").split("\r") if "100%" in p] == [
+        p for p in out.getvalue().replace("\n", "\r").split("\r") if "334/334" in p]
