@@ -70,7 +70,7 @@ def _summary_counts(ledger: Ledger, corpus: dict[str, Any], duplicate_ids: list[
     return {"total": c["total"], "distinct_ids": corpus["distinct_ids"], "accepted": c["accepted"],
             "rejected": c["rejected"], "input_rows": corpus["input_rows"], "duplicate_rows": corpus["duplicate_rows"],
             "duplicate_ids": duplicate_ids, "by_category": c["by_category"], "reject_reasons": c["reject_reasons"],
-            "n_tokens": c["n_tokens"]}
+            "n_tokens": c["n_tokens"], "truncated": c["truncated"], "n_windows": c["n_windows"]}
 
 
 def check_export(export_dir: Path) -> list[str]:
@@ -142,6 +142,8 @@ class Tally(Ledger):
             self.reasons[(item["values"] or "").split(":")[0]] += item["counts"]
             flagged = flagged or not item["values"]
         self.n_tokens += pc.sum(table.column("n_tokens")).as_py() or 0
+        self.truncated += pc.sum(pc.cast(pc.fill_null(table.column("truncated"), False), "int64")).as_py() or 0
+        self.n_windows += pc.sum(table.column("n_windows")).as_py() or 0
         if flagged:  # name each flagged row, in row order (few rows: Python over them alone)
             from classify.accounting import row_problem
 
