@@ -10,7 +10,6 @@ served path in ``tests/engine/test_serve_mixed_adapters.py``); pilot and batch o
 from __future__ import annotations
 
 import asyncio
-import csv
 import json
 import math
 from types import SimpleNamespace
@@ -24,6 +23,7 @@ from classify.engine import Classifier
 from classify.prompt import build_prompts, build_training_examples, prompt_builder, window_spans
 from classify.records import RESULT_FIELDS, Result
 from classify.scoring import Scorer, mean_logprobs, softmax_at
+from tests.support.corpora import long_document, train_texts
 
 CUT = ClassifyConfig()
 WINDOWS = ClassifyConfig(long_documents="windows")
@@ -40,26 +40,8 @@ def tokenizer(pilot_config):
 
 @pytest.fixture(scope="module")
 def long_text(tokenizer, bbc_dir):
-    """Real BBC train articles joined until the text is over 10x ``max_doc_tokens`` tokens (and under 8x... no cap)."""
-    with (bbc_dir / "train.csv").open(encoding="utf-8", newline="") as fh:
-        texts = [r["text"] for r in csv.DictReader(fh)]
-    out = ""
-    for t in texts:
-        out = f"{out} {t}".strip()
-        if len(tokenizer(out, add_special_tokens=False)["input_ids"]) > 10 * CUT.max_doc_tokens:
-            return out
-    raise AssertionError("train.csv too short")
-
-
-def _ten_x(tokenizer, long_text):
-    """A document of exactly 10 x max_doc_tokens ids: real BBC text, decoded from a prefix of its ids."""
-    ids = tokenizer(long_text, add_special_tokens=False)["input_ids"]
-    want = 10 * CUT.max_doc_tokens
-    for k in (want, want - 1, want + 1, want - 2, want + 2):
-        text = tokenizer.decode(ids[:k])
-        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) == want:
-            return text
-    raise AssertionError("no prefix re-tokenizes to exactly 10 x max_doc_tokens ids")
+    """Real BBC train text of exactly 10 x ``max_doc_tokens`` ids."""
+    return long_document(tokenizer, bbc_dir, 10 * CUT.max_doc_tokens)
 
 
 class WindowLLM:
@@ -105,7 +87,7 @@ def test_windows_tile_the_document_balanced_without_overlap(n, window):
 
 
 def test_a_ten_x_document_gives_ten_windows_of_the_whole_document(tokenizer, long_text):
-    text = _ten_x(tokenizer, long_text)
+    text = long_text
     whole = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert len(whole) == 10 * CUT.max_doc_tokens
     cut, win = build_prompts(tokenizer, CUT, [text])[0], build_prompts(tokenizer, WINDOWS, [text])[0]
@@ -131,7 +113,7 @@ def test_a_short_document_has_the_same_prompt_in_both_modes(tokenizer):
 
 
 def test_training_examples_follow_the_windows(tokenizer, long_text):
-    text = _ten_x(tokenizer, long_text)
+    text = long_text
     assert len(build_training_examples(tokenizer, CUT, [text, "short"], ["sport", "tech"])) == 2
     examples = build_training_examples(tokenizer, WINDOWS, [text, "short"], ["sport", "tech"])
     assert len(examples) == 8 + 1  # one per window (capped at max_windows), then the short document's one
@@ -142,7 +124,7 @@ def test_training_examples_follow_the_windows(tokenizer, long_text):
 
 
 def test_one_row_per_long_document_with_its_windows_scored_in_one_call(tokenizer, long_text):
-    text = _ten_x(tokenizer, long_text)
+    text = long_text
     scorer = Scorer(tokenizer, ClassifyConfig(long_documents="windows", max_windows=16), 1024)
     llm = WindowLLM(scorer.first_tokens)
     docs = [document_from_text("long", text, 200_000), document_from_text("short", "The striker scored twice.", 200_000),
@@ -164,9 +146,7 @@ def test_one_row_per_long_document_with_its_windows_scored_in_one_call(tokenizer
 
 
 def test_a_short_document_gets_identical_category_and_score_in_both_modes(tokenizer, bbc_dir):
-    with (bbc_dir / "train.csv").open(encoding="utf-8", newline="") as fh:
-        texts = [r["text"] for r in csv.DictReader(fh)]
-    short = [t for t in texts if len(tokenizer(t, add_special_tokens=False)["input_ids"]) <= 256][:5]
+    short = [t for t in train_texts(bbc_dir) if len(tokenizer(t, add_special_tokens=False)["input_ids"]) <= 256][:5]
     assert len(short) == 5
     docs = [document_from_text(f"d{i}", t, 200_000) for i, t in enumerate(short)]
     rows = {}
@@ -180,7 +160,7 @@ def test_a_short_document_gets_identical_category_and_score_in_both_modes(tokeni
 def test_cut_rows_say_truncated_and_the_row_keeps_its_old_columns_first(tokenizer, long_text):
     scorer = Scorer(tokenizer, CUT, 1024)
     row = Classifier(WindowLLM(scorer.first_tokens), scorer, None, False).classify(
-        [document_from_text("x", _ten_x(tokenizer, long_text), 200_000)])[0]
+        [document_from_text("x", long_text, 200_000)])[0]
     assert row.truncated and row.n_windows == 1 and row.n_doc_tokens == 256
     assert list(row.row())[:8] == ["id", "status", "category", "score", "reason", "input_sha256", "n_chars", "n_tokens"]
     assert list(row.row()) == list(RESULT_FIELDS) and RESULT_FIELDS[-3:] == ("n_doc_tokens", "n_windows", "truncated")
@@ -194,7 +174,7 @@ def test_serve_gives_one_result_per_long_document_with_its_windows(tokenizer, lo
 
     scorer = Scorer(tokenizer, ClassifyConfig(long_documents="windows", max_windows=16), 1024)
     llm = WindowAsyncLLM(scorer.first_tokens)
-    docs = [document_from_text("long", _ten_x(tokenizer, long_text), 200_000),
+    docs = [document_from_text("long", long_text, 200_000),
             document_from_text("short", "The striker scored twice.", 200_000)]
     served = asyncio.run(AsyncClassifier(llm, scorer, None, False).classify(docs))
     offline = Classifier(WindowLLM(scorer.first_tokens), scorer, None, False).classify(docs)
