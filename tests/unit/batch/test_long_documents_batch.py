@@ -82,3 +82,13 @@ def test_plan_counts_the_pilots_measured_windows_per_document(tmp_path):
     assert measured["documents_at_once"] == plan["memory"]["max_full_sequences"] // 4
     cut = prompts_plan(ClassifyConfig(), 100, tmp_path)
     assert cut["prompts_per_doc"] == 1.0 and cut["documents_at_once"] == 100  # no cut-mode pilot: nothing measured
+
+
+def test_an_adapter_trained_on_windows_and_piloted_cut_is_named_a_prompt_mismatch():
+    from batch.run.adapter import prompt_mismatch
+
+    trained = WINDOWS.model_dump(mode="json")
+    assert prompt_mismatch({"classify": trained}, WINDOWS) == []
+    assert prompt_mismatch({"classify": trained}, ClassifyConfig()) == ["long_documents: trained 'windows', piloted 'cut'"]
+    before_41 = {k: v for k, v in ClassifyConfig().model_dump(mode="json").items() if k not in ("long_documents", "max_windows")}
+    assert prompt_mismatch({"classify": before_41}, WINDOWS) == []  # an older card is not compared on it
