@@ -86,8 +86,8 @@ class ClassifyConfig(Frozen):
             are scored in the same engine call and their category log-probs averaged into one row:
             :mod:`classify.scoring`). A document that fits one window is scored identically in both modes.
         max_windows: most windows per document in ``windows`` mode (default 8: 2,048 document tokens at the
-            default ``max_doc_tokens``, above 99% of BBC news articles, while a pathological 200 KB document
-            costs at most 8 prompts); the tokens past ``max_windows * max_doc_tokens`` are not read and the
+            default ``max_doc_tokens``, above 99% of typical news articles (docs/prompts.md gives the
+            measurement), while a pathological 200 KB document costs at most 8 prompts); the tokens past ``max_windows * max_doc_tokens`` are not read and the
             row says ``truncated: true``. Ignored in ``cut`` mode.
         max_doc_bytes: documents larger than this many bytes are rejected (``over size limit``).
         scoring: ``first-token`` (one forward pass, log-probs of the categories' distinct
