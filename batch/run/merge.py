@@ -298,6 +298,11 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
     return tally.summary(manifest.corpus, duplicates), problems
 
 
+LATER_COLUMNS = ("n_doc_tokens", "n_windows", "truncated")
+"""``results.parquet`` columns added by issue 41 (long documents): a run folder written before them is re-checked on
+the columns it has."""
+
+
 def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, Any]) -> list[str]:
     """Re-read a copied run folder's shards, ``results.jsonl`` and ``results.parquet`` against its summary.
 
@@ -398,15 +403,18 @@ class _ParquetCheck:
     def __init__(self, path: Path, review: bool):
         self.problem: str | None = None
         self.matcher: RowMatcher | None = None
+        self.columns: list[str] | None = None
         try:
             pf = streaming_parquet(path)
         except Exception as err:  # noqa: BLE001 - pyarrow's errors
             self.problem = f"{RESULTS_PARQUET}: cannot read: {err}"
             return
         names = [name for name, _ in RESULT_COLUMNS] + ([REVIEW_COLUMN[0]] if review else [])
-        if pf.schema_arrow.names != names:
+        earlier = [n for n in names if n not in LATER_COLUMNS]  # a run written before issue 41's columns
+        if pf.schema_arrow.names not in (names, earlier):
             self.problem = f"{RESULTS_PARQUET}: columns {pf.schema_arrow.names} != {names}"
             return
+        self.columns = None if pf.schema_arrow.names == names else earlier
         self.matcher = RowMatcher(pf.iter_batches(batch_size=65_536))
 
     def take(self, table: Any, lines: bytes) -> None:
@@ -414,7 +422,7 @@ class _ParquetCheck:
         if self.problem is not None or self.matcher is None:
             return
         row = self.matcher.row
-        diff = self.matcher.take(table)
+        diff = self.matcher.take(table if self.columns is None else table.select(self.columns))
         if diff is None:
             return
         at, prow = diff

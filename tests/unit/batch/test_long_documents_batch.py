@@ -92,3 +92,21 @@ def test_an_adapter_trained_on_windows_and_piloted_cut_is_named_a_prompt_mismatc
     assert prompt_mismatch({"classify": trained}, ClassifyConfig()) == ["long_documents: trained 'windows', piloted 'cut'"]
     before_41 = {k: v for k, v in ClassifyConfig().model_dump(mode="json").items() if k not in ("long_documents", "max_windows")}
     assert prompt_mismatch({"classify": before_41}, WINDOWS) == []  # an older card is not compared on it
+
+
+def test_a_results_parquet_written_before_the_new_columns_still_rechecks(tmp_path):
+    import pyarrow.parquet as pq
+
+    from batch.run.merge import LATER_COLUMNS, _ParquetCheck
+
+    body = b"".join(json.dumps(r.row()).encode() + b"\n" for r in _rows())
+    _, table = read_rows(body, review=False)
+    earlier = [n for n in table.schema.names if n not in LATER_COLUMNS]
+    pq.write_table(table.select(earlier), tmp_path / "old.parquet")
+    pq.write_table(table, tmp_path / "new.parquet")
+    for name in ("old", "new"):
+        check = _ParquetCheck(tmp_path / f"{name}.parquet", review=False)
+        check.take(table, body)
+        assert check.finish() == [], name
+    pq.write_table(table.select(earlier[:-1]), tmp_path / "bad.parquet")
+    assert "columns" in _ParquetCheck(tmp_path / "bad.parquet", review=False).finish()[0]

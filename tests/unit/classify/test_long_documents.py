@@ -207,3 +207,19 @@ def test_classification_key_of_cut_mode_is_what_it_was():
     assert classification_sha256(model, classify) == before  # pilots recorded before issue 41 still open batches
     assert classification_sha256(model, WINDOWS) != before
     assert classification_sha256(model, WINDOWS) != classification_sha256(model, WINDOWS.model_copy(update={"max_windows": 4}))
+
+
+def test_training_check_captures_the_combined_logprobs_a_long_document_is_scored_with():
+    from adapters._validate import _capture_logprobs
+
+    first = [11, 12, 13, 14, 15]
+    scorer = SimpleNamespace(mode="first-token", first_tokens=first, result=lambda doc, prompt, completion, t=1.0: "r")
+    captured = _capture_logprobs(scorer)
+
+    def window(lps):
+        return SimpleNamespace(logprobs=[{t: SimpleNamespace(logprob=v) for t, v in zip(first, lps, strict=True)}])
+
+    a, b = [-0.1, -3.0, -4.0, -5.0, -6.0], [-4.0, -0.2, -3.0, -5.0, -6.0]
+    assert scorer.result(SimpleNamespace(id="long"), None, [window(a), window(b)]) == "r"
+    assert scorer.result(SimpleNamespace(id="short"), None, window(a)) == "r"
+    assert captured["long"] == [(x + y) / 2 for x, y in zip(a, b, strict=True)] and captured["short"] == a
