@@ -49,7 +49,8 @@ def free_answers(model: Any, tokenizer: Any, cfg: TrainConfig, rows: list[Row]) 
 
     A row is in the inference format when the answer is exactly an allowed category followed by
     the end-of-turn token (:func:`classify.prompt.answer_text`), which is what first-token
-    scoring relies on.
+    scoring relies on. The prompt is the document's first window (its only one in ``cut`` mode): the format
+    does not depend on the window; the accuracy over whole documents is :func:`through_engine`'s.
 
     Args:
         model: the trained peft model.
@@ -93,7 +94,8 @@ def free_answers(model: Any, tokenizer: Any, cfg: TrainConfig, rows: list[Row]) 
 
 def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_ref: Any, *, classifier: Any = None,
                    label: str = "candidate") -> dict[str, Any]:
-    """Classify validation rows through the real inference path with the new adapter.
+    """Classify validation rows through the real inference path with the new adapter (``cfg.classify``'s
+    ``long_documents`` mode included: a long row is scored over its windows as pilot, batch and serve score it).
 
     The path is the one pilot and batch take for one adapter (``model.adapter_mode``): ``merged``
     (the default) merges the adapter into the base weights (peft ``merge_and_unload``, in a
@@ -223,14 +225,20 @@ def _capture_logprobs(scorer: Any) -> dict[str, list[float]]:
     """Wrap ``scorer.result`` so that each document's per-category first-token log-probs are kept.
 
     Returns the dict it fills: document id -> log-probs aligned with ``scorer.cfg.categories``
-    (nothing in ``choice`` scoring, where the other categories' log-probs are unknown).
+    (nothing in ``choice`` scoring, where the other categories' log-probs are unknown). A document of several
+    windows (``classify.long_documents: windows``) gives its combined log-probs
+    (:func:`classify.scoring.mean_logprobs`, as :meth:`classify.scoring.Scorer.combined_logprobs`), the vector its score is the softmax of, so the
+    temperature is fitted on what inference scores.
     """
+    from classify.scoring import mean_logprobs
+
     captured: dict[str, list[float]] = {}
     plain = scorer.result
 
     def result(doc: Any, prompt: Any, completion: Any, temperature: float = 1.0) -> Any:
-        if scorer.mode == "first-token" and completion.logprobs:
-            got = {tid: lp.logprob for tid, lp in completion.logprobs[0].items()}  # as Scorer.result reads them
+        completions = list(completion) if isinstance(completion, (list, tuple)) else [completion]
+        if scorer.mode == "first-token" and all(c.logprobs for c in completions):
+            got = mean_logprobs([{tid: lp.logprob for tid, lp in c.logprobs[0].items()} for c in completions])
             lps = [got.get(t) for t in scorer.first_tokens]
             if all(lp is not None and lp > float("-inf") for lp in lps):
                 captured[doc.id] = lps

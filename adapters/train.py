@@ -227,8 +227,9 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         tokenize(tokenizer, cfg.classify, val_rows, cfg.training.max_seq_tokens)  # refuses a row over the limit
         stage = "disk-check"
         disk = _check_disk(cfg, run_dir, model_ref.path)
-        log.info("data %s: %d rows -> %d train, %d validation; %d steps; disk needs %.1f MiB of %.0f MiB free",
-                 cfg.data.resolved_path(), len(rows), len(train_rows), len(val_rows), total_steps(cfg, len(examples)),
+        log.info("data %s: %d rows -> %d train (%d examples, classify.long_documents %s), %d validation; %d steps; "
+                 "disk needs %.1f MiB of %.0f MiB free", cfg.data.resolved_path(), len(rows), len(train_rows),
+                 len(examples), cfg.classify.long_documents, len(val_rows), total_steps(cfg, len(examples)),
                  disk["total"] / 2**20, disk["free"] / 2**20)
         check_inputs(run_dir, run_inputs(cfg.data.resolved_path(), data_sha, model_ref))  # records them for a new run
         stage = "load-model"

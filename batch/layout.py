@@ -46,7 +46,8 @@ SUMMARY = "summary.json"
 SHARDS = "shards"
 SHARDS_PER_FOLDER = 1000
 RESULT_COLUMNS = (("id", "string"), ("status", "string"), ("category", "string"), ("score", "float64"),
-                  ("reason", "string"), ("input_sha256", "string"), ("n_chars", "int64"), ("n_tokens", "int64"))
+                  ("reason", "string"), ("input_sha256", "string"), ("n_chars", "int64"), ("n_tokens", "int64"),
+                  ("n_doc_tokens", "int64"), ("n_windows", "int64"), ("truncated", "bool_"))
 """The columns of ``results.parquet`` (the fields of :class:`classify.records.Result`) and their Arrow types."""
 
 RESUME_KEYS = ("corpus_fingerprint", "config_sha256", "model_fingerprint", "adapter_sha256")

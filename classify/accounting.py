@@ -58,6 +58,8 @@ class Ledger:
 
     Attributes:
         total, accepted, rejected, n_tokens: counts (``n_tokens``: prompt tokens summed).
+        truncated, n_windows: documents with tokens the model did not read (``truncated`` rows), and prompts
+            (windows) scored, summed (``classify.long_documents``).
         by_category: ``{category: results naming it}`` over the allowed categories, every status.
         per_category: ``{category: accepted results}`` in order of first appearance.
         reasons: ``{reason up to its first ':': rejected results}``.
@@ -70,6 +72,7 @@ class Ledger:
         self.categories = list(categories)
         self.max_problems = max_problems
         self.total = self.accepted = self.rejected = self.n_tokens = 0
+        self.truncated = self.n_windows = 0
         self.by_category = dict.fromkeys(self.categories, 0)
         self.per_category: Counter[str | None] = Counter()
         self.reasons: Counter[str] = Counter()
@@ -97,6 +100,8 @@ class Ledger:
         if r.category in self.by_category:
             self.by_category[r.category] += 1  # type: ignore[index]
         self.n_tokens += int(r.n_tokens or 0)
+        self.truncated += r.truncated is True
+        self.n_windows += int(r.n_windows or 0)
 
     def _note(self, ids: list[str], r: Result) -> None:
         if self.max_problems is None or len(self.problems) < self.max_problems:
@@ -104,10 +109,10 @@ class Ledger:
             self.problems.append(row_problem(r, self.categories) or "")
 
     def counts(self) -> dict[str, Any]:
-        """``{total, accepted, rejected, by_category, reject_reasons, n_tokens}`` (reasons sorted)."""
+        """``{total, accepted, rejected, by_category, reject_reasons, n_tokens, truncated, n_windows}`` (reasons sorted)."""
         return {"total": self.total, "accepted": self.accepted, "rejected": self.rejected,
                 "by_category": dict(self.by_category), "reject_reasons": dict(sorted(self.reasons.items())),
-                "n_tokens": self.n_tokens}
+                "n_tokens": self.n_tokens, "truncated": self.truncated, "n_windows": self.n_windows}
 
 
 @dataclass

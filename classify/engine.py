@@ -52,7 +52,8 @@ class Classifier:
                 adapter). Pass the card's value when the adapter is merged into the weights.
 
         Returns:
-            ``len(docs)`` results, ``results[i].id == docs[i].id``.
+            ``len(docs)`` results, ``results[i].id == docs[i].id`` (a document of several windows,
+            ``classify.long_documents: windows``, is one result: every window goes in the same ``generate`` call).
 
         Raises:
             EngineError: an adapter was given to an engine built without LoRA, or vLLM failed.
@@ -69,7 +70,7 @@ class Classifier:
         if pending:
             try:
                 outputs = self.llm.generate(
-                    [p.engine_input() for _, p in pending],  # token ids: vLLM does not tokenize again
+                    [w for _, p in pending for w in p.engine_inputs()],  # every window, token ids, one call
                     self.scorer.sampling_params(),
                     use_tqdm=progress,
                     lora_request=adapter.lora_request() if adapter else None,
@@ -79,8 +80,12 @@ class Classifier:
             except Exception as err:  # vLLM raises many types; keep the first error whole
                 raise EngineError(f"vLLM generate failed: {type(err).__name__}: {err}") from err
             t = resolve_temperature(adapter, temperature)
-            for (i, prompt), output in zip(pending, outputs, strict=True):
-                results[i] = self.scorer.result(docs[i], prompt, output.outputs[0], t)
+            if len(outputs) != sum(p.n_windows for _, p in pending):
+                raise EngineError(f"vLLM returned {len(outputs)} outputs for {sum(p.n_windows for _, p in pending)} prompts")
+            at = 0
+            for i, prompt in pending:  # a document's windows are consecutive outputs, combined into one record
+                results[i] = self.scorer.result(docs[i], prompt, [o.outputs[0] for o in outputs[at: at + prompt.n_windows]], t)
+                at += prompt.n_windows
         return [r for r in results if r is not None]
 
     def compiled(self) -> bool | None:

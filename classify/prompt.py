@@ -16,9 +16,12 @@ The prompt is built as token ids, never as a string the engine tokenizes again
   (``<|im_start|>``, ``<|im_end|>``, ...) stays text and never becomes a control token
   (the tokenizer's ``encode_special_tokens`` mode, on a private copy of the fast tokenizer),
   so a document cannot close its user turn and forge an assistant answer;
-* the document's ids are cut to ``max_doc_tokens``; a character pre-cut at a space bounds
-  the work on long documents without changing the first ``max_doc_tokens`` ids;
-* prompt = prefix + document + suffix; ``n_tokens`` is its exact length.
+* the document's ids are cut to the builder's budget (``max_doc_tokens``; ``max_doc_tokens x max_windows``
+  with ``classify.long_documents: windows``); a character pre-cut at a space bounds the work on long
+  documents without changing the first ids;
+* prompt = prefix + document + suffix; ``n_tokens`` is its exact length. With ``windows`` a document over
+  ``max_doc_tokens`` ids gives several prompts (:func:`window_spans`: consecutive, no overlap, balanced),
+  each prefix + window + suffix; :class:`Prompt` holds them all and the scorer combines their answers.
 
 Documents are tokenized in batches (the Rust tokenizer's own thread pool, sized by
 ``RAYON_NUM_THREADS``; :func:`set_tokenizer_threads`), except Latin-1 documents for a byte-level BPE
@@ -65,28 +68,78 @@ BPE_CACHE_WORDS = 100_000
 articles alone hold about 60,000 distinct words); a full cache of 100,000 costs about 40 MiB of memory."""
 
 
+def window_spans(n_ids: int, window: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of each window over ``n_ids`` document ids: consecutive, no overlap, balanced.
+
+    ``ceil(n_ids / window)`` windows whose lengths differ by at most one id (the longer ones first), so a
+    document of ``window + 5`` ids gives two windows of about half a window each rather than a full one and
+    a 5-id scrap that would weigh as much in the combined score. No overlap: the windows' ids are the
+    document's ids once each (``n_doc_tokens`` is the cost read), and a topic is rarely carried by the few
+    words a window edge splits. A document of at most ``window`` ids (``0`` included) is one window.
+
+    Args:
+        n_ids: document ids to cover.
+        window: most ids per window (``classify.max_doc_tokens``).
+
+    Returns:
+        At least one span; the spans tile ``[0, n_ids)``.
+    """
+    k = max(1, -(-n_ids // window))
+    base, extra = divmod(n_ids, k)
+    spans, start = [], 0
+    for j in range(k):
+        end = start + base + (j < extra)
+        spans.append((start, end))
+        start = end
+    return spans
+
+
 @dataclass(frozen=True)
 class Prompt:
-    """A classification prompt as the engine receives it: token ids.
+    """A document's classification prompt(s) as the engine receives them: token ids.
 
     Attributes:
-        ids: the full prompt's token ids (template prefix, document, template suffix).
-        n_doc_tokens: tokens of the (possibly cut) document inside the prompt.
-        truncated: whether the document was cut to ``max_doc_tokens``.
+        ids: the first (in ``cut`` mode the only) prompt's token ids (template prefix, document window,
+            template suffix).
+        n_doc_tokens: document tokens read, over every window (the document's tokens, or the budget when cut).
+        truncated: whether the document was cut (tokens past ``max_doc_tokens``, or past
+            ``max_doc_tokens x max_windows`` in ``windows`` mode, are not read).
+        later_windows: the prompts of the document's later windows (``classify.long_documents: windows``),
+            each the same prefix + its window + suffix; empty for a document of one window.
     """
 
     ids: list[int]
     n_doc_tokens: int
     truncated: bool
+    later_windows: tuple[list[int], ...] = ()
+
+    @property
+    def windows(self) -> list[list[int]]:
+        """Every prompt of the document, first window first (one engine request each)."""
+        return [self.ids, *self.later_windows]
+
+    @property
+    def n_windows(self) -> int:
+        """Prompts (windows) of the document: 1 unless ``windows`` mode split it."""
+        return 1 + len(self.later_windows)
 
     @property
     def n_tokens(self) -> int:
-        """Tokens of the prompt as the engine sees it (exact: the engine gets these ids)."""
-        return len(self.ids)
+        """Prompt tokens the engine reads for the document, all windows together (exact: it gets these ids)."""
+        return len(self.ids) + sum(len(w) for w in self.later_windows)
+
+    @property
+    def longest(self) -> int:
+        """Tokens of the document's longest prompt (what must stay under ``max_model_len``)."""
+        return max(len(w) for w in self.windows)
 
     def engine_input(self) -> dict[str, list[int]]:
-        """The vLLM prompt (``vllm.inputs.TokensPrompt``): vLLM does not tokenize it again."""
+        """The vLLM prompt of the first window (``vllm.inputs.TokensPrompt``): vLLM does not tokenize it again."""
         return {"prompt_token_ids": self.ids}
+
+    def engine_inputs(self) -> list[dict[str, list[int]]]:
+        """The vLLM prompts of every window, in order (one engine request each, all in the same call)."""
+        return [{"prompt_token_ids": w} for w in self.windows]
 
     def text(self, tokenizer: Any) -> str:
         """The prompt decoded to a string, for display and logs only (never give it to an engine to tokenize:
@@ -283,6 +336,7 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.max_doc_tokens = cfg.max_doc_tokens
+        self.budget = cfg.max_doc_tokens * (cfg.max_windows if cfg.long_documents == "windows" else 1)
         rendered = render_text(tokenizer, cfg, PLACEHOLDER)
         if rendered.count(PLACEHOLDER) != 1:
             raise ValueError("the model's chat template does not place the user message exactly once; "
@@ -358,9 +412,10 @@ class PromptBuilder:
         return [list(ids) for ids in out]
 
     def document_ids(self, texts: Sequence[str]) -> list[tuple[list[int], bool]]:
-        """Each document's ids cut to ``max_doc_tokens``, and whether it was cut.
+        """Each document's ids cut to the builder's :attr:`budget`, and whether it was cut.
 
-        The ids are the whole document's first ``max_doc_tokens`` ids, computed from as little text as
+        The budget is ``max_doc_tokens`` (``cut``), or ``max_doc_tokens x max_windows`` (``windows``); below
+        it is written ``max_doc_tokens``. The ids are the whole document's first ``max_doc_tokens`` ids, computed from as little text as
         possible, in rounds of one batched tokenizer call each:
 
         * first round: every document's first chunk, ending before a space, sized for ``max_doc_tokens + 1``
@@ -387,7 +442,7 @@ class PromptBuilder:
         plain = self._plain
         if plain is None:
             return self._chunked_ids(texts)
-        n = self.max_doc_tokens
+        n = self.budget
         need = n + 1
         first = int(need * self.chars_per_token) + 16
         out: list[tuple[list[int], bool] | None] = [None] * len(texts)
@@ -421,7 +476,7 @@ class PromptBuilder:
 
     def _chunked_ids(self, texts: Sequence[str]) -> list[tuple[list[int], bool]]:
         """:meth:`document_ids` through the Rust tokenizer's batch calls only (the rounds described there)."""
-        n = self.max_doc_tokens
+        n = self.budget
         need = n + 1  # ids that show the document is over the budget
         out: list[tuple[list[int], bool] | None] = [None] * len(texts)
         first = int(need * self.chars_per_token) + 16
@@ -513,10 +568,14 @@ class PromptBuilder:
             texts: decoded documents.
 
         Returns:
-            One :class:`Prompt` per text, in order; ``ids`` = prefix + cut document + suffix.
+            One :class:`Prompt` per text, in order; ``ids`` = prefix + (first window of the) document + suffix.
         """
-        prefix, suffix = self.prefix_ids, self.suffix_ids
-        return [Prompt(prefix + ids + suffix, len(ids), cut) for ids, cut in self.document_ids(texts)]
+        prefix, suffix, window = self.prefix_ids, self.suffix_ids, self.max_doc_tokens
+        out = []
+        for ids, cut in self.document_ids(texts):
+            prompts = [prefix + ids[a:b] + suffix for a, b in window_spans(len(ids), window)]
+            out.append(Prompt(prompts[0], len(ids), cut, tuple(prompts[1:])))
+        return out
 
 
 _BUILDERS: dict[tuple[int, str], tuple[Any, PromptBuilder]] = {}
@@ -610,6 +669,10 @@ def build_training_examples(tokenizer: Any, cfg: ClassifyConfig, texts: Sequence
                             categories: Sequence[str]) -> list[dict[str, list[int]]]:
     """Token ids and labels for supervised examples, from the engine's own prompt ids; the loss is on the answer only.
 
+    Training sees what inference sees: with ``classify.long_documents: windows`` a document over
+    ``max_doc_tokens`` tokens gives one example per window (the engine's windows, at most ``max_windows``),
+    each labelled with the document's category; in ``cut`` mode one example per document.
+
     Args:
         tokenizer: the base model's tokenizer.
         cfg: the same classify config the engine will use.
@@ -617,7 +680,8 @@ def build_training_examples(tokenizer: Any, cfg: ClassifyConfig, texts: Sequence
         categories: their labels, each in ``cfg.categories``.
 
     Returns:
-        ``{"input_ids": [...], "labels": [...]}`` per document, of equal length; prompt positions carry
+        ``{"input_ids": [...], "labels": [...]}`` per window (per document in ``cut`` mode), documents in order,
+        each of equal length; prompt positions carry
         ``-100`` (ignored by ``torch.nn.CrossEntropyLoss``), answer positions the answer token ids.
 
     Raises:
@@ -631,12 +695,13 @@ def build_training_examples(tokenizer: Any, cfg: ClassifyConfig, texts: Sequence
     out = []
     for prompt, category in zip(build_prompts(tokenizer, cfg, texts), categories, strict=True):
         answer = answers[category]
-        out.append({"input_ids": prompt.ids + answer, "labels": [-100] * len(prompt.ids) + answer})
+        out += [{"input_ids": ids + answer, "labels": [-100] * len(ids) + answer} for ids in prompt.windows]
     return out
 
 
 def build_training_example(tokenizer: Any, cfg: ClassifyConfig, text: str, category: str) -> dict[str, list[int]]:
-    """Token ids and labels for one supervised example (:func:`build_training_examples` of one document).
+    """Token ids and labels for one supervised example (:func:`build_training_examples` of one document; its first
+    window in ``windows`` mode).
 
     Raises:
         ValueError: ``category`` is not an allowed category.

@@ -44,7 +44,12 @@ class Result(BaseModel):
         reason: why rejected; ``None`` when accepted.
         input_sha256: sha256 of the raw input bytes.
         n_chars: characters in the decoded document.
-        n_tokens: prompt tokens sent to the model (0 when rejected before the model).
+        n_tokens: prompt tokens sent to the model, every window's prompt summed (0 when rejected before the model).
+        n_doc_tokens: document tokens the model read (over every window; 0 when rejected before the model).
+        n_windows: prompts the document was scored with (1, or more with ``classify.long_documents: windows``;
+            0 when rejected before the model).
+        truncated: the document had tokens the model did not read (past ``classify.max_doc_tokens`` in ``cut``
+            mode, past ``max_doc_tokens x max_windows`` in ``windows`` mode); ``False`` when rejected.
         review: only with ``classify.review_below_score`` set: ``True`` when an accepted result's score
             is under it (or unknown), ``False`` otherwise; ``None`` (rejected rows, or no threshold)
             is left out of the stored row, so rows without the threshold are what they always were.
@@ -60,6 +65,9 @@ class Result(BaseModel):
     input_sha256: str = ""
     n_chars: int = 0
     n_tokens: int = 0
+    n_doc_tokens: int = 0
+    n_windows: int = 0
+    truncated: bool = False
     review: bool | None = None
 
     @classmethod

@@ -21,6 +21,24 @@ gives the raw probability, bit for bit. The temperature rides on :class:`Adapter
 (LoRA mode, pilot, batch and serve alike) or is passed explicitly when the adapter is merged
 into the weights (:meth:`classify.engine.Classifier.classify`'s ``temperature``). ``choice`` scores are
 left as they are: only the chosen answer's log-prob is known there, not the other categories'.
+
+Long documents (``classify.long_documents: windows``): a document over ``max_doc_tokens`` tokens is scored as
+several windows (:func:`classify.prompt.window_spans`), all sent in the same engine call, and combined here
+into one record (:meth:`Scorer.result` with one completion per window):
+
+* ``first-token``: each category's log-prob is the MEAN of its per-window first-token log-probs (the
+  renormalised geometric mean of the windows' probabilities), the category is the arg-max of that mean and
+  the score its (tempered) softmax. Why the mean of log-probs: (1) it is the same kind of quantity as one
+  window's log-probs, on the same scale whatever the window count, so the calibration temperature T fitted on
+  it (training's check fits T on these combined log-probs) applies unchanged and confidence does not grow
+  just because a document is long; (2) every window is equal evidence, so the part of a document that
+  carries its topic counts wherever it sits; (3) a window that is confident AGAINST a category pulls it
+  down (a geometric mean is a soft veto), which keeps a document whose windows disagree from a high score.
+* ``choice``: each window's answer votes with its probability; the category with the largest summed vote
+  wins and its score is that sum over the window count.
+
+A document of one window (every document in ``cut`` mode) takes the one-window path unchanged: identical
+categories and scores in both modes.
 """
 
 from __future__ import annotations
@@ -80,6 +98,21 @@ def softmax_at(logprobs: Mapping[Any, float], key: Any, temperature: float = 1.0
     return math.exp(scaled[key] - top - math.log(sum(math.exp(v - top) for v in scaled.values())))
 
 
+def mean_logprobs(windows: Sequence[Mapping[Any, float]]) -> dict[Any, float]:
+    """The combined log-probs of a document's windows: per key, the mean of its per-window log-probs.
+
+    Args:
+        windows: one mapping key (category token id) -> log-prob per window.
+
+    Returns:
+        One window's mapping as it is (the one-window path, bit for bit); for several, the keys present in
+        every window (in the first window's order), each with the mean of its log-probs.
+    """
+    if len(windows) == 1:
+        return dict(windows[0])
+    return {k: sum(w[k] for w in windows) / len(windows) for k in windows[0] if all(k in w for w in windows)}
+
+
 class Scorer:
     """Prompts in, results out: the engine-independent half of classification.
 
@@ -134,10 +167,10 @@ class Scorer:
         todo = [i for i, r in enumerate(out) if r is None]
         built = self.builder.build([docs[i].text for i in todo])  # type: ignore[misc]
         for i, prompt in zip(todo, built, strict=True):
-            if prompt.n_tokens >= self.max_model_len:
+            if prompt.longest >= self.max_model_len:
                 out[i] = Result.rejected(
                     docs[i],
-                    f"prompt is {prompt.n_tokens} tokens, over max_model_len {self.max_model_len} "
+                    f"prompt is {prompt.longest} tokens, over max_model_len {self.max_model_len} "
                     "(lower classify.max_doc_tokens or raise model.max_model_len)",
                     prompt.n_tokens,
                 )
@@ -167,34 +200,31 @@ class Scorer:
         )
 
     def result(self, doc: Document, prompt: Prompt, completion: Any, temperature: float = 1.0) -> Result:
-        """Turn one vLLM ``CompletionOutput`` into the result record.
+        """Turn the vLLM output(s) of one document into its result record.
 
         Args:
             doc: the document.
-            prompt: its rendered prompt.
-            completion: vLLM's ``CompletionOutput``.
+            prompt: its prompt(s) (:class:`classify.prompt.Prompt`; ``n_windows`` windows).
+            completion: vLLM's ``CompletionOutput``, or a sequence of them, one per window of ``prompt`` in
+                window order (combined as the module docstring says).
             temperature: score temperature T (first-token mode: ``softmax(logprobs / T)``; 1.0 = raw).
 
         Returns:
             ``accepted`` with an allowed category and its probability (and ``review`` when
             ``classify.review_below_score`` is set: :func:`needs_review`), or ``rejected`` with the
-            reason when the engine answered outside the allowed set (never silently dropped).
+            reason when the engine answered outside the allowed set (never silently dropped). The record
+            carries ``n_tokens`` (every window's prompt), ``n_doc_tokens``, ``n_windows`` and ``truncated``.
         """
-        category: str | None
+        completions = list(completion) if isinstance(completion, (list, tuple)) else [completion]
+        if len(completions) != prompt.n_windows:
+            raise EngineError(f"{len(completions)} engine outputs for a document of {prompt.n_windows} windows")
         if self.mode == "first-token":
-            token = completion.token_ids[0] if completion.token_ids else None
-            category = self._token_to_category.get(token)
-            logprobs = completion.logprobs[0] if completion.logprobs else {}
-            cat_lp = {tid: lp.logprob for tid, lp in logprobs.items() if tid in self._token_to_category}
-            if category is not None and token in cat_lp:
-                score = softmax_at(cat_lp, token, temperature)
-            else:
-                score = None
+            category, score = self._first_token(completions, temperature)
         else:
-            category = completion.text.strip()
-            score = math.exp(completion.cumulative_logprob) if completion.cumulative_logprob is not None else None
+            category, score = self._choice(completions)
         if category not in self.cfg.categories:
-            return Result.rejected(doc, f"engine answer {completion.text!r} is not an allowed category", prompt.n_tokens)
+            return Result.rejected(doc, f"engine answer {completions[0].text!r} is not an allowed category",
+                                   prompt.n_tokens)
         score = None if score is None else min(1.0, max(0.0, round(score, 6)))
         return Result(
             id=doc.id,
@@ -204,8 +234,57 @@ class Scorer:
             input_sha256=doc.input_sha256,
             n_chars=doc.n_chars,
             n_tokens=prompt.n_tokens,
+            n_doc_tokens=prompt.n_doc_tokens,
+            n_windows=prompt.n_windows,
+            truncated=prompt.truncated,
             review=needs_review(score, self.cfg.review_below_score),
         )
+
+    def window_logprobs(self, completion: Any) -> dict[int, float]:
+        """First-token log-probs of the categories in one window's ``CompletionOutput``: category token id -> log-prob."""
+        logprobs = completion.logprobs[0] if completion.logprobs else {}
+        return {tid: lp.logprob for tid, lp in logprobs.items() if tid in self._token_to_category}
+
+    def combined_logprobs(self, completions: Sequence[Any]) -> dict[int, float]:
+        """A document's category log-probs (first-token mode): one window's as they are, several windows' averaged.
+
+        Args:
+            completions: one ``CompletionOutput`` per window.
+
+        Returns:
+            Category token id -> log-prob: for one window :meth:`window_logprobs`; for several, the mean over
+            the windows of each category present in every window (:func:`mean_logprobs`).
+        """
+        return mean_logprobs([self.window_logprobs(c) for c in completions])
+
+    def _first_token(self, completions: list[Any], temperature: float) -> tuple[str | None, float | None]:
+        """Category and score of first-token scoring over a document's windows (one window: the chosen token)."""
+        cat_lp = self.combined_logprobs(completions)
+        if len(completions) == 1:
+            c = completions[0]
+            token = c.token_ids[0] if c.token_ids else None
+        else:
+            token = max(cat_lp, key=cat_lp.__getitem__) if cat_lp else None  # the first category on a tie
+        category = self._token_to_category.get(token)  # type: ignore[arg-type]
+        score = softmax_at(cat_lp, token, temperature) if category is not None and token in cat_lp else None
+        return category, score
+
+    def _choice(self, completions: list[Any]) -> tuple[str | None, float | None]:
+        """Category and score of structured-output scoring over a document's windows (probability-weighted vote)."""
+        answers = []
+        for c in completions:
+            score = math.exp(c.cumulative_logprob) if c.cumulative_logprob is not None else None
+            answers.append((c.text.strip(), score))
+        if len(answers) == 1:
+            return answers[0]
+        votes: dict[str, float] = {}
+        for text, score in answers:
+            if text in self.cfg.categories:
+                votes[text] = votes.get(text, 0.0) + (score or 0.0)
+        if not votes:
+            return answers[0][0], None
+        best = max(votes, key=votes.__getitem__)
+        return best, votes[best] / len(answers)
 
 
 def needs_review(score: float | None, review_below_score: float | None) -> bool | None:

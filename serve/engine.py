@@ -112,9 +112,9 @@ class AsyncClassifier:
         self.gate = PhaseGate()
         self.aborted = 0
 
-    async def _one(self, prompt: Prompt, params: Any, lora: Any, request_id: str) -> Any:
+    async def _one(self, prompt: dict[str, list[int]], params: Any, lora: Any, request_id: str) -> Any:
         final = None
-        async for output in self.llm.generate(prompt.engine_input(), params, request_id, lora_request=lora):
+        async for output in self.llm.generate(prompt, params, request_id, lora_request=lora):
             final = output
         if final is None or not final.outputs:
             raise EngineError(f"vLLM returned no output for request {request_id}")
@@ -124,7 +124,8 @@ class AsyncClassifier:
         """Classify documents; one result per document, in input order.
 
         Prompts are rendered in a worker thread (tokenizing is CPU work that would block the
-        event loop); every prompt becomes one engine request so vLLM batches them with the
+        event loop); every prompt (every window of a long document, ``classify.long_documents: windows``)
+        becomes one engine request, admitted together, so vLLM batches them with the
         other clients' requests of the same group (base model, or adapters: :class:`PhaseGate`).
         When the caller is cancelled (the client hung up: :mod:`serve.routes_classify`), the
         request's engine requests are aborted (vLLM's ``AsyncLLM.abort``), and this call returns
@@ -137,7 +138,7 @@ class AsyncClassifier:
             adapter: LoRA adapter to apply (its ``temperature`` scales the scores), or ``None`` for the base model.
 
         Returns:
-            ``len(docs)`` results, ``results[i].id == docs[i].id``.
+            ``len(docs)`` results, ``results[i].id == docs[i].id`` (one per document, its windows combined).
 
         Raises:
             EngineError: an adapter on an engine without LoRA, or vLLM failed.
@@ -148,7 +149,8 @@ class AsyncClassifier:
         params = self.scorer.sampling_params()
         lora = adapter.lora_request() if adapter is not None else None
         pending = [(i, p) for i, p in enumerate(rendered) if isinstance(p, Prompt)]
-        work = asyncio.ensure_future(self._gated(pending, params, lora))
+        windows = [w for _, p in pending for w in p.engine_inputs()]  # a long document's windows: same admission
+        work = asyncio.ensure_future(self._gated(windows, params, lora))
         try:
             outputs = await asyncio.shield(work)
         except asyncio.CancelledError:
@@ -158,16 +160,18 @@ class AsyncClassifier:
             raise
         results: list[Result | Prompt] = list(rendered)
         temperature = resolve_temperature(adapter)  # the card's calibration.temperature, as pilot and batch
-        for (i, prompt), completion in zip(pending, outputs, strict=True):
-            results[i] = self.scorer.result(docs[i], prompt, completion, temperature)
+        at = 0
+        for i, prompt in pending:  # a document's windows are consecutive outputs, combined into one record
+            results[i] = self.scorer.result(docs[i], prompt, outputs[at: at + prompt.n_windows], temperature)
+            at += prompt.n_windows
         return [r for r in results if isinstance(r, Result)]
 
-    async def _gated(self, pending: list[tuple[int, Prompt]], params: Any, lora: Any) -> list[Any]:
+    async def _gated(self, pending: list[dict[str, list[int]]], params: Any, lora: Any) -> list[Any]:
         if not pending:
             return []
         await self.gate.acquire("base" if lora is None else "lora")
         ids = [f"docpilot-{next(self._ids)}" for _ in pending]
-        tasks = [asyncio.ensure_future(self._one(p, params, lora, rid)) for (_, p), rid in zip(pending, ids, strict=True)]
+        tasks = [asyncio.ensure_future(self._one(p, params, lora, rid)) for p, rid in zip(pending, ids, strict=True)]
         try:
             return await asyncio.gather(*tasks)
         except asyncio.CancelledError:

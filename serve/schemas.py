@@ -1,6 +1,7 @@
 """Request and response bodies of the HTTP API (separate models, with length limits).
 
-The result subset (``id, status, category, score, reason``, and ``review`` when the server's
+The result subset (``id, status, category, score, reason``, how much of the document was read:
+``n_doc_tokens, n_windows, truncated``, and ``review`` when the server's
 ``classify.review_below_score`` is set) is the one result record
 :class:`classify.records.Result` that pilot and batch write, minus the bookkeeping fields.
 """
@@ -89,6 +90,11 @@ class ResultOut(_Body):
     category: str | None = None
     score: float | None = None
     reason: str | None = None
+    n_doc_tokens: int = Field(0, description="document tokens the model read, over every window")
+    n_windows: int = Field(0, description="prompts the document was scored with (more than 1 only with "
+                           "`classify.long_documents: windows`); 0 when rejected before the model")
+    truncated: bool = Field(False, description="true when the document had tokens the model did not read "
+                            "(past `classify.max_doc_tokens`, or past `max_doc_tokens x max_windows` with windows)")
     review: bool | None = Field(None, description="present only when the server's `classify.review_below_score` is "
                                 "set: true when an accepted result's score is under it")
 
@@ -103,6 +109,7 @@ class ResultOut(_Body):
     def of(cls, result: Result) -> ResultOut:
         """The public view of a :class:`classify.records.Result`."""
         return cls(id=result.id, status=result.status, category=result.category, score=result.score, reason=result.reason,
+                   n_doc_tokens=result.n_doc_tokens, n_windows=result.n_windows, truncated=result.truncated,
                    review=getattr(result, "review", None))
 
 

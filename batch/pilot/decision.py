@@ -89,6 +89,7 @@ def build_summary(
         "correct": len(correct),
         "accuracy": round(accuracy, 4),
         "per_category": dict(led.per_category),
+        "long_documents": long_documents_block(results, cfg.classify),
         "thresholds": th.model_dump(),
         "checks": checks,
         "failed_checks": failed,
@@ -105,6 +106,44 @@ VERDICT_VS_DECISION = ("verdict is whether every check of this pilot passed (pas
 def _source(measured: dict[str, Any]) -> str:
     """Where the estimate beside the measured peak comes from (``summary.json`` ``measured.estimate_source``)."""
     return measured.get("estimate_source") or "the estimate"
+
+
+def long_documents_block(results: Sequence[Result], classify_cfg: Any) -> dict[str, Any]:
+    """How much of the pilot's documents the model read (``classify.long_documents``), for the summary.
+
+    Args:
+        results: the pilot's result records.
+        classify_cfg: the classify section (mode, ``max_doc_tokens``, ``max_windows``).
+
+    Returns:
+        ``{mode, max_doc_tokens, max_windows, scored, truncated, truncated_share, windows, windows_per_doc,
+        doc_tokens_per_doc}`` over the documents that reached the model (``n_windows`` > 0): ``truncated`` counts
+        the cut ones, ``windows_per_doc`` is the prompts per document a batch of such documents costs (1.0 in
+        ``cut`` mode), ``doc_tokens_per_doc`` the document tokens read per document.
+    """
+    scored = [r for r in results if (r.n_windows or 0) > 0]
+    n = len(scored)
+    truncated = sum(r.truncated is True for r in scored)
+    windows = sum(int(r.n_windows) for r in scored)
+    return {"mode": classify_cfg.long_documents, "max_doc_tokens": classify_cfg.max_doc_tokens,
+            "max_windows": classify_cfg.max_windows if classify_cfg.long_documents == "windows" else 1,
+            "scored": n, "truncated": truncated, "truncated_share": round(truncated / n, 4) if n else 0.0,
+            "windows": windows, "windows_per_doc": round(windows / n, 3) if n else 0.0,
+            "doc_tokens_per_doc": round(sum(int(r.n_doc_tokens or 0) for r in scored) / n, 1) if n else 0.0}
+
+
+def long_documents_line(block: dict[str, Any] | None) -> str | None:
+    """The decision's sentence on how much of the documents was read, or ``None`` (no block: an older summary)."""
+    if not block or not block.get("scored"):
+        return None
+    line = (f"Long documents ({block['mode']}): {block['truncated']}/{block['scored']} documents cut "
+            f"({block['truncated_share']:.0%}), {block['windows_per_doc']} windows per document, "
+            f"{block['doc_tokens_per_doc']} document tokens read per document (max_doc_tokens {block['max_doc_tokens']}")
+    line += f", max_windows {block['max_windows']})." if block["mode"] == "windows" else ")."
+    if block["mode"] == "cut" and block["truncated"]:
+        line += (" Set `classify.long_documents: windows` to read them whole (each window is one more prompt: "
+                 "make plan and the measured tokens/s count them).")
+    return line
 
 
 def measurement_notes(measured: dict[str, Any] | None) -> tuple[list[str], bool]:
@@ -221,4 +260,7 @@ def decision_markdown(run_id: str, decision: dict[str, Any], summary: dict[str, 
                       f"{est}; ratio {ratio} (tolerance {m['tolerance']:.0%}, gap: {'yes' if m.get('gap') else 'no'}). "
                       f"Classify stage: {m['docs_per_s']} docs/s, {m['tokens_per_s']} prompt tokens/s "
                       f"({m['docs']} documents in {m['classify_s']} s)."]
+        read = long_documents_line(summary.get("long_documents"))
+        if read:
+            lines += ["", "## Long documents", "", read]
     return "\n".join(lines) + "\n"

@@ -11,7 +11,8 @@ and its ``VLLM::`` engine processes), sampled after every shard while they still
   upper bound of the host RAM taken.
 * CUDA / ROCm: the device memory NVML reports for those processes. Not exercised on hardware by the
   test suite (the test machine is a CPU).
-* Throughput: documents and prompt tokens of the classify stage over its wall time.
+* Throughput: documents, prompts (windows: ``classify.long_documents``) and prompt tokens of the classify
+  stage over its wall time; ``windows_per_doc`` is what a batch of such documents costs in prompts.
 
 The estimate is :mod:`classify.memory`'s for the same model and engine section:
 :func:`~classify.memory.cpu_serving_estimate` on CPU; on an accelerator vLLM claims the whole
@@ -164,22 +165,24 @@ def plan_estimate(model_path: str, dtype: str, *, max_model_len: int, engine: An
 
 
 def measured_block(device: str, peak_bytes: int, *, docs: int, tokens: int, seconds: float,
-                   estimate: dict[str, Any] | None, machine_bytes: int, detail: dict[str, Any]) -> dict[str, Any]:
+                   estimate: dict[str, Any] | None, machine_bytes: int, detail: dict[str, Any],
+                   windows: int | None = None) -> dict[str, Any]:
     """The ``measured`` block of ``summary.json``.
 
     Args:
         device: ``cpu``, ``cuda`` or ``rocm``.
         peak_bytes: the engine's measured peak memory.
         docs: documents through the classify stage.
-        tokens: prompt tokens of those documents.
+        tokens: prompt tokens of those documents (every window's prompt).
         seconds: the classify stage's wall time.
         estimate: :func:`plan_estimate`'s answer (``None`` when it could not be made).
         machine_bytes: the memory the engine may not exceed (host RAM on CPU, the card on an accelerator).
         detail: what was measured where (per process, vLLM's account...).
+        windows: prompts of those documents (their ``n_windows`` summed; ``None``: one per document).
 
     Returns:
-        ``{estimate_source, peak_rss_bytes, docs_per_s, tokens_per_s, plan_estimate_bytes (the figure of
-        ``estimate_source``; the key keeps its first name), ratio, tolerance, gap,
+        ``{estimate_source, peak_rss_bytes, docs_per_s, tokens_per_s, windows, windows_per_doc, prompts_per_s,
+        plan_estimate_bytes (the figure of ``estimate_source``; the key keeps its first name), ratio, tolerance, gap,
         exceeds_machine, machine_bytes, device, classify_s, docs, tokens, estimate, detail}``.
     """
     est = estimate["bytes"] if estimate else None
@@ -195,6 +198,9 @@ def measured_block(device: str, peak_bytes: int, *, docs: int, tokens: int, seco
         "classify_s": round(seconds, 3),
         "docs": docs,
         "tokens": tokens,
+        "windows": windows if windows is not None else docs,
+        "windows_per_doc": round((windows if windows is not None else docs) / docs, 3) if docs else None,
+        "prompts_per_s": round((windows if windows is not None else docs) / seconds, 3) if seconds > 0 else None,
         "plan_estimate_bytes": est,
         "plan_estimate_gib": round(est / GIB, 3) if est else None,
         "ratio": ratio,
@@ -209,7 +215,7 @@ def measured_block(device: str, peak_bytes: int, *, docs: int, tokens: int, seco
 
 def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: str, model_cfg: Any, engine_cfg: Any,
                  enable_lora: bool, docs: int, tokens: int, seconds: float,
-                 gpu_source: str = "nvml processes") -> dict[str, Any]:
+                 gpu_source: str = "nvml processes", windows: int | None = None) -> dict[str, Any]:
     """What the pilot's engine actors used, beside the estimate for the same engine (``estimate_source``).
 
     Args:
@@ -223,6 +229,7 @@ def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: st
         tokens: their prompt tokens.
         seconds: the classify stage's wall time (first engine ready to last shard written).
         gpu_source: where ``gpu_bytes`` comes from (:func:`nvml_usage`).
+        windows: the documents' prompts (``n_windows`` summed), or ``None`` for one per document.
 
     Returns:
         :func:`measured_block`'s dict, or ``{"error": ...}`` when there was nothing to measure (a stand-in
@@ -256,7 +263,7 @@ def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: st
                                   else f"NVML: {gpu_source}"), processes=peaks)
             peak, machine = gpu_bytes, int(torch.cuda.get_device_properties(0).total_memory)
         return measured_block(device, peak, docs=docs, tokens=tokens, seconds=seconds, estimate=estimate,
-                              machine_bytes=machine, detail=detail)
+                              machine_bytes=machine, detail=detail, windows=windows)
     except Exception as err:
         log.warning("pilot: could not measure the engines: %s: %s", type(err).__name__, err)
         return {"error": f"{type(err).__name__}: {err}"}

@@ -180,7 +180,8 @@ class PilotHooks(RunHooks):
         summary["measured"] = measure_pool(self.peaks, self.gpu_bytes, model_path=model.path if model else "",
                                            model_cfg=self.cfg.model, engine_cfg=self.cfg.engine, enable_lora=self.lora,
                                            docs=len(results), tokens=sum(r.n_tokens or 0 for r in results),
-                                           seconds=seconds, gpu_source=self.gpu_source)
+                                           seconds=seconds, gpu_source=self.gpu_source,
+                                           windows=sum(int(r.n_windows or 0) for r in results))
         # the stage a run that goes on to export and re-check ends at; a failing export rewrites these files
         _write_outcome(self.run_dir, p["run_id"], p, summary, stage="verify", error=None)
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
-from classify.config import EngineConfig, Frozen, ModelConfig
+from classify.config import ClassifyConfig, EngineConfig, Frozen, ModelConfig
 from classify.errors import ConfigError
 from classify.modelshape import LINEAR_MODULES
 
@@ -83,11 +83,14 @@ class JobShape(Frozen):
         engine: the ``engine`` section (``max_num_seqs``, ``max_loras``, ``max_lora_rank``,
             ``gpu_memory_utilization``; ``"auto"`` resolved for the lot's backend).
         training: the LoRA training job.
+        classify: the ``classify`` section (``long_documents``, ``max_windows``, ``max_doc_tokens``: the prompts
+            each document costs, :func:`batch.plan.plan.prompts_plan`).
     """
 
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = EngineConfig()
     training: TrainingShape = TrainingShape()
+    classify: ClassifyConfig = ClassifyConfig()
 
 
 def job_shape(config_path: Any) -> JobShape:
@@ -117,7 +120,7 @@ def job_shape(config_path: Any) -> JobShape:
         raise ConfigError(f"{config_path} is a lots config (gpu_model, gpus): `docpilot plan --config` takes the job's "
                           "config (config/docpilot.json); pass the lots file as --lots-config (make plan LOTS_CONFIG=...)")
     cfg = load_config(TrainConfig, config_path)
-    return JobShape(model=cfg.model, engine=cfg.engine, training=TrainingShape(
+    return JobShape(model=cfg.model, engine=cfg.engine, classify=cfg.classify, training=TrainingShape(
         batch_size=cfg.training.batch_size, seq_len_tokens=cfg.training.max_seq_tokens, lora_rank=cfg.lora.rank,
         lora_targets=tuple(cfg.lora.target_modules), gradient_checkpointing=False))
 

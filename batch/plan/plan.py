@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import AwareDatetime, ValidationError
 
 from batch.plan.lots import JobShape, LotsConfig, gpu_spec, job_shape, load_lease_part, load_lots
-from classify.config import Frozen, config_sha256
+from classify.config import ClassifyConfig, Frozen, config_sha256
 from classify.errors import ConfigError
 from classify.memory import (
     DTYPE_BYTES,
@@ -280,7 +280,68 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None)
     }
 
 
-def build_plan(cfg: LotsConfig, job: JobShape | None = None, shape: ModelShape | None = None) -> dict[str, Any]:
+def latest_pilot_reading(runs: Path | None, classify: ClassifyConfig) -> dict[str, Any] | None:
+    """The newest pilot's ``long_documents`` block (:func:`batch.pilot.decision.long_documents_block`) measured
+    with the same ``long_documents``, ``max_doc_tokens`` and ``max_windows`` as ``classify``, with its run id.
+
+    Args:
+        runs: the runs folder (``runs/``; ``None`` or missing: no pilot).
+        classify: the job's classify section.
+
+    Returns:
+        The block plus ``run_id``, or ``None`` when no pilot run folder there holds a matching one.
+    """
+    import json
+
+    if runs is None or not runs.is_dir():
+        return None
+    want = {"mode": classify.long_documents, "max_doc_tokens": classify.max_doc_tokens,
+            "max_windows": classify.max_windows if classify.long_documents == "windows" else 1}
+    for folder in sorted((p for p in runs.iterdir() if "-pilot-" in p.name), reverse=True):
+        try:
+            block = json.loads((folder / "summary.json").read_text(encoding="utf-8")).get("long_documents")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(block, dict) and block.get("scored") and all(block.get(k) == v for k, v in want.items()):
+            return {**block, "run_id": folder.name}
+    return None
+
+
+def prompts_plan(classify: ClassifyConfig, full_sequences: int, runs: Path | None = None) -> dict[str, Any]:
+    """Prompts each document costs (``classify.long_documents``), and what that makes of the per-card figures.
+
+    In ``cut`` mode a document is one prompt. With ``windows`` a document of ``t`` tokens is ``ceil(t /
+    max_doc_tokens)`` prompts, at most ``max_windows``: the figure is the newest matching pilot's measured
+    windows per document (tokens per document measured on the pilot set, :func:`latest_pilot_reading`), else
+    ``max_windows``, the bound. Every prompt is one engine sequence, so the documents a card holds at once and
+    the documents per second are the sequences and prompts per second divided by it.
+
+    Args:
+        classify: the job's classify section.
+        full_sequences: full-length sequences one card (TP group) holds at once (:func:`memory_plan`).
+        runs: the runs folder holding pilot run folders (``None``: use the bound).
+
+    Returns:
+        ``{long_documents, max_doc_tokens, max_windows, prompts_per_doc, source, documents_at_once,
+        truncated_share, doc_tokens_per_doc}`` (the last two only from a pilot).
+    """
+    windows = classify.long_documents == "windows"
+    bound = classify.max_windows if windows else 1
+    out: dict[str, Any] = {"long_documents": classify.long_documents, "max_doc_tokens": classify.max_doc_tokens,
+                           "max_windows": bound, "prompts_per_doc": float(bound),
+                           "source": "max_windows (no matching pilot: the bound)" if windows else "cut: one prompt per document"}
+    pilot = latest_pilot_reading(runs, classify)
+    if pilot is not None:
+        out.update(truncated_share=pilot["truncated_share"], doc_tokens_per_doc=pilot.get("doc_tokens_per_doc"),
+                   source=f"pilot {pilot['run_id']} ({pilot['scored']} documents)")
+        if windows:
+            out["prompts_per_doc"] = float(pilot["windows_per_doc"])
+    out["documents_at_once"] = int(full_sequences // max(1.0, out["prompts_per_doc"]))
+    return out
+
+
+def build_plan(cfg: LotsConfig, job: JobShape | None = None, shape: ModelShape | None = None,
+               runs: Path | None = None) -> dict[str, Any]:
     """The whole plan as one JSON-ready dict (order, Ray, memory, warnings).
 
     Args:
@@ -288,6 +349,8 @@ def build_plan(cfg: LotsConfig, job: JobShape | None = None, shape: ModelShape |
         job: the configured job (:func:`batch.plan.lots.job_shape` of ``config/docpilot.json``; default: the
             defaults of every section).
         shape: the model shape (default: :func:`model_shape` of ``job.model``).
+        runs: the runs folder whose pilot run folders give the measured windows per document
+            (:func:`prompts_plan`; ``None``: the bound).
 
     Raises:
         ConfigError: unknown GPU model, missing price, unreadable model shape.
@@ -312,6 +375,11 @@ def build_plan(cfg: LotsConfig, job: JobShape | None = None, shape: ModelShape |
             f"`engine.max_num_seqs` {s['max_num_seqs']}"
         )
     warnings += [f"proposal: {line}" for line in memory["serving_advice"]]
+    prompts = prompts_plan(job.classify, memory["max_full_sequences"], runs)
+    if prompts["long_documents"] == "cut" and prompts.get("truncated_share"):
+        warnings.append(f"{prompts['truncated_share']:.0%} of the pilot's documents were cut at classify.max_doc_tokens "
+                        f"{prompts['max_doc_tokens']} ({prompts['source']}); `classify.long_documents: windows` reads "
+                        "them whole at more prompts per document")
     if not memory["training"]["fits"]:
         t = memory["training"]
         warnings.append(
@@ -323,6 +391,7 @@ def build_plan(cfg: LotsConfig, job: JobShape | None = None, shape: ModelShape |
         "ray": ray,
         "model": {"base_model": job.model.base_model, "shape": shape.__dict__},
         "memory": memory,
+        "prompts": prompts,
         "warnings": warnings,
         "config": cfg.model_dump(mode="json"),
         "config_sha256": config_sha256(cfg),
@@ -366,6 +435,10 @@ def _print(plan: dict[str, Any], json_path: Path) -> None:
                   f"{group} holds {m['max_full_sequences']:,} full-length ({plan['job']['model']['max_model_len']}-token) "
                   f"sequences at once (max_num_seqs {s['max_num_seqs']}); the worst case, all of them at full length, "
                   f"needs {m['serving_worst_case']['needed_gib']:.2f} GiB per card")
+    p = plan["prompts"]
+    console.print(f"Prompts: classify.long_documents {p['long_documents']}: {p['prompts_per_doc']:g} prompts per document "
+                  f"({p['source']}); {group} holds {p['documents_at_once']:,} documents at once, and documents/s are "
+                  "prompts/s divided by the prompts per document")
     for line in plan["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {line}")
     console.print(f"plan written to {json_path}")
@@ -399,7 +472,7 @@ def main(argv: list[str]) -> int:
                                    ("lots", args.lots)) if v is not None}
     job = job_shape(args.config)
     cfg = load_lots(args.lots_config, overrides)
-    plan = build_plan(cfg, job)
+    plan = build_plan(cfg, job, runs=runs_dir())
     run_id, run_dir = new_run_dir("plan", runs_dir())
     plan.update(run_id=run_id, created=utc_now(), code_revision=code_revision())
     write_json_atomic(run_dir / "plan.json", plan)

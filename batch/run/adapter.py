@@ -104,8 +104,9 @@ def resolve_adapter(ref: str | None, model: ModelRef, engine: Any = None,
     return BatchAdapter(resolved, "merged", merged_model(resolved, model, compute_dtype(model_cfg)))
 
 
-PROMPT_FIELDS = ("categories", "instruction", "max_doc_tokens")
-"""The ``classify`` fields that shape the prompt an adapter was trained on."""
+PROMPT_FIELDS = ("categories", "instruction", "max_doc_tokens", "long_documents")
+"""The ``classify`` fields that shape the prompt an adapter was trained on (``long_documents``: its examples were
+windows or cut documents; a card written before issue 41 has no such field and is not compared on it)."""
 
 
 def prompt_mismatch(card: dict[str, Any], classify_cfg: ClassifyConfig) -> list[str]:

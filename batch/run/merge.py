@@ -70,7 +70,7 @@ def _summary_counts(ledger: Ledger, corpus: dict[str, Any], duplicate_ids: list[
     return {"total": c["total"], "distinct_ids": corpus["distinct_ids"], "accepted": c["accepted"],
             "rejected": c["rejected"], "input_rows": corpus["input_rows"], "duplicate_rows": corpus["duplicate_rows"],
             "duplicate_ids": duplicate_ids, "by_category": c["by_category"], "reject_reasons": c["reject_reasons"],
-            "n_tokens": c["n_tokens"]}
+            "n_tokens": c["n_tokens"], "truncated": c["truncated"], "n_windows": c["n_windows"]}
 
 
 def check_export(export_dir: Path) -> list[str]:
@@ -142,6 +142,8 @@ class Tally(Ledger):
             self.reasons[(item["values"] or "").split(":")[0]] += item["counts"]
             flagged = flagged or not item["values"]
         self.n_tokens += pc.sum(table.column("n_tokens")).as_py() or 0
+        self.truncated += pc.sum(pc.cast(pc.fill_null(table.column("truncated"), False), "int64")).as_py() or 0
+        self.n_windows += pc.sum(table.column("n_windows")).as_py() or 0
         if flagged:  # name each flagged row, in row order (few rows: Python over them alone)
             from classify.accounting import row_problem
 
@@ -296,6 +298,11 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
     return tally.summary(manifest.corpus, duplicates), problems
 
 
+LATER_COLUMNS = ("n_doc_tokens", "n_windows", "truncated")
+"""``results.parquet`` columns added by issue 41 (long documents): a run folder written before them is re-checked on
+the columns it has."""
+
+
 def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, Any]) -> list[str]:
     """Re-read a copied run folder's shards, ``results.jsonl`` and ``results.parquet`` against its summary.
 
@@ -396,15 +403,18 @@ class _ParquetCheck:
     def __init__(self, path: Path, review: bool):
         self.problem: str | None = None
         self.matcher: RowMatcher | None = None
+        self.columns: list[str] | None = None
         try:
             pf = streaming_parquet(path)
         except Exception as err:  # noqa: BLE001 - pyarrow's errors
             self.problem = f"{RESULTS_PARQUET}: cannot read: {err}"
             return
         names = [name for name, _ in RESULT_COLUMNS] + ([REVIEW_COLUMN[0]] if review else [])
-        if pf.schema_arrow.names != names:
+        earlier = [n for n in names if n not in LATER_COLUMNS]  # a run written before issue 41's columns
+        if pf.schema_arrow.names not in (names, earlier):
             self.problem = f"{RESULTS_PARQUET}: columns {pf.schema_arrow.names} != {names}"
             return
+        self.columns = None if pf.schema_arrow.names == names else earlier
         self.matcher = RowMatcher(pf.iter_batches(batch_size=65_536))
 
     def take(self, table: Any, lines: bytes) -> None:
@@ -412,7 +422,7 @@ class _ParquetCheck:
         if self.problem is not None or self.matcher is None:
             return
         row = self.matcher.row
-        diff = self.matcher.take(table)
+        diff = self.matcher.take(table if self.columns is None else table.select(self.columns))
         if diff is None:
             return
         at, prow = diff

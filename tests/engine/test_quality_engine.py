@@ -28,10 +28,11 @@ def test_real_engine_tempers_the_category_logprobs_it_returns(engine, monkeypatc
     seen = []
     real = engine.scorer.result
 
-    def spy(doc, prompt, completion, temperature=1.0):
+    def spy(doc, prompt, completions, temperature=1.0):
+        (completion,) = completions  # one output per window; these short documents are one window each
         lp = {t: v.logprob for t, v in completion.logprobs[0].items() if t in engine.scorer._token_to_category}  # noqa: SLF001
         seen.append((lp, completion.token_ids[0], temperature))
-        return real(doc, prompt, completion, temperature)
+        return real(doc, prompt, completions, temperature)
 
     monkeypatch.setattr(engine.scorer, "result", spy)
     docs = [document_from_text("a", "Shares in the bank fell 5% after it cut its dividend.", 10_000),

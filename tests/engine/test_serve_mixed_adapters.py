@@ -246,3 +246,29 @@ def test_a_cancelled_request_leaves_the_engine_before_the_other_group_is_admitte
     first_lora = next(i for i, e in enumerate(events) if e[0] == "start" and e[2] == "lora")
     assert kinds.index("abort") < first_lora  # aborted in the engine before any adapter request was sent
     assert kinds[:first_lora].count("cancelled") == 3 and clf.aborted == 3
+
+
+def test_the_served_path_gives_one_result_per_long_document_with_its_windows(mixed, pilot_config, bbc_dir):
+    """Issue 41 on the real async engine: a 10 x max_doc_tokens document, served with ``long_documents: windows``, is
+    one result whose windows went through the engine together; the base model and an adapter alike."""
+    from classify.scoring import Scorer
+    from serve.engine import AsyncClassifier
+    from serve.schemas import ResultOut
+    from tests.support.corpora import long_document
+
+    clf, handles, docs, loop = mixed
+    tok = clf.scorer.tokenizer
+    n = clf.scorer.cfg.max_doc_tokens
+    cfg = clf.scorer.cfg.model_copy(update={"long_documents": "windows", "max_windows": 16})
+    served = AsyncClassifier(clf.llm, Scorer(tok, cfg, clf.scorer.max_model_len), clf.model, clf.lora_enabled)
+    long = document_from_text("long", long_document(tok, bbc_dir, 10 * n), 200_000)
+    short = document_from_text("short", "The striker scored twice as the home side won 3-0 on Saturday.", 10_000)
+    for ref in (None, handles[0]):
+        before = clf.aborted
+        long_row, short_row = loop.run_until_complete(served.classify([long, short], ref))
+        assert long_row.status == "accepted" and long_row.category in cfg.categories and clf.aborted == before
+        out = ResultOut.of(long_row).model_dump()
+        assert (out["n_windows"], out["n_doc_tokens"], out["truncated"]) == (10, 10 * n, False)
+        (alone,) = loop.run_until_complete(clf.classify([short], ref))  # the shipped cut config, same engine
+        assert short_row.n_windows == 1 and short_row.category == alone.category
+        assert short_row.score == pytest.approx(alone.score, abs=score_tolerance(pilot_config.model))

@@ -144,3 +144,25 @@ def planned_shards(path: Path | str, shard_docs: int, max_doc_bytes: int = 200_0
 def output_rows(out: object) -> list[dict]:
     """The result rows of a :class:`batch.corpus.shard.ShardOutput` (its shard file's lines), in order."""
     return [json.loads(line) for line in out.body.splitlines() if line.strip()]  # type: ignore[attr-defined]
+
+
+def train_texts(bbc_dir: Path, category: str | None = None) -> list[str]:
+    """The texts of BBC train.csv (never test.csv: tests may choose among them), of one category when given."""
+    with (bbc_dir / "train.csv").open(encoding="utf-8", newline="") as fh:
+        return [r["text"] for r in csv.DictReader(fh) if category is None or r["category"] == category]
+
+
+def long_document(tokenizer, bbc_dir: Path, n_tokens: int) -> str:
+    """Real BBC train articles joined, then cut to a text of exactly ``n_tokens`` ids with ``tokenizer`` (issue 41's
+    "document of 10x max_doc_tokens"): the decoded prefix of the joined ids that re-tokenizes to that many."""
+    joined = ""
+    for text in train_texts(bbc_dir):
+        joined = f"{joined} {text}".strip()
+        if len(joined) > 8 * n_tokens:
+            break
+    ids = tokenizer(joined, add_special_tokens=False)["input_ids"]
+    for k in (n_tokens, n_tokens - 1, n_tokens + 1, n_tokens - 2, n_tokens + 2):
+        text = tokenizer.decode(ids[:k])
+        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) == n_tokens:
+            return text
+    raise AssertionError(f"no prefix of the joined articles re-tokenizes to exactly {n_tokens} ids")

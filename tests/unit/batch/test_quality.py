@@ -153,7 +153,8 @@ def test_the_scorer_flags_review_only_with_a_threshold_and_rows_stay_as_before_w
     assert accepted.score == 0.7 and accepted.review is flag and rejected.review is None
     row = accepted.row()
     if threshold is None:  # byte-identical to the rows written before review flags existed
-        assert list(row) == ["id", "status", "category", "score", "reason", "input_sha256", "n_chars", "n_tokens"]
+        assert list(row) == ["id", "status", "category", "score", "reason", "input_sha256", "n_chars", "n_tokens",
+                             "n_doc_tokens", "n_windows", "truncated"]  # issue 41 added the last three
     else:
         assert row["review"] is flag
     assert "review" not in rejected.row()
