@@ -216,6 +216,8 @@ def test_a_cancelled_request_leaves_the_engine_before_the_other_group_is_admitte
     def prompt(_doc):  # a Prompt whatever its fields (any attribute the engine call reads is there)
         rendered = MagicMock()
         rendered.__class__ = Prompt
+        rendered.n_windows = 1  # one window: one engine request per document
+        rendered.engine_inputs.return_value = [{"prompt_token_ids": [1, 2, 3]}]
         return rendered
 
     scorer.prompt.side_effect = prompt
