@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from typing import Any
 
-from bench.common import accuracy, bbc_test, per_category_accuracy
-from classify.config import ModelConfig, PilotConfig, load_config
-from classify.paths import state_dir
+from bench.common import accuracy, bbc_test, merged_registry_adapter, per_category_accuracy
+from classify.config import PilotConfig, load_config
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -29,19 +27,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     Returns:
         ``{"title", "figures", "markdown"}``.
     """
-    from adapters.merge import merge_adapter
-    from adapters.registry import Registry
     from classify.engine import build_engine
-    from classify.model import resolve_model
 
     cfg = load_config(PilotConfig, "config/docpilot.json")
-    ref = os.environ.get("DOCPILOT_BENCH_ADAPTER", "bbc-news@latest")
-    base = resolve_model(cfg.model)
-    adapter = Registry().resolve(ref, base_fingerprint=base.fingerprint)
-    out = state_dir() / "merged" / f"{adapter.name}-{adapter.version}-float32"
-    if not out.exists():
-        merge_adapter(adapter, out, dtype="float32")
-    merged_cfg = ModelConfig(base_model=str(out), dtype=cfg.model.dtype, max_model_len=cfg.model.max_model_len)
+    adapter, merged_cfg = merged_registry_adapter(cfg.model)
     docs, labels = bbc_test(40 if quick else None)
     engine = build_engine(merged_cfg, cfg.engine, cfg.classify)
     try:

@@ -42,6 +42,34 @@ def bbc_test(n: int | None = None) -> tuple[list[Document], dict[str, str]]:
     return [d for d, _ in pairs], {d.id: row["category"] for d, row in pairs}
 
 
+def merged_registry_adapter(model_cfg: Any) -> tuple[Any, Any]:
+    """The registry adapter ``DOCPILOT_BENCH_ADAPTER`` (default ``bbc-news@latest``) merged into its base, once.
+
+    Args:
+        model_cfg: the config's model section (base model, dtype, ``max_model_len``).
+
+    Returns:
+        ``(adapter, merged model config)``: the verified registry entry, and a ``ModelConfig`` naming the merged
+        float32 folder under the state dir (``merged/<name>-<version>-float32``, made on the first call).
+
+    Raises:
+        AdapterNotFound, AdapterIncompatible: no such adapter, or one trained on another base model.
+    """
+    from adapters.merge import merge_adapter
+    from adapters.registry import Registry
+    from classify.config import ModelConfig
+    from classify.model import resolve_model
+    from classify.paths import state_dir
+
+    base = resolve_model(model_cfg)
+    adapter = Registry().resolve(os.environ.get("DOCPILOT_BENCH_ADAPTER", "bbc-news@latest"),
+                                 base_fingerprint=base.fingerprint)
+    out = state_dir() / "merged" / f"{adapter.name}-{adapter.version}-float32"
+    if not out.exists():
+        merge_adapter(adapter, out, dtype="float32")
+    return adapter, ModelConfig(base_model=str(out), dtype=model_cfg.dtype, max_model_len=model_cfg.max_model_len)
+
+
 def accuracy(results: list[Any], labels: dict[str, str]) -> float:
     """Share (0-1) of ``results`` whose ``category`` equals ``labels[id]``.
 

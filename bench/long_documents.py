@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import accuracy, bbc_test, per_category_accuracy
+from bench.common import accuracy, bbc_test, merged_registry_adapter, per_category_accuracy
 
 MODES = ("cut", "windows")
 COVERAGE = 0.95
@@ -92,23 +91,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         AdapterNotFound: no such adapter in the registry (train one with ``make train``).
     """
     from adapters._config import TrainConfig
-    from adapters.merge import merge_adapter
-    from adapters.registry import Registry
     from bench import baseline
-    from classify.config import ModelConfig, load_config
+    from classify.config import load_config
     from classify.engine import Classifier, build_engine
-    from classify.model import resolve_model
-    from classify.paths import state_dir
     from classify.scoring import Scorer
 
     cfg = load_config(TrainConfig, baseline.TRAIN_CONFIG)
-    ref = os.environ.get("DOCPILOT_BENCH_ADAPTER", "bbc-news@latest")
-    base = resolve_model(cfg.model)
-    adapter = Registry().resolve(ref, base_fingerprint=base.fingerprint)
-    out = state_dir() / "merged" / f"{adapter.name}-{adapter.version}-float32"
-    if not out.exists():
-        merge_adapter(adapter, out, dtype="float32")
-    merged = ModelConfig(base_model=str(out), dtype=cfg.model.dtype, max_model_len=cfg.model.max_model_len)
+    adapter, merged = merged_registry_adapter(cfg.model)
     val_docs, val_labels = _validation_docs(cfg)
     test_docs, test_labels = bbc_test(40 if quick else None)
     val_docs = val_docs[:40] if quick else val_docs
