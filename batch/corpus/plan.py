@@ -87,12 +87,21 @@ def corpus_settings_for(cfg: CorpusConfig, path: str | Path | None) -> CorpusCon
     """
     if path is None or cfg.id_prefix is None or cfg.path is None:
         return cfg
+    return cfg if configured_corpus(cfg, path) else cfg.model_copy(update={"id_prefix": None})
+
+
+def configured_corpus(cfg: CorpusConfig, path: str | Path) -> bool:
+    """Whether ``path`` (``--corpus``) is the config's own ``corpus.path`` (a URL compared as written).
+
+    Raises:
+        InputError, ConfigError: an unset variable in ``corpus.path`` (:meth:`CorpusConfig.resolved_location`).
+    """
+    if cfg.path is None:
+        return False
     configured, given = str(cfg.resolved_location()), str(path)
     if storage.is_url(configured) or storage.is_url(given):
-        same = configured.rstrip("/") == given.rstrip("/")
-    else:
-        same = Path(configured).expanduser().resolve() == Path(given).expanduser().resolve()
-    return cfg if same else cfg.model_copy(update={"id_prefix": None})
+        return configured.rstrip("/") == given.rstrip("/")
+    return Path(configured).expanduser().resolve() == Path(given).expanduser().resolve()
 
 
 def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Path | StoreObject, str]:

@@ -207,6 +207,21 @@ def _drop_empty_run(run_dir: Path) -> None:
         pass  # something appeared meanwhile, or the folder is not ours to remove: leave it
 
 
+def _resume_command(options: BatchOptions) -> str:
+    """The command that resumes this batch (:func:`batch.run.resume.resume_command`): its id, its corpus unless
+    it is the config's own, its adapter, and the pilot-gate override if given."""
+    from batch.run.resume import corpus_to_name, resume_command
+
+    corpus_cfg = None
+    if options.corpus is not None:
+        try:
+            corpus_cfg = load_batch_config(options.config, {}).corpus
+        except Exception as err:  # noqa: BLE001 - a hint only: the corpus is then named
+            log.debug("cannot read %s for the resume hint: %s", options.config, err)
+    return resume_command(options.batch_id, corpus_to_name(options.corpus, corpus_cfg), options.adapter,
+                          options.skip_pilot_gate)
+
+
 def _new_batch_id() -> str:
     """A new batch id, ``<UTC time>-batch-<8 hex>`` (the form of :func:`classify.runrecords.new_run_dir`), known
     before the run folder exists, so that a stopped batch's message can name the id that resumes it."""
@@ -322,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"Resume it detached, so that a dropped connection no longer stops it: "
                 f"`{user_command(f'docpilot batch --batch-id {args.batch_id} --detach ...')}`, then "
                 f"`{user_command(f'docpilot status {args.batch_id} --follow')}`") from err
-        raise
+        raise Interrupted(f"{err}; batch {args.batch_id}: complete shards are kept. Resume it with:\n"
+                          f"  {_resume_command(args)}") from err
     except DocpilotError as err:
         _record_foreground_exit(args.batch_id, err.exit_code)
         raise
