@@ -38,8 +38,8 @@ class CorpusConfig(Frozen):
         format: ``auto`` (by suffix: ``.jsonl``/``.csv``/``.parquet``/folder), ``jsonl``, ``csv``,
             ``parquet`` or ``dir``.
         text_column: CSV and Parquet: the column holding the text.
-        id_column: CSV and Parquet: the column holding the id; ``null`` (or a header without it) gives
-            generated ids ``<id_prefix>-<row index, 4 digits>``, stable across runs.
+        id_column: CSV and Parquet: the column holding the id (``docpilot batch`` refuses a header without
+            it); ``null`` gives generated ids ``<id_prefix>-<row index, 4 digits>``, stable across runs.
         id_prefix: CSV and Parquet: prefix of generated ids (default: the file's stem).
         label_column: the expected category of each document, for the quality report (accuracy,
             confusion matrix): a CSV/Parquet column or a JSONL key; a corpus without it is

@@ -73,7 +73,7 @@ def corpus_settings_for(cfg: CorpusConfig, path: str | Path | None) -> CorpusCon
     The config's ``corpus.id_prefix`` names the rows of the configured corpus (``<id_prefix>-NNNN``); another
     corpus given on the command line gets the default instead: ``<file stem>-NNNN``
     (``CORPUS=news.csv`` -> ``news-0000``, also for ``s3://bucket/news.csv``), or its own id column when
-    ``corpus.id_column`` names one it has. A URL is compared as written (never resolved as a local path).
+    ``corpus.id_column`` names one (a corpus without it is refused: :func:`require_id_column`). A URL is compared as written (never resolved as a local path).
 
     Args:
         cfg: the config's ``corpus`` section.
@@ -132,6 +132,41 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
     if fmt in ("jsonl", "csv"):
         refuse_wide_file(where)
     return where, fmt
+
+
+def require_id_column(cfg: CorpusConfig, where: Path | StoreObject, fmt: str) -> None:
+    """Refuse a CSV or Parquet corpus whose header lacks the ``corpus.id_column`` the config names.
+
+    Without this check the ids would silently be generated row numbers (what ``id_column: null`` asks for),
+    so results could not be joined back to the corpus's own ids. Called by ``docpilot batch`` before any shard
+    runs (the pilot's own input reads ``id`` where it has one, and is not checked here).
+
+    Raises:
+        InputError: the column is absent: the message names it, the header's columns and ``id_column: null``.
+    """
+    if cfg.id_column is None or fmt not in ("csv", "parquet"):
+        return
+    if fmt == "csv":
+        import csv
+        import io
+
+        try:
+            with where.open("rb") as fh:
+                header = next(csv.reader(io.TextIOWrapper(fh, encoding="utf-8-sig", newline="")), [])
+        except (OSError, UnicodeDecodeError, csv.Error):
+            return  # unreadable: the plan says why, with its own message
+    else:
+        import pyarrow.parquet as pq
+
+        try:
+            source = where if isinstance(where, Path) else where.open("rb")
+            header = pq.ParquetFile(source).schema_arrow.names
+        except Exception:  # noqa: BLE001 - unreadable: the plan says why, with its own message
+            return
+    if cfg.id_column not in header:
+        raise InputError(f"corpus {where}: `corpus.id_column` is {cfg.id_column!r}, but the {fmt.upper()} header has "
+                         f"no such column (its columns: {header}); name the id column it has, or set "
+                         "`id_column: null` to generate ids <id_prefix>-<row, 4 digits>")
 
 
 def _locate_object(cfg: CorpusConfig, url: str) -> tuple[StoreObject, str]:

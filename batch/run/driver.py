@@ -18,7 +18,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from batch.config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
-from batch.corpus.plan import corpus_settings_for, locate_corpus
+from batch.corpus.plan import corpus_settings_for, locate_corpus, require_id_column
 from batch.run.adapter import resolve_adapter
 from batch.run.attempt import BatchRun
 from batch.run.options import BatchOptions as BatchOptions  # the options' home; imported here by name
@@ -152,6 +152,7 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
     cfg = load_batch_config(options.config, overrides)
     cfg = cfg.model_copy(update={"corpus": corpus_settings_for(cfg.corpus, options.corpus)})  # its own ids (corpus_settings_for)
     corpus_path, corpus_format = locate_corpus(cfg.corpus, options.corpus)  # fail early; planned once the run is locked
+    require_id_column(cfg.corpus, corpus_path, corpus_format)  # no silent row-number ids for a named id column
     model = verify_model(resolve_model(cfg.model))  # re-hashed: what runs is what was verified
     adapter = resolve_adapter(options.adapter, model, cfg.engine, cfg.model)
     what = (f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + "
