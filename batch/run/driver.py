@@ -223,6 +223,16 @@ def _resume_command(options: BatchOptions) -> str:
                           options.skip_pilot_gate)
 
 
+def _say_if_new(batch_id: str) -> None:
+    """Log that a named batch id has no run under the runs folder yet (a typo'd id would otherwise start a whole
+    new batch without a word); a new batch is started with it, as tests and users name new batches this way."""
+    from batch.layout import MANIFEST
+
+    root = runs_dir()
+    if not (root / batch_id / MANIFEST).is_file():
+        log.info("no batch '%s' under %s: starting a new batch with that id", batch_id, root)
+
+
 def _new_batch_id() -> str:
     """A new batch id, ``<UTC time>-batch-<8 hex>`` (the form of :func:`classify.runrecords.new_run_dir`), known
     before the run folder exists, so that a stopped batch's message can name the id that resumes it."""
@@ -327,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_pilot_gate:
         log.warning("!!! %s given: the pilot gate is OVERRIDDEN for this batch; recorded in manifest.json",
                     user_flag("--skip-pilot-gate"))
+    if args.batch_id is not None and not args.resume_from:
+        _say_if_new(args.batch_id)
     args = args.model_copy(update={"batch_id": args.batch_id or _new_batch_id()})
     try:
         summary = run_batch(args)
