@@ -25,6 +25,7 @@ from classify.config import (
 )
 from classify.errors import InputError
 from classify.paths import DataPath, configured_path, expand_location
+from classify.usercommand import user_flag
 
 
 class CorpusConfig(Frozen):
@@ -60,7 +61,7 @@ class CorpusConfig(Frozen):
             InputError: ``path`` is not set (``null``): the corpus must come from ``--corpus``.
             ConfigError: a malformed ``${`` (a config built without validation).
         """
-        return configured_path(self.path, "no corpus: set `corpus.path` in the config or pass --corpus")
+        return configured_path(self.path, f"no corpus: set `corpus.path` in the config or pass {user_flag('--corpus', 'PATH')}")
 
     def resolved_location(self) -> str | Path:
         """As :meth:`resolved_path`, but an object-storage URL (``s3://bucket/key``) stays a string (``${VAR}`` expanded).

@@ -62,6 +62,7 @@ from classify.paths import path_hint
 from classify.records import Document
 from classify.tabular import csv_row_document, iter_csv_rows
 from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file
+from classify.usercommand import user_flag
 
 MIN_SHARDS = 32
 """A corpus file is cut into at least this many shards when its rows allow (16 actors with 2 in flight each)."""
@@ -121,7 +122,7 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
         return _locate_object(cfg, location)
     where = Path(location).expanduser().resolve()
     if not where.exists():
-        raise InputError(f"corpus {where} does not exist (set `corpus.path` in the config or pass --corpus)"
+        raise InputError(f"corpus {where} does not exist (set `corpus.path` in the config or pass {user_flag('--corpus', 'PATH')})"
                          f"{path_hint(cfg.path) if path is None else ''}")
     kind = special_kind(where.stat().st_mode)
     if kind is not None and kind != "a folder":  # never opened: a FIFO would block, /dev/zero never end
@@ -173,7 +174,7 @@ def _locate_object(cfg: CorpusConfig, url: str) -> tuple[StoreObject, str]:
     obj = StoreObject(url)
     info = obj.info()
     if info is None:
-        raise InputError(f"corpus {url} does not exist in the store (set `corpus.path` in the config or pass --corpus; "
+        raise InputError(f"corpus {url} does not exist in the store (set `corpus.path` in the config or pass {user_flag('--corpus', 'PATH')}; "
                          "credentials come from the store's usual environment and files)")
     if info.get("type") == "directory" or cfg.format == "dir":
         raise InputError(f"corpus {url}: a folder corpus under an object-storage prefix is not read yet; give one "
