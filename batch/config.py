@@ -25,6 +25,7 @@ from classify.config import (
 )
 from classify.errors import InputError
 from classify.paths import DataPath, configured_path, expand_location
+from classify.usercommand import user_flag
 
 
 class CorpusConfig(Frozen):
@@ -38,8 +39,8 @@ class CorpusConfig(Frozen):
         format: ``auto`` (by suffix: ``.jsonl``/``.csv``/``.parquet``/folder), ``jsonl``, ``csv``,
             ``parquet`` or ``dir``.
         text_column: CSV and Parquet: the column holding the text.
-        id_column: CSV and Parquet: the column holding the id; ``null`` (or a header without it) gives
-            generated ids ``<id_prefix>-<row index, 4 digits>``, stable across runs.
+        id_column: CSV and Parquet: the column holding the id (``docpilot batch`` refuses a header without
+            it); ``null`` gives generated ids ``<id_prefix>-<row index, 4 digits>``, stable across runs.
         id_prefix: CSV and Parquet: prefix of generated ids (default: the file's stem).
         label_column: the expected category of each document, for the quality report (accuracy,
             confusion matrix): a CSV/Parquet column or a JSONL key; a corpus without it is
@@ -60,7 +61,7 @@ class CorpusConfig(Frozen):
             InputError: ``path`` is not set (``null``): the corpus must come from ``--corpus``.
             ConfigError: a malformed ``${`` (a config built without validation).
         """
-        return configured_path(self.path, "no corpus: set `corpus.path` in the config or pass --corpus")
+        return configured_path(self.path, f"no corpus: set `corpus.path` in the config or pass {user_flag('--corpus', 'PATH')}")
 
     def resolved_location(self) -> str | Path:
         """As :meth:`resolved_path`, but an object-storage URL (``s3://bucket/key``) stays a string (``${VAR}`` expanded).

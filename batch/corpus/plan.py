@@ -62,6 +62,7 @@ from classify.paths import path_hint
 from classify.records import Document
 from classify.tabular import csv_row_document, iter_csv_rows
 from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file
+from classify.usercommand import user_flag
 
 MIN_SHARDS = 32
 """A corpus file is cut into at least this many shards when its rows allow (16 actors with 2 in flight each)."""
@@ -73,7 +74,7 @@ def corpus_settings_for(cfg: CorpusConfig, path: str | Path | None) -> CorpusCon
     The config's ``corpus.id_prefix`` names the rows of the configured corpus (``<id_prefix>-NNNN``); another
     corpus given on the command line gets the default instead: ``<file stem>-NNNN``
     (``CORPUS=news.csv`` -> ``news-0000``, also for ``s3://bucket/news.csv``), or its own id column when
-    ``corpus.id_column`` names one it has. A URL is compared as written (never resolved as a local path).
+    ``corpus.id_column`` names one (a corpus without it is refused: :func:`require_id_column`). A URL is compared as written (never resolved as a local path).
 
     Args:
         cfg: the config's ``corpus`` section.
@@ -87,12 +88,21 @@ def corpus_settings_for(cfg: CorpusConfig, path: str | Path | None) -> CorpusCon
     """
     if path is None or cfg.id_prefix is None or cfg.path is None:
         return cfg
+    return cfg if configured_corpus(cfg, path) else cfg.model_copy(update={"id_prefix": None})
+
+
+def configured_corpus(cfg: CorpusConfig, path: str | Path) -> bool:
+    """Whether ``path`` (``--corpus``) is the config's own ``corpus.path`` (a URL compared as written).
+
+    Raises:
+        InputError, ConfigError: an unset variable in ``corpus.path`` (:meth:`CorpusConfig.resolved_location`).
+    """
+    if cfg.path is None:
+        return False
     configured, given = str(cfg.resolved_location()), str(path)
     if storage.is_url(configured) or storage.is_url(given):
-        same = configured.rstrip("/") == given.rstrip("/")
-    else:
-        same = Path(configured).expanduser().resolve() == Path(given).expanduser().resolve()
-    return cfg if same else cfg.model_copy(update={"id_prefix": None})
+        return configured.rstrip("/") == given.rstrip("/")
+    return Path(configured).expanduser().resolve() == Path(given).expanduser().resolve()
 
 
 def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Path | StoreObject, str]:
@@ -112,7 +122,7 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
         return _locate_object(cfg, location)
     where = Path(location).expanduser().resolve()
     if not where.exists():
-        raise InputError(f"corpus {where} does not exist (set `corpus.path` in the config or pass --corpus)"
+        raise InputError(f"corpus {where} does not exist (set `corpus.path` in the config or pass {user_flag('--corpus', 'PATH')})"
                          f"{path_hint(cfg.path) if path is None else ''}")
     kind = special_kind(where.stat().st_mode)
     if kind is not None and kind != "a folder":  # never opened: a FIFO would block, /dev/zero never end
@@ -125,11 +135,46 @@ def locate_corpus(cfg: CorpusConfig, path: str | Path | None = None) -> tuple[Pa
     return where, fmt
 
 
+def require_id_column(cfg: CorpusConfig, where: Path | StoreObject, fmt: str) -> None:
+    """Refuse a CSV or Parquet corpus whose header lacks the ``corpus.id_column`` the config names.
+
+    Without this check the ids would silently be generated row numbers (what ``id_column: null`` asks for),
+    so results could not be joined back to the corpus's own ids. Called by ``docpilot batch`` before any shard
+    runs (the pilot's own input reads ``id`` where it has one, and is not checked here).
+
+    Raises:
+        InputError: the column is absent: the message names it, the header's columns and ``id_column: null``.
+    """
+    if cfg.id_column is None or fmt not in ("csv", "parquet"):
+        return
+    if fmt == "csv":
+        import csv
+        import io
+
+        try:
+            with where.open("rb") as fh:
+                header = next(csv.reader(io.TextIOWrapper(fh, encoding="utf-8-sig", newline="")), [])
+        except (OSError, UnicodeDecodeError, csv.Error):
+            return  # unreadable: the plan says why, with its own message
+    else:
+        import pyarrow.parquet as pq
+
+        try:
+            source = where if isinstance(where, Path) else where.open("rb")
+            header = pq.ParquetFile(source).schema_arrow.names
+        except Exception:  # noqa: BLE001 - unreadable: the plan says why, with its own message
+            return
+    if cfg.id_column not in header:
+        raise InputError(f"corpus {where}: `corpus.id_column` is {cfg.id_column!r}, but the {fmt.upper()} header has "
+                         f"no such column (its columns: {header}); name the id column it has, or set "
+                         "`id_column: null` to generate ids <id_prefix>-<row, 4 digits>")
+
+
 def _locate_object(cfg: CorpusConfig, url: str) -> tuple[StoreObject, str]:
     obj = StoreObject(url)
     info = obj.info()
     if info is None:
-        raise InputError(f"corpus {url} does not exist in the store (set `corpus.path` in the config or pass --corpus; "
+        raise InputError(f"corpus {url} does not exist in the store (set `corpus.path` in the config or pass {user_flag('--corpus', 'PATH')}; "
                          "credentials come from the store's usual environment and files)")
     if info.get("type") == "directory" or cfg.format == "dir":
         raise InputError(f"corpus {url}: a folder corpus under an object-storage prefix is not read yet; give one "

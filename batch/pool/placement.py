@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from classify.errors import ConfigError
+from classify.usercommand import user_flag
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,8 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
     if n_cpu_actors * actor_num_cpus > cpus:
         raise ConfigError(
             f"`batch.cpu_actors` x `batch.actor_num_cpus` = {n_cpu_actors} x {actor_num_cpus} CPUs, "
-            f"but the Ray cluster has {cpus:g} CPUs; lower one of them (actors that do not fit never start)"
+            f"but the Ray cluster has {cpus:g} CPUs; lower one of them, e.g. {user_flag('--cpu-actors', str(max(1, int(cpus // actor_num_cpus))))} "
+            "(actors that do not fit never start)"
         )
     groups = None
     if (cpu_bind == "split" and n_cpu_actors >= 2 and not os.environ.get("RAY_ADDRESS")

@@ -31,7 +31,7 @@ from batch.run.manifest import build_manifest
 from batch.run.merge import check_export, merge_results
 from batch.run.mirror import progress_mirror
 from batch.run.offpod import ShardUploader, offpod_short
-from batch.run.progress import Progress, logging_redirect, progress_bar
+from batch.run.progress import Progress, closing_on_error, logging_redirect, progress_bar
 from batch.runfiles import Manifest
 from classify import storage
 from classify.accounting import recheck_export
@@ -437,7 +437,7 @@ class BatchRun:
             deadlines = Deadlines(cfg.batch.shard_timeout_base_s, cfg.batch.shard_timeout_per_doc_s,
                                   cfg.batch.actor_start_timeout_s, cfg.batch.actor_place_timeout_s)
             hooks.stage("load-adapter" if handle is not None else "load-model")  # the engines start (LoRA: with slots)
-            with logging_redirect():
+            with logging_redirect(), closing_on_error(bar):  # stopped: the bar's line ends before the message
                 stats = run_pool(lambda slot: cls.options(**options[slot]).remote(
                                      actor_model, engine_cfg, cfg.classify, handle, actor_fingerprint,
                                      temperature=adapter.temperature if adapter else None),  # merged mode: no handle carries T

@@ -18,7 +18,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from batch.config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
-from batch.corpus.plan import corpus_settings_for, locate_corpus
+from batch.corpus.plan import corpus_settings_for, locate_corpus, require_id_column
 from batch.run.adapter import resolve_adapter
 from batch.run.attempt import BatchRun
 from batch.run.options import BatchOptions as BatchOptions  # the options' home; imported here by name
@@ -152,6 +152,7 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
     cfg = load_batch_config(options.config, overrides)
     cfg = cfg.model_copy(update={"corpus": corpus_settings_for(cfg.corpus, options.corpus)})  # its own ids (corpus_settings_for)
     corpus_path, corpus_format = locate_corpus(cfg.corpus, options.corpus)  # fail early; planned once the run is locked
+    require_id_column(cfg.corpus, corpus_path, corpus_format)  # no silent row-number ids for a named id column
     model = verify_model(resolve_model(cfg.model))  # re-hashed: what runs is what was verified
     adapter = resolve_adapter(options.adapter, model, cfg.engine, cfg.model)
     what = (f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + "
@@ -205,6 +206,31 @@ def _drop_empty_run(run_dir: Path) -> None:
         run_dir.rmdir()
     except OSError:
         pass  # something appeared meanwhile, or the folder is not ours to remove: leave it
+
+
+def _resume_command(options: BatchOptions) -> str:
+    """The command that resumes this batch (:func:`batch.run.resume.resume_command`): its id, its corpus unless
+    it is the config's own, its adapter, and the pilot-gate override if given."""
+    from batch.run.resume import corpus_to_name, resume_command
+
+    corpus_cfg = None
+    if options.corpus is not None:
+        try:
+            corpus_cfg = load_batch_config(options.config, {}).corpus
+        except Exception as err:  # noqa: BLE001 - a hint only: the corpus is then named
+            log.debug("cannot read %s for the resume hint: %s", options.config, err)
+    return resume_command(options.batch_id, corpus_to_name(options.corpus, corpus_cfg), options.adapter,
+                          options.skip_pilot_gate)
+
+
+def _say_if_new(batch_id: str) -> None:
+    """Log that a named batch id has no run under the runs folder yet (a typo'd id would otherwise start a whole
+    new batch without a word); a new batch is started with it, as tests and users name new batches this way."""
+    from batch.layout import MANIFEST
+
+    root = runs_dir()
+    if not (root / batch_id / MANIFEST).is_file():
+        log.info("no batch '%s' under %s: starting a new batch with that id", batch_id, root)
 
 
 def _new_batch_id() -> str:
@@ -311,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_pilot_gate:
         log.warning("!!! %s given: the pilot gate is OVERRIDDEN for this batch; recorded in manifest.json",
                     user_flag("--skip-pilot-gate"))
+    if args.batch_id is not None and not args.resume_from:
+        _say_if_new(args.batch_id)
     args = args.model_copy(update={"batch_id": args.batch_id or _new_batch_id()})
     try:
         summary = run_batch(args)
@@ -322,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"Resume it detached, so that a dropped connection no longer stops it: "
                 f"`{user_command(f'docpilot batch --batch-id {args.batch_id} --detach ...')}`, then "
                 f"`{user_command(f'docpilot status {args.batch_id} --follow')}`") from err
-        raise
+        raise Interrupted(f"{err}; batch {args.batch_id}: complete shards are kept. Resume it with:\n"
+                          f"  {_resume_command(args)}") from err
     except DocpilotError as err:
         _record_foreground_exit(args.batch_id, err.exit_code)
         raise

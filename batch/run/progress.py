@@ -9,8 +9,10 @@ bar (:func:`progress_bar`) is drawn beside it.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +198,18 @@ def logging_redirect() -> Any:
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     return logging_redirect_tqdm()
+
+
+@contextlib.contextmanager
+def closing_on_error(bar: Any) -> Iterator[None]:
+    """Close ``bar`` when the block raises (Ctrl-C, SIGTERM, a failure), so that the bar's line ends and the
+    error message that follows starts on a line of its own; then re-raise."""
+    try:
+        yield
+    except BaseException:
+        try:
+            bar.close()
+        except Exception:  # noqa: BLE001 - the terminal may be gone: the error matters, not the bar
+            pass
+        raise
+

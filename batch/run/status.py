@@ -64,7 +64,7 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
     complete = mf.complete_shard_indexes(run_dir, manifest)
     state = progress.state
     if state == "running" and _driver_alive(progress) is False:
-        state = "interrupted (driver gone; rerun with the same --batch-id to resume)"
+        state = f"interrupted (driver gone; resume with {user_flag('--batch-id', batch_id)})"
     export = next(({"to": a.get("exported_to"), "verified_at": a["export_verified_at"]}
                    for a in reversed(manifest.attempts) if a.get("export_verified_at")), None)
     classified = (run_dir / mf.SUMMARY).is_file()
@@ -81,7 +81,17 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
         "shards_done": len(complete), "shards": len(sizes), "retries": progress.retries,
         "updated_at": progress.updated_at, "skip_pilot_gate": manifest.pilot_gate.get("override"),
         "classified": classified, "export": export,
+        "resume": _resume(batch_id, manifest) if not classified and state != "running" else None,
     }
+
+
+def _resume(batch_id: str, manifest: Any) -> str:
+    """The command that resumes a stopped batch (:func:`batch.run.resume.resume_command`), from its manifest."""
+    from batch.run.resume import corpus_to_name, resume_command
+
+    corpus = corpus_to_name(manifest.corpus.get("path"), (manifest.full_config or {}).get("corpus"))
+    return resume_command(batch_id, corpus, manifest.adapter,
+                          bool((manifest.pilot_gate or {}).get("override")))
 
 
 def list_batches(root: Path | None = None) -> list[dict[str, Any]]:
@@ -451,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  rejected  {st['rejected'] if st['rejected'] is not None else '?'}   accepted {st['accepted'] if st['accepted'] is not None else '?'}")
     print(f"  rate      {st['docs_per_s'] or 0:.2f} docs/s{_steady(st)}   ETA {eta_text(st['eta_s']) if st['state'] == 'running' else '-'}")
     print(f"  retries   {st['retries']}   last error: {st['last_error'] or 'none'}")
+    if st.get("resume"):
+        print(f"  resume    `{st['resume']}` (complete shards are kept; only the rest runs)")
     if st["skip_pilot_gate"]:
         print(f"  WARNING   started with {user_flag('--skip-pilot-gate')} (no passed pilot)")
     print(f"  folder    {st['run_dir']}   updated {st['updated_at']}")

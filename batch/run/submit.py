@@ -36,6 +36,7 @@ from classify import storage
 from classify.errors import ConfigError, InputError
 from classify.paths import exports_dir, model_cache_dir, path_hint, registry_dir, runs_dir, state_dir
 from classify.runrecords import new_run_dir
+from classify.usercommand import user_flag
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("docpilot", "classify", "batch", "adapters")
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus: Path | str = location if storage.is_url(str(location)) else Path(location).expanduser().resolve()
     if isinstance(corpus, Path) and not corpus.exists():  # a URL is read by the driver from the store
         hint = "" if args.corpus else path_hint(cfg.corpus.path)
-        raise InputError(f"corpus {corpus} does not exist (pass --corpus){hint}")
+        raise InputError(f"corpus {corpus} does not exist (pass {user_flag('--corpus', 'PATH')}){hint}")
     if args.address.startswith("ray://") or "://" not in args.address:
         raise ConfigError(f"`--address` (default: $RAY_ADDRESS) must be the job server's http://host:port (dashboard, e.g. "
                           f"http://HEAD:8265; not the HEAD:6379 address `make batch` joins), got {args.address!r}")

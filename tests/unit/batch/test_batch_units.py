@@ -86,12 +86,12 @@ def test_shipped_corpus_path_follows_docpilot_bbc_dir_from_any_directory(tmp_pat
     assert locate_corpus(cfg) == ((bbc_dir / "test.csv").resolve(), "csv")
     monkeypatch.setenv("DOCPILOT_BBC_DIR", str(tmp_path / "missing"))
     with pytest.raises(InputError, match=r"corpus .*missing/test.csv does not exist \(set `corpus.path` in the config or pass "
-                                         r"--corpus\) \(\$\{DOCPILOT_BBC_DIR\} is .*missing, from DOCPILOT_BBC_DIR=.*missing; set DOCPILOT_BBC_DIR"):
+                                         r"--corpus PATH\) \(\$\{DOCPILOT_BBC_DIR\} is .*missing, from DOCPILOT_BBC_DIR=.*missing; set DOCPILOT_BBC_DIR"):
         read_corpus(cfg, 1000)
     monkeypatch.delenv("DOCPILOT_BBC_DIR")  # the default: ../shared/data/bbc-news from here, which this clone lacks
     with pytest.raises(InputError, match=r"from unset DOCPILOT_BBC_DIR: \.\./shared/data/bbc-news from the current directory"):
         locate_corpus(cfg)
-    with pytest.raises(InputError, match=r"corpus .*nope.csv does not exist \(set `corpus.path` in the config or pass --corpus\)$"):
+    with pytest.raises(InputError, match=r"corpus .*nope.csv does not exist \(set `corpus.path` in the config or pass --corpus PATH\)$"):
         locate_corpus(cfg.model_copy(update={"path": str(tmp_path / "nope.csv")}))  # no ${VAR}: no note
     (elsewhere / "rel.csv").write_text("text\nhi\n", encoding="utf-8")
     assert locate_corpus(cfg, "rel.csv")[0] == (elsewhere / "rel.csv").resolve()  # --corpus: from the working directory

@@ -128,7 +128,7 @@ def test_a_real_unreachable_address_exits_1_with_the_hint(capsys, corpus):
 
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["--address", "ray://head:10001"], 2, "must be the job server's http://host:port"),
-    (["--corpus", "/no/such/corpus.jsonl"], 3, "does not exist (pass --corpus)"),
+    (["--corpus", "/no/such/corpus.jsonl"], 3, "does not exist (pass --corpus PATH)"),
     (["--batch-id", "../escape"], 3, "`--batch-id` must match"),
 ])
 def test_refusals_before_anything_is_submitted(monkeypatch, capsys, corpus, args, code, message):

@@ -140,7 +140,7 @@ def test_a_corpus_under_an_unset_variable_is_refused_naming_it_then_found_once_s
 
 def test_no_data_set_by_default():
     assert CorpusConfig().path is None and CorpusConfig().id_prefix is None
-    with pytest.raises(InputError, match=r"^no corpus: set `corpus.path` in the config or pass --corpus$"):
+    with pytest.raises(InputError, match=r"^no corpus: set `corpus.path` in the config or pass --corpus PATH$"):
         CorpusConfig().resolved_path()
     assert DataSection().path is None
     with pytest.raises(InputError, match=r"^no training data: set `train.data.path` in the config file$"):
