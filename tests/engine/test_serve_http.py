@@ -102,8 +102,9 @@ def test_classify_one_document_base_model(client, pilot_config, bbc_docs):
     body = resp.json()
     assert body["model"] == pilot_config.model.base_model and body["adapter"] is None
     [result] = body["results"]
-    assert set(result) == {"id", "status", "category", "score", "reason"}
+    assert set(result) == {"id", "status", "category", "score", "reason", "n_doc_tokens", "n_windows", "truncated"}
     assert result["id"] == bbc_docs[0]["id"] and result["status"] == "accepted"
+    assert result["n_windows"] == 1 and 0 < result["n_doc_tokens"] <= pilot_config.classify.max_doc_tokens
     assert result["category"] in pilot_config.classify.categories and 0 <= result["score"] <= 1
 
 
