@@ -60,7 +60,7 @@ from classify.errors import InputError
 from classify.files import ids_sha256, special_kind
 from classify.paths import path_hint
 from classify.records import Document
-from classify.tabular import csv_row_document, iter_csv_rows
+from classify.tabular import csv_header, csv_row_document, iter_csv_rows, parquet_columns
 from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file
 from classify.usercommand import user_flag
 
@@ -147,23 +147,13 @@ def require_id_column(cfg: CorpusConfig, where: Path | StoreObject, fmt: str) ->
     """
     if cfg.id_column is None or fmt not in ("csv", "parquet"):
         return
-    if fmt == "csv":
-        import csv
-        import io
-
-        try:
-            with where.open("rb") as fh:
-                header = next(csv.reader(io.TextIOWrapper(fh, encoding="utf-8-sig", newline="")), [])
-        except (OSError, UnicodeDecodeError, csv.Error):
-            return  # unreadable: the plan says why, with its own message
-    else:
-        import pyarrow.parquet as pq
-
-        try:
-            source = where if isinstance(where, Path) else where.open("rb")
-            header = pq.ParquetFile(source).schema_arrow.names
-        except Exception:  # noqa: BLE001 - unreadable: the plan says why, with its own message
-            return
+    try:
+        if fmt == "csv":
+            header = csv_header(where)[0]
+        else:
+            header = parquet_columns(where, cfg.text_column, None)[0].schema_arrow.names
+    except InputError:
+        return  # unreadable, or no text column: the plan refuses it with the same message
     if cfg.id_column not in header:
         raise InputError(f"corpus {where}: `corpus.id_column` is {cfg.id_column!r}, but the {fmt.upper()} header has "
                          f"no such column (its columns: {header}); name the id column it has, or set "
