@@ -136,8 +136,7 @@ class Progress:
         self._saved_at = time.monotonic()
         self.saves += 1
         elapsed = max(time.monotonic() - self._t0, 1e-9)
-        rate, steady = self.rate(), self.steady()
-        eta_rate = steady[0] if steady else rate
+        rate, steady, eta_rate = self.rate(), self.steady(), self.lease_rate()
         left = self.total - self.done
         ProgressFile(
             batch_id=self.batch_id, state=self.state, total=self.total, done=self.done,
