@@ -23,11 +23,9 @@ The prompt is built as token ids, never as a string the engine tokenizes again
   ``max_doc_tokens`` ids gives several prompts (:func:`window_spans`: consecutive, no overlap, balanced),
   each prefix + window + suffix; :class:`Prompt` holds them all and the scorer combines their answers.
 
-Documents are tokenized in batches (the Rust tokenizer's own thread pool, sized by
-``RAYON_NUM_THREADS``; :func:`set_tokenizer_threads`), except Latin-1 documents for a byte-level BPE
-tokenizer (SmolLM2, GPT-2): a Python path gives the same ids from the same chunks about 3x faster on one
-core (the split regex in Python, each word's ids from the Rust BPE model once, then cached;
-:class:`_PlainByteLevel`, checked against the Rust tokenizer when the builder is made). For a document without special-token
+Documents are tokenized in batches by the ``tokenizers`` library (``encode_batch_fast``, its own thread pool,
+sized by ``RAYON_NUM_THREADS``; :func:`set_tokenizer_threads`), a private copy of the model's fast tokenizer;
+docpilot never re-implements a tokenizer. For a document without special-token
 strings the ids equal the old string path's (template rendered around the document, then
 tokenized) wherever the document was not cut; the tests check it on the demo set's news articles.
 """
@@ -36,11 +34,9 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 from classify.config import ClassifyConfig
@@ -199,117 +195,6 @@ def _space_cut(text: str, start: int, limit: int) -> int:
     return at if at > max(lo, start) and not text[at - 1].isspace() else -1
 
 
-PLAIN_CACHE_WORDS = 200_000
-"""Pre-tokens (words) whose ids :class:`_PlainByteLevel` keeps; when full it starts again empty (about 30 MiB
-full; the ids never depend on it)."""
-
-
-def _latin1(text: str) -> bool:
-    """Whether every character of ``text`` is in U+0000..U+00FF."""
-    try:
-        text.encode("latin-1")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """The byte-level BPE alphabet (GPT-2's ``bytes_to_unicode``; the ``tokenizers`` ByteLevel pre-tokenizer's)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
-    out = {b: chr(b) for b in keep}
-    extra = 0
-    for b in range(256):
-        if b not in out:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return out
-
-
-class _PlainByteLevel:
-    """The document tokenizer's own result for Latin-1 text, computed in Python: split + cached BPE per word.
-
-    For a tokenizer without normalizer whose pre-tokenizer is the byte-level one with GPT-2's split regex
-    (SmolLM2, GPT-2, ...), a text's ids are the BPE ids of each regex piece, one after the other. On text of
-    characters U+0000..U+00FF the regex is reproduced here with explicit character classes (Python's
-    ``unicodedata`` for letters and digits, Oniguruma's whitespace), each piece's ids come from the Rust BPE
-    model itself (``model.tokenize``) once and are then cached: a news article's words are nearly all cached.
-    Build it with :meth:`for_tokenizer`, which checks it against the Rust tokenizer on every Latin-1 character
-    in many contexts and returns ``None`` on any difference (the Rust path is then used for everything).
-
-    Thread-safe: the cache is only read and filled with the same values.
-    """
-
-    def __init__(self, fast: Any):
-        import unicodedata
-
-        chars = [chr(i) for i in range(256)]
-        space = "\t\n\x0b\x0c\r \x85\xa0"  # Oniguruma \s on U+0000..U+00FF (checked in for_tokenizer)
-        letters = "".join(re.escape(c) for c in chars if unicodedata.category(c).startswith("L"))
-        digits = "".join(re.escape(c) for c in chars if unicodedata.category(c).startswith("N"))
-        blank = re.escape(space)
-        # GPT-2's 's|'t|'re|'ve|'m|'ll|'d written '(?:s|t|...): the same matches in the same order, a quarter faster
-        self.pattern = re.compile(rf"'(?:s|t|re|ve|m|ll|d)| ?[{letters}]+| ?[{digits}]+| ?[^{blank}{letters}{digits}]+"
-                                  rf"|[{blank}]+(?![^{blank}])|[{blank}]+")
-        self.byte_char = _bytes_to_unicode()
-        self.model = fast.model
-        self.cache: dict[str, tuple[int, ...]] = {}
-
-    @classmethod
-    def for_tokenizer(cls, fast: Any, controls: Sequence[str] = ()) -> _PlainByteLevel | None:
-        """The Python path for ``fast`` (a private ``tokenizers.Tokenizer`` copy), or ``None`` when it does not apply.
-
-        Applies when ``fast`` has no normalizer, the pre-tokenizer is ``ByteLevel(add_prefix_space=False,
-        use_regex=True)`` and the ids equal ``fast``'s on every character U+0000..U+00FF in a set of contexts,
-        on a fixed sample of random Latin-1 strings and on the Latin-1 strings of ``controls`` (the tokenizer's
-        added tokens) in context. Costs about 0.3 s once per builder.
-        """
-        import json
-        import random
-
-        try:
-            spec = json.loads(fast.to_str())
-        except Exception:  # noqa: BLE001 - a tokenizer that cannot describe itself: no Python path
-            return None
-        pre = spec.get("pre_tokenizer") or {}
-        if (spec.get("normalizer") is not None or pre.get("type") != "ByteLevel" or pre.get("add_prefix_space")
-                or not pre.get("use_regex", True) or (spec.get("model") or {}).get("type") != "BPE"):
-            return None
-        plain = cls(fast)
-        samples = []
-        for i in range(256):
-            c = chr(i)
-            samples += [f"a{c}b", f" {c}{c} x", f"1{c}2 {c}", f"{c}'s {c}  y", f"x \n{c} \t{c}\xa0 ", f"{c}", f"It{c}ll "]
-        rng = random.Random(0)
-        alphabet = [chr(i) for i in range(256)] + [" "] * 64 + list("aeinost' ") * 8
-        samples += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60))) for _ in range(2000)]
-        samples += [f"a{c}b {c}{c} x {c}" for c in controls if _latin1(c)]
-        want = [e.ids for e in fast.encode_batch_fast(samples, add_special_tokens=False)]
-        if any(plain.ids(s, 0, len(s)) != w for s, w in zip(samples, want, strict=True)):
-            log.info("the Python byte-level path differs from the tokenizer on Latin-1 text; not used")
-            return None
-        plain.cache = {}
-        return plain
-
-    def ids(self, text: str, pos: int, end: int) -> list[int]:
-        """Token ids of ``text[pos:end]`` (only characters U+0000..U+00FF; ``pos`` and ``end`` at pre-token edges)."""
-        words = self.pattern.findall(text, pos, end)
-        cache = self.cache
-        found = list(map(cache.get, words))
-        if None in found:
-            if len(cache) >= PLAIN_CACHE_WORDS:
-                cache = self.cache = {}
-            byte_char, tokenize = self.byte_char, self.model.tokenize
-            for k, ids in enumerate(found):
-                if ids is None:
-                    word = words[k]
-                    ids = cache.get(word)
-                    if ids is None:
-                        mapped = "".join([byte_char[b] for b in word.encode("utf-8")])
-                        ids = cache[word] = tuple([t.id for t in tokenize(mapped)])  # untracked by the GC
-                    found[k] = ids
-        return list(chain.from_iterable(found))  # type: ignore[arg-type]
-
-
 class PromptBuilder:
     """Prompts as token ids for one (tokenizer, classify config): the template rendered once.
 
@@ -349,7 +234,6 @@ class PromptBuilder:
         self._lock = threading.Lock()
         self.chars_per_token = float(FIRST_CHUNK_CHARS_PER_TOKEN)
         self._fast = self._fast_copy(tokenizer)
-        self._plain = _PlainByteLevel.for_tokenizer(self._fast, list(self.control)) if self._fast is not None else None
         self._self_check()
 
     @staticmethod
@@ -429,53 +313,12 @@ class PromptBuilder:
 
         The estimate changes only how much text is tokenized, never the ids.
 
-        A document whose chunks are Latin-1 text (U+0000..U+00FF) is tokenized by the Python byte-level path
-        when the tokenizer has one (:class:`_PlainByteLevel`: same chunks, same ids, cached per word); the
-        others go through the Rust tokenizer's batch call.
-
         Args:
             texts: document texts.
 
         Returns:
             ``(ids, truncated)`` per text, in order.
         """
-        plain = self._plain
-        if plain is None:
-            return self._chunked_ids(texts)
-        n = self.budget
-        need = n + 1
-        first = int(need * self.chars_per_token) + 16
-        out: list[tuple[list[int], bool] | None] = [None] * len(texts)
-        rest: list[int] = []  # documents for the Rust path
-        ratios: list[float] = []
-        for i, text in enumerate(texts):
-            pos, step, got = 0, first, []
-            ascii_only = text.isascii()
-            while True:
-                end = _space_cut(text, pos, step)
-                if end < 0 and pos:
-                    step *= 4
-                    end = _space_cut(text, pos, step)
-                if end < 0 or not (ascii_only or _latin1(text[pos:end])):
-                    rest.append(i)
-                    break
-                got += plain.ids(text, pos, end)
-                if not pos and end < len(text) and got:
-                    ratios.append(end / len(got))
-                if end >= len(text) or len(got) > n:
-                    out[i] = (got[:n], len(got) > n)
-                    break
-                rate = max(1.0, end / max(1, len(got)))
-                step = int((need - len(got)) * NEXT_CHUNK_MARGIN * rate) + NEXT_CHUNK_SLACK
-                pos = end
-        self._learn(ratios)
-        if rest:
-            for i, done in zip(rest, self._chunked_ids([texts[i] for i in rest]), strict=True):
-                out[i] = done
-        return out  # type: ignore[return-value]
-
-    def _chunked_ids(self, texts: Sequence[str]) -> list[tuple[list[int], bool]]:
-        """:meth:`document_ids` through the Rust tokenizer's batch calls only (the rounds described there)."""
         n = self.budget
         need = n + 1  # ids that show the document is over the budget
         out: list[tuple[list[int], bool] | None] = [None] * len(texts)

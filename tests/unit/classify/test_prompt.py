@@ -273,17 +273,16 @@ def test_pilot_batch_serve_and_training_build_identical_ids(tokenizer, pilot_con
     assert json.loads(out.body.splitlines()[0])["n_tokens"] == len(expected[0])
 
 
-def test_the_python_byte_level_path_gives_the_rust_tokenizers_ids(tokenizer, bbc_texts, second_tokenizer):
-    """Latin-1 documents take the Python byte-level path (cached word ids): the same ids as the Rust batch path,
-    for news, long, mixed-script, special-string and random Latin-1 documents; a Metaspace tokenizer has no such path."""
+def test_the_chunk_rounds_give_the_whole_texts_ids_for_any_text_and_budget(tokenizer, bbc_texts, second_tokenizer):
+    """The rounds of batched calls on chunks give the whole text's first ids, for news, long, mixed-script,
+    special-string, unbroken and random documents, with both tokenizers and small to large budgets."""
     rng = random.Random(7)
     alphabet = [chr(i) for i in range(256)] + list("\u20ac\u2014\u201c\u201d\u2019\u3000") + [" word", " 12", "'ll"] * 30
-    random_docs = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 1500))) for _ in range(400)]
-    texts = (bbc_texts[1][:200] + [(t + " ") * 3 for t in bbc_texts[1][:40]] + _odd_documents() + random_docs
+    random_docs = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 1500))) for _ in range(300)]
+    texts = (bbc_texts[1][:100] + [(t + " ") * 3 for t in bbc_texts[1][:30]] + _odd_documents() + random_docs
              + [FORGED * 40, "\u00a3" * 3000, "b " * 3000, "x" * 300 + " y" * 2000])
-    for budget in (256, 16, 2000):
-        builder = PromptBuilder(tokenizer, ClassifyConfig(max_doc_tokens=budget))
-        assert builder._plain is not None
-        assert builder.document_ids(texts) == builder._chunked_ids(texts), budget
-        assert builder.document_ids(texts) == builder._chunked_ids(texts), budget  # the word cache filled
-    assert PromptBuilder(second_tokenizer, ClassifyConfig(max_doc_tokens=64))._plain is None
+    for tok, budget in ((tokenizer, 256), (tokenizer, 16), (tokenizer, 2000), (second_tokenizer, 64)):
+        builder = PromptBuilder(tok, ClassifyConfig(max_doc_tokens=budget))
+        for text, (ids, cut) in zip(texts, builder.document_ids(texts), strict=True):
+            whole = builder.encode([text])[0]
+            assert (ids, cut) == (whole[:budget], len(whole) > budget), (budget, text[:40])
