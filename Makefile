@@ -44,12 +44,12 @@ help:
 	@echo "lint       ruff + hadolint"
 	@echo "clean      remove ./runs, ./exports and the pytest/ruff caches (keeps .docpilot/: models, registry, pilots)"
 
-# The install profile (classify/machine.py): PROFILE=cpu|cuda names one; else the venv's record keeps its own; else
+# The install profile (classify/engine/machine.py): PROFILE=cpu|cuda names one; else the venv's record keeps its own; else
 # the machine decides before any venv exists (nvidia-smi/driver, amd-smi/rocm-smi, /dev nodes, the Python version).
 ifdef PROFILE
 PROFILE_FORCED := 1
 else
-PROBED        := $(shell $(PYTHON) -m classify.machine profile --venv $(VENV) 2>/dev/null || echo refused)
+PROBED        := $(shell $(PYTHON) -m classify.engine.machine profile --venv $(VENV) 2>/dev/null || echo refused)
 PROFILE       := $(word 1,$(PROBED))
 PROFILE_FORCED := $(filter forced,$(PROBED))
 endif
@@ -65,7 +65,7 @@ PIP_FAILED  := $(if $(PIP_VERBOSE),,>> $(VENV)/pip.out 2>&1) || { $(if $(PIP_VER
 setup: $(VENV)/.installed-$(PROFILE)
 
 $(VENV)/.installed-$(PROFILE): pyproject.toml $(wildcard requirements/$(PROFILE).lock)
-	@$(PYTHON) -m classify.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced)
+	@$(PYTHON) -m classify.engine.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced)
 	@if ! grep -qs '"profile": "$(PROFILE)"' $(VENV)/docpilot-profile.json; then rm -rf $(VENV); fi
 	@echo "[setup] 0/4 a fresh venv in $(VENV) (pip's log: $(VENV)/pip.log, its warnings: $(VENV)/pip.out)"
 	@$(PYTHON) -m venv $(VENV)
@@ -85,7 +85,7 @@ endif
 	@echo "[setup] 4/4 docpilot itself, editable, with the test tools"
 	@$(PIP) install -e ".[test]" $(PIP_FAILED)
 	@MPLBACKEND=Agg $(BIN)/python -c "import matplotlib.font_manager" 2>/dev/null || true  # the font cache, built once here
-	@$(BIN)/python -m classify.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced) --write $(VENV)/docpilot-profile.json
+	@$(BIN)/python -m classify.engine.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced) --write $(VENV)/docpilot-profile.json
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 	@echo "[setup] done: $(VENV) ($(PROFILE) profile); \`make doctor\` checks it against the machine"

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from adapters._support import free_mib, is_disk_full, is_write_failure
+from classify.engine.model import ModelRef, tokenizer_sha256
 from classify.errors import ConfigError, EnvironmentCheckError
-from classify.files import atomic_dir, file_sha256
-from classify.model import ModelRef, tokenizer_sha256
-from classify.runrecords import write_json_atomic
+from classify.runs.files import atomic_dir, file_sha256
+from classify.runs.records import write_json_atomic
 
 log = logging.getLogger("adapters.train")
 

@@ -1,8 +1,8 @@
 """Training's view of the config file: the shared sections plus ``train`` (one frozen section per concern).
 
-Read from the one ``config/docpilot.json`` (:mod:`classify.configfile`): the training prompt is
+Read from the one ``config/docpilot.json`` (:mod:`classify.config.file`): the training prompt is
 built from the same shared ``classify`` section the adapter is piloted and served with, by the
-same :func:`classify.prompt.build_training_example` the engine's prompt comes from.
+same :func:`classify.engine.prompt.build_training_example` the engine's prompt comes from.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from classify.config import ClassifyConfig, CommandConfig, EngineConfig, Frozen, ModelConfig
-from classify.modelshape import LINEAR_MODULES
+from classify.config.sections import ClassifyConfig, CommandConfig, EngineConfig, Frozen, ModelConfig
+from classify.engine.shape import LINEAR_MODULES
 from classify.paths import DataPath, configured_path
 
 LLAMA_LORA_MODULES = LINEAR_MODULES
-"""Linear layers of a Llama-architecture block that vLLM can apply LoRA to (:data:`classify.modelshape.LINEAR_MODULES`)."""
+"""Linear layers of a Llama-architecture block that vLLM can apply LoRA to (:data:`classify.engine.shape.LINEAR_MODULES`)."""
 
 
 class DataSection(Frozen):
@@ -102,7 +102,7 @@ class TrainingSection(Frozen):
         checkpoint_every_s: also write one when this many seconds of wall time passed since the last
             (``null``: by steps only); a card does hundreds of steps a minute, a CPU a few.
         keep_checkpoints: most recent checkpoints kept on disk.
-        device: where training computes: ``auto`` (the run's device, :func:`classify.device.detect_device`:
+        device: where training computes: ``auto`` (the run's device, :func:`classify.engine.args.detect_device`:
             the card on a GPU lot with the cuda profile, else the CPU), ``cpu`` or ``cuda``.
         threads: torch intra-op CPU threads (the machine may be shared); applies on the CPU only.
         loss_window_steps: steps averaged for the "loss fell" check (first window vs last).
@@ -132,7 +132,7 @@ class TrainingSection(Frozen):
         Raises:
             EnvironmentCheckError: ``device: cuda`` and torch sees no card (the doctor says why).
         """
-        from classify.device import torch_device
+        from classify.engine.args import torch_device
 
         if self.device == "auto":
             return torch_device()
@@ -151,14 +151,14 @@ class TrainingSection(Frozen):
 
         Returns:
             ``"bfloat16"`` or ``"float32"``: ``auto`` is bfloat16 on a card with native bf16 (compute
-            capability 8.0+) and on a CPU with native bf16 (:func:`classify.device.cpu_has_native_bf16`: on a
+            capability 8.0+) and on a CPU with native bf16 (:func:`classify.engine.args.cpu_has_native_bf16`: on a
             2-core AVX-512-BF16 CPU a training step took 0.8x the float32 time; on AVX2-only CPUs bf16 is
             emulated and slower), else float32 (an older card trains in float32: fp16 weights need loss scaling).
             A visible card never makes a CPU run bf16.
         """
         if self.dtype != "auto":
             return self.dtype
-        from classify.device import auto_dtype
+        from classify.engine.args import auto_dtype
 
         dtype = auto_dtype("cpu" if self.run_device() == "cpu" else "cuda")
         return "float32" if dtype == "float16" else dtype
@@ -205,7 +205,7 @@ class ChecksSection(Frozen):
 
     Attributes:
         validation_engine: ``vllm`` classifies the validation rows through the real inference path
-            (:func:`classify.engine.build_engine` with the adapter); ``none`` skips it (images without vLLM).
+            (:func:`classify.engine.build.build_engine` with the adapter); ``none`` skips it (images without vLLM).
         min_format_share: least share of validation rows whose free (unconstrained, greedy) answer is
             exactly an allowed category followed by end-of-turn, i.e. the inference format.
         min_validation_accuracy: least validation accuracy through the engine (0 = report only).
@@ -232,7 +232,7 @@ class OutputSection(Frozen):
 
 class TrainConfig(CommandConfig):
     """Training's view of the config file: the shared sections plus ``train`` (``data``, ``lora``, ``training``,
-    ``smoke``, ``checks``, ``output``); see :mod:`classify.configfile`."""
+    ``smoke``, ``checks``, ``output``); see :mod:`classify.config.file`."""
 
     file_section: ClassVar[str | None] = "train"
 

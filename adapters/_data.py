@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from adapters._config import DataSection
+from classify.documents.text import check_text
+from classify.engine.prompt import build_training_examples
 from classify.errors import ConfigError, InputError
-from classify.files import file_sha256
 from classify.paths import path_hint
-from classify.prompt import build_training_examples
-from classify.textcheck import check_text
+from classify.runs.files import file_sha256
 
 MAX_LISTED = 5
 """Bad rows named in one error message (the rest are counted)."""
@@ -152,7 +152,7 @@ def split_rows(rows: list[Row], cfg: DataSection, seed: int) -> tuple[list[Row],
 
 
 def tokenize(tokenizer: Any, classify_cfg: Any, rows: list[Row], max_seq_tokens: int) -> list[dict[str, list[int]]]:
-    """Build every example with :func:`classify.prompt.build_training_examples`: the engine's own prompt ids
+    """Build every example with :func:`classify.engine.prompt.build_training_examples`: the engine's own prompt ids
     (one batched tokenizer call), then the answer ids.
 
     Raises:

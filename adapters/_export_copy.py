@@ -12,12 +12,12 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from adapters.registry import CARD_FILE, ResolvedAdapter, content_sha256
-from classify import storage
 from classify.errors import AdapterError, AdapterIntegrityError
-from classify.export import SHA256SUMS, compare_sha256, read_sums, sums_text
-from classify.files import file_sha256, special_kind, tree_sha256
-from classify.runrecords import write_bytes_atomic
-from classify.storage import Dest
+from classify.runs import storage
+from classify.runs.export import SHA256SUMS, compare_sha256, read_sums, sums_text
+from classify.runs.files import file_sha256, special_kind, tree_sha256
+from classify.runs.records import write_bytes_atomic
+from classify.runs.storage import Dest
 
 
 def _complete(dest: Dest) -> bool:

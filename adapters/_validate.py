@@ -12,8 +12,8 @@ from typing import Any
 from adapters._checkpoint import list_checkpoints
 from adapters._config import TrainConfig
 from adapters._data import Row
+from classify.engine.prompt import answer_text, build_prompt
 from classify.errors import EngineError
-from classify.prompt import answer_text, build_prompt
 
 log = logging.getLogger("adapters.train")
 
@@ -48,7 +48,7 @@ def free_answers(model: Any, tokenizer: Any, cfg: TrainConfig, rows: list[Row]) 
     """Greedy, unconstrained answers of the trained model to the engine's prompt.
 
     A row is in the inference format when the answer is exactly an allowed category followed by
-    the end-of-turn token (:func:`classify.prompt.answer_text`), which is what first-token
+    the end-of-turn token (:func:`classify.engine.prompt.answer_text`), which is what first-token
     scoring relies on. The prompt is the document's first window (its only one in ``cut`` mode): the format
     does not depend on the window; the accuracy over whole documents is :func:`through_engine`'s.
 
@@ -108,7 +108,7 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
         adapter_dir: the saved peft adapter.
         rows: validation rows.
         model_ref: the resolved base model.
-        classifier: an already-running LoRA-enabled :class:`classify.engine.Classifier` on the same base
+        classifier: an already-running LoRA-enabled :class:`classify.engine.build.Classifier` on the same base
             model (tests pass the session engine); else one is built and shut down here.
         label: adapter name shown to vLLM.
 
@@ -125,9 +125,9 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
     ``ENGINE_CHUNK_ROWS`` rows.
     """
     from adapters.registry import lora_int_id
-    from classify.documents import document_from_text
-    from classify.engine import Classifier, build_engine
-    from classify.scoring import AdapterHandle, Scorer
+    from classify.documents.read import document_from_text
+    from classify.engine.build import Classifier, build_engine
+    from classify.engine.scoring import AdapterHandle, Scorer
 
     own = classifier is None
     merged = own and cfg.model.adapter_mode == "merged"
@@ -188,7 +188,7 @@ def _merge_for_check(cfg: TrainConfig, adapter_dir: Path, model_ref: Any, out_di
     """Merge the run's (not yet published) adapter into the base for the engine check.
 
     Returns:
-        A :class:`classify.model.ModelRef` on ``out_dir`` (replaced if left by an earlier attempt).
+        A :class:`classify.engine.model.ModelRef` on ``out_dir`` (replaced if left by an earlier attempt).
 
     Raises:
         EnvironmentCheckError: not enough free disk for the merged weights.
@@ -197,9 +197,9 @@ def _merge_for_check(cfg: TrainConfig, adapter_dir: Path, model_ref: Any, out_di
 
     from adapters import merge
     from adapters.card import content_sha256
-    from classify.device import compute_dtype
-    from classify.files import tree_sha256
-    from classify.model import ModelRef
+    from classify.engine.args import compute_dtype
+    from classify.engine.model import ModelRef
+    from classify.runs.files import tree_sha256
 
     shutil.rmtree(out_dir, ignore_errors=True)
     t0 = time.time()
@@ -227,10 +227,10 @@ def _capture_logprobs(scorer: Any) -> dict[str, list[float]]:
     Returns the dict it fills: document id -> log-probs aligned with ``scorer.cfg.categories``
     (nothing in ``choice`` scoring, where the other categories' log-probs are unknown). A document of several
     windows (``classify.long_documents: windows``) gives its combined log-probs
-    (:func:`classify.scoring.mean_logprobs`, as :meth:`classify.scoring.Scorer.combined_logprobs`), the vector its score is the softmax of, so the
+    (:func:`classify.engine.scoring.mean_logprobs`, as :meth:`classify.engine.scoring.Scorer.combined_logprobs`), the vector its score is the softmax of, so the
     temperature is fitted on what inference scores.
     """
-    from classify.scoring import mean_logprobs
+    from classify.engine.scoring import mean_logprobs
 
     captured: dict[str, list[float]] = {}
     plain = scorer.result
@@ -264,7 +264,7 @@ def fit_calibration(logprobs: dict[str, list[float]], rows: list[Row], categorie
     """
     import numpy as np
 
-    from classify.calibration import (
+    from adapters.calibration import (
         apply_temperature,
         expected_calibration_error,
         fit_temperature,

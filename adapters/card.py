@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from classify.configbase import format_validation_error
+from classify.config.base import format_validation_error
 from classify.errors import AdapterIntegrityError
 
 CARD_FILE = "card.json"
@@ -45,7 +45,7 @@ class CardBaseModel(_Open):
 
     Attributes:
         name: its name (``smollm2-135m-instruct``, a folder or a Hugging Face id).
-        fingerprint: :func:`classify.model.weights_fingerprint` of its weights; every load compares it.
+        fingerprint: :func:`classify.engine.model.weights_fingerprint` of its weights; every load compares it.
         source: where the weights came from (information).
     """
 
@@ -57,7 +57,7 @@ class CardBaseModel(_Open):
 class CardPilot(_Open):
     """The card's pilot block: the latest pilot of this version, for information.
 
-    The pilot gate (:mod:`classify.pilotgate`, keyed by base model, adapter sha256 and the
+    The pilot gate (:mod:`classify.runs.gate`, keyed by base model, adapter sha256 and the
     classification config) decides what batch and serve run; this block does not say under which
     config the pilot ran. Import resets it (the exported block is kept under ``imported``).
 
@@ -155,6 +155,6 @@ def content_sha256(files: dict[str, str]) -> str:
         files: relative POSIX path -> sha256 hex of every adapter file (``card.json`` excluded).
 
     Returns:
-        A 64-hex digest (same construction as :func:`classify.model.weights_fingerprint`).
+        A 64-hex digest (same construction as :func:`classify.engine.model.weights_fingerprint`).
     """
     return hashlib.sha256("".join(f"{k}:{files[k]}\n" for k in sorted(files)).encode()).hexdigest()

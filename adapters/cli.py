@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.action == "show":
         print(json.dumps(reg.show(args.ref).card, indent=2, sort_keys=True))
     elif args.action == "verify":
-        from classify.config import PilotConfig, load_config
-        from classify.model import resolve_model
+        from classify.config.sections import PilotConfig, load_config
+        from classify.engine.model import resolve_model
 
         cfg = load_config(PilotConfig, args.config)
         model = resolve_model(cfg.model)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
               f"base model {model.name} {model.fingerprint}, engine can apply it (max_lora_rank {cfg.engine.max_lora_rank})")
     elif args.action == "export":
         from adapters.transfer import export_adapter
-        from classify.storage import as_dest
+        from classify.runs.storage import as_dest
 
         out = export_adapter(reg, args.ref, as_dest(args.dest))
         print(f"{'exported' if out['written'] else 'already exported (re-checked, unchanged)'}: {out['ref']} "
@@ -104,12 +104,12 @@ def main(argv: list[str] | None = None) -> int:
               "read back and every hash re-checked)")
     elif args.action == "import":
         from adapters.transfer import import_adapter
-        from classify.storage import as_dest
+        from classify.runs.storage import as_dest
 
         kwargs: dict = {"base_fingerprint": args.base_fingerprint}
         if args.base_fingerprint is None:
-            from classify.config import PilotConfig, load_config
-            from classify.model import resolve_model
+            from classify.config.sections import PilotConfig, load_config
+            from classify.engine.model import resolve_model
 
             cfg = load_config(PilotConfig, args.config)
             model = resolve_model(cfg.model)

@@ -22,8 +22,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from classify.engine.shape import LINEAR_MODULES
 from classify.errors import AdapterIncompatible
-from classify.modelshape import LINEAR_MODULES
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
@@ -98,7 +98,7 @@ def check_engine_compat(adapter_dir: Path | str, engine_cfg: Any, base_model_pat
 
     Args:
         adapter_dir: folder with peft's ``adapter_config.json`` and ``adapter_model.safetensors``.
-        engine_cfg: the engine section (:class:`classify.config.EngineConfig`, or a dict) whose
+        engine_cfg: the engine section (:class:`classify.config.sections.EngineConfig`, or a dict) whose
             ``max_lora_rank`` bounds every rank.
         base_model_path: the base model folder (``ModelRef.path``); its ``config.json`` and safetensors
             headers give the architecture, module names and shapes. ``None`` skips the base-model

@@ -2,7 +2,7 @@
 
 ``docpilot adapters merge name@version --out DIR`` writes a full Hugging Face model folder
 (peft ``merge_and_unload``: W' = W + (alpha / r) B A, Hu et al. 2021, eq. 3) with its own
-``fingerprint.json``, so :func:`classify.model.resolve_model` accepts it as a base model.
+``fingerprint.json``, so :func:`classify.engine.model.resolve_model` accepts it as a base model.
 """
 
 from __future__ import annotations
@@ -14,11 +14,17 @@ from typing import Any
 
 from adapters._support import check_disk
 from adapters.registry import ResolvedAdapter
-from classify.config import ModelConfig
+from classify.config.sections import ModelConfig
+from classify.engine.model import (
+    FINGERPRINT_FILE,
+    TOKENIZER_FILES,
+    ModelRef,
+    resolve_model,
+    weights_fingerprint,
+)
 from classify.errors import AdapterError
-from classify.files import atomic_dir
-from classify.model import FINGERPRINT_FILE, TOKENIZER_FILES, ModelRef, resolve_model, weights_fingerprint
-from classify.runrecords import utc_now
+from classify.runs.files import atomic_dir
+from classify.runs.records import utc_now
 
 
 def merge_adapter(adapter: ResolvedAdapter, out_dir: Path, dtype: str = "bfloat16", base: ModelRef | None = None) -> dict[str, Any]:

@@ -46,10 +46,10 @@ from adapters.card import (
 from adapters.compat import check_engine_compat
 from adapters.resolved import NAME_RE, ResolvedAdapter, lora_int_id, parse_ref
 from classify.errors import AdapterError, AdapterIntegrityError, AdapterNotFound
-from classify.export import compare_sha256
-from classify.files import atomic_dir, tree_sha256
 from classify.paths import registry_dir
-from classify.runrecords import code_revision, package_versions, utc_now, write_json_atomic
+from classify.runs.export import compare_sha256
+from classify.runs.files import atomic_dir, tree_sha256
+from classify.runs.records import code_revision, package_versions, utc_now, write_json_atomic
 
 __all__ = [  # the card and reference helpers live in adapters.card and adapters.resolved; importable from here too
     "ADAPTER_CONFIG_FILE", "ADAPTER_WEIGHTS_FILE", "CARD_FILE", "CARD_SCHEMA", "NAME_RE", "PILOT_STATUSES",
@@ -162,7 +162,7 @@ class Registry:
             ref: ``name@version``, ``name@latest`` or ``name`` (= latest).
             base_fingerprint: the engine's base-model fingerprint (``ModelRef.fingerprint``); when
                 given, the card's base-model fingerprint must equal it.
-            engine: the engine section (:class:`classify.config.EngineConfig`) the adapter will run
+            engine: the engine section (:class:`classify.config.sections.EngineConfig`) the adapter will run
                 under; when given, the adapter must be one its LoRA support can apply.
             base_model_path: the engine's base model folder (``ModelRef.path``), for the module and
                 shape checks of :func:`adapters.compat.check_engine_compat` (with ``engine``).

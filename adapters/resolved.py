@@ -12,7 +12,7 @@ from adapters.card import AdapterCard
 from classify.errors import AdapterError
 
 if TYPE_CHECKING:
-    from classify.scoring import AdapterHandle
+    from classify.engine.scoring import AdapterHandle
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 """Adapter names: lower case, digits, ``.``, ``_``, ``-``; at most 64 characters."""
@@ -81,9 +81,9 @@ class ResolvedAdapter:
         return self.info.base_model.fingerprint
 
     def handle(self) -> AdapterHandle:
-        """The :class:`classify.scoring.AdapterHandle` the engine applies (stable ``int_id`` per ref; the card's
+        """The :class:`classify.engine.scoring.AdapterHandle` the engine applies (stable ``int_id`` per ref; the card's
         ``calibration.temperature`` as its score temperature, 1.0 without one)."""
-        from classify.scoring import AdapterHandle
+        from classify.engine.scoring import AdapterHandle
 
         return AdapterHandle(name=self.ref, path=str(self.path), int_id=lora_int_id(self.ref), sha256=self.sha256,
                              temperature=self.info.temperature)

@@ -40,25 +40,28 @@ from adapters._support import (
 )
 from adapters._validate import FORMAT_ROWS, checkpoints_exist, free_answers, loss_fell, through_engine
 from adapters.registry import Registry, ResolvedAdapter
-from classify.config import classification_sha256, config_sha256, load_config
+from classify.config.sections import classification_sha256, config_sha256, load_config
+from classify.engine.model import resolve_model
+from classify.engine.shape import lora_parameter_count, shape_from_folder
 from classify.errors import (
     AdapterError,
     ConfigError,
     DocpilotError,
     EnvironmentCheckError,
+    InputError,
     Interrupted,
     VerificationError,
 )
-from classify.model import resolve_model
-from classify.modelshape import lora_parameter_count, shape_from_folder
 from classify.paths import runs_dir
-from classify.runrecords import (
+from classify.runs.detached import DetachPlan
+from classify.runs.records import (
     code_revision,
     new_run_dir,
     signals_raise_interrupted,
     utc_now,
     write_json_atomic,
 )
+from classify.usercommand import user_command, user_flag
 
 log = logging.getLogger("adapters.train")
 
@@ -113,7 +116,7 @@ def resume_dtype(cfg: TrainConfig, run_dir: Path) -> tuple[TrainConfig, list[str
     * the first one again here: nothing changes;
     * float32 first, bfloat16 here: the run continues in float32 (pinned; logged);
     * bfloat16 first, float32 here (no native bf16: a bf16 product runs ~100x slower than float32 on
-      such a CPU, :func:`classify.device.cpu_has_native_bf16`): the run continues in float32 with a
+      such a CPU, :func:`classify.engine.args.cpu_has_native_bf16`): the run continues in float32 with a
       warning. The LoRA weights and optimizer state are float32 either way, so the checkpoint loads;
       the base model's products change precision from that step on, and the record says so.
 
@@ -193,7 +196,7 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         The :class:`TrainOutcome`.
 
     Raises:
-        Interrupted: SIGTERM or SIGINT arrived inside :func:`classify.runrecords.signals_raise_interrupted`
+        Interrupted: SIGTERM or SIGINT arrived inside :func:`classify.runs.records.signals_raise_interrupted`
             (as under ``docpilot train``); the message names the run folder to resume.
         InputError: bad training data (before any training).
         ConfigError: bad config, an example over ``max_seq_tokens``, or a resume mismatch (another config, or
@@ -442,15 +445,8 @@ def _publish(cfg: TrainConfig, registry: Registry, adapter_dir: Path, model_ref:
     raise AdapterError(f"could not publish {cfg.output.adapter_name}: 5 versions were taken concurrently")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``docpilot train --config config/docpilot.json [--smoke] [--resume latest|RUN] [--no-publish]``.
-
-    Returns:
-        0 when the run finished, passed its checks and (if configured) published.
-
-    Raises:
-        Interrupted: SIGTERM or Ctrl-C (``docpilot`` exits 130; the message names the run to resume).
-    """
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """``docpilot train``'s options (the detach ones are taken by the front door: :func:`prepare_detach`)."""
     parser = argparse.ArgumentParser(prog="docpilot train", description="LoRA fine-tuning with checkpoints and resume")
     parser.add_argument("--config", default="config/docpilot.json", help="train config JSON (default config/docpilot.json)")
     parser.add_argument("--smoke", action="store_true", help="a few steps on short sequences (minutes on a CPU)")
@@ -461,13 +457,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-when-done", action="store_true", help="with --detach: when training succeeded, wrap up "
                         "to --wrap-up-to and run the lots config's lease.stop_command if every copy verified")
     parser.add_argument("--wrap-up-to", metavar="DEST", help="wrap-up destination for --stop-when-done (folder or s3://...)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.detach or args.stop_when_done:
-        from batch.run.detach import detach_train
+    return parser.parse_args(argv)
 
-        return detach_train(list(sys.argv[1:] if argv is None else argv), args.stop_when_done, args.wrap_up_to,
-                            args.detach)
+
+def prepare_detach(argv: list[str]) -> DetachPlan:
+    """``docpilot train --detach``'s share: its options checked, and a job folder ``runs/<utc>-trainjob-<hex>/`` for
+    the log and exit record (the run's own folder is made by the training, as in the foreground).
+
+    Args:
+        argv: ``docpilot train``'s arguments as given.
+
+    Returns:
+        The plan the front door starts (:mod:`docpilot.detach`); the lots config is ``config/lots.json``.
+
+    Raises:
+        InputError: ``--stop-when-done`` without ``--detach`` or without ``--wrap-up-to``.
+    """
+    args = parse_args(argv)
+    if not args.detach:
+        raise InputError(f"{user_flag('--stop-when-done')} needs {user_flag('--detach')} (a foreground run ends with its "
+                         f"terminal); after a foreground run use `{user_command('docpilot wrap-up --to DEST')}`")
+    if args.stop_when_done and not args.wrap_up_to:
+        raise InputError(f"{user_flag('--stop-when-done')} needs {user_flag('--wrap-up-to', 'DEST')} (a folder or "
+                         "s3://...): the lease is never stopped before everything is copied off the pod and re-checked")
+
+    def open_run() -> tuple[str, Path, tuple[str, ...]]:
+        job_id, job_dir = new_run_dir("trainjob", runs_dir())
+        return job_id, job_dir, ()
+
+    return DetachPlan("train", args.stop_when_done, args.wrap_up_to, "config/lots.json", open_run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``docpilot train --config config/docpilot.json [--smoke] [--resume latest|RUN] [--no-publish]``.
+
+    Returns:
+        0 when the run finished, passed its checks and (if configured) published.
+
+    Raises:
+        InputError: ``--detach`` or ``--stop-when-done`` reached the foreground run (only ``docpilot train``
+            detaches: :func:`prepare_detach`).
+        Interrupted: SIGTERM or Ctrl-C (``docpilot`` exits 130; the message names the run to resume).
+    """
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.detach or args.stop_when_done:
+        raise InputError(f"--detach and --stop-when-done are taken by the docpilot command: run "
+                         f"`{user_command('docpilot train --detach ...')}`")
     cfg = load_config(TrainConfig, args.config)
     command = ["docpilot", "train", "--config", args.config, *(["--smoke"] if args.smoke else []),
                *(["--no-publish"] if args.no_publish else [])]

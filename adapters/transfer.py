@@ -4,7 +4,7 @@ An export holds the version's files, its ``card.json`` (base model + fingerprint
 every file, the pilot status) and a ``SHA256SUMS`` file (``sha256sum -c`` format) over all of
 them, written LAST. It is either a folder or one archive (``.tar``, ``.tar.gz``, ``.tgz``, with
 ``SHA256SUMS`` as the last member), at a local path or an object-storage URL (``s3://``,
-``gs://``, ...; see :mod:`classify.storage`).
+``gs://``, ...; see :mod:`classify.runs.storage`).
 
 * Export verifies the version in the registry first, then writes, then reads the copy back
   from the destination and re-checks every hash. A folder in object storage has no atomic
@@ -46,12 +46,12 @@ from adapters._export_copy import (
 )
 from adapters.compat import check_engine_compat
 from adapters.registry import CARD_FILE, Registry, ResolvedAdapter, parse_ref
-from classify import storage
 from classify.errors import AdapterError, AdapterIntegrityError
-from classify.export import SHA256SUMS
-from classify.files import atomic_dir
-from classify.runrecords import utc_now, write_json_atomic
-from classify.storage import Dest
+from classify.runs import storage
+from classify.runs.export import SHA256SUMS
+from classify.runs.files import atomic_dir
+from classify.runs.records import utc_now, write_json_atomic
+from classify.runs.storage import Dest
 
 
 def _complete(dest: Dest) -> bool:

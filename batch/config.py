@@ -1,8 +1,8 @@
 """The batch's view of the config file: the shared model/engine/classify sections plus ``corpus`` and ``batch``.
 
-Read from the one ``config/docpilot.json`` (:mod:`classify.configfile`), so the ``model`` and
+Read from the one ``config/docpilot.json`` (:mod:`classify.config.file`), so the ``model`` and
 ``classify`` sections are the pilot's and the pilot gate key
-(:func:`classify.config.classification_sha256`) matches the pilot that cleared the combination.
+(:func:`classify.config.sections.classification_sha256`) matches the pilot that cleared the combination.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from classify.config import (
+from classify.config.sections import (
     ClassifyConfig,
     CommandConfig,
     EngineConfig,

@@ -34,9 +34,9 @@ from batch.runfiles import (
 )
 from batch.runfiles import EarlierRunFolder, Manifest, Shard, earlier_run_folder
 from classify.errors import InputError, VerificationError
-from classify.files import ids_sha256
 from classify.records import Result
-from classify.runrecords import write_jsonl_atomic
+from classify.runs.files import ids_sha256
+from classify.runs.records import write_jsonl_atomic
 
 MANIFEST = "manifest.json"
 PROGRESS = "progress.json"

@@ -3,7 +3,7 @@
 Both are pydantic models over the same JSON as before: a file is read with
 :meth:`Manifest.read` / :meth:`ProgressFile.read` and written with ``write``; the JSON holds
 exactly the keys that were read or set (``exclude_unset``), fields a later docpilot adds are
-kept (``extra="allow"``), and keys are sorted (:func:`classify.runrecords.write_json_atomic`).
+kept (``extra="allow"``), and keys are sorted (:func:`classify.runs.records.write_json_atomic`).
 The shard plan is a list of :class:`Shard` (made by :func:`batch.corpus.plan.plan_corpus`, read by the
 run, the merge and ``status``); it lives here, beside the manifest that stores it, because every floor
 above reads it. Nested parts whose layout belongs to another module (the corpus description, the config
@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from classify.errors import InputError
-from classify.runrecords import write_json_atomic
+from classify.runs.records import write_json_atomic
 
 MANIFEST_VERSION = 2
 """The run folder layout this docpilot writes and reads (``shards/GGG/NNNNNN.jsonl``, a corpus plan read in streams)."""
@@ -84,7 +84,7 @@ class Shard(_RunFile):
     Attributes:
         index: the shard's position in the plan (its file is :func:`batch.layout.shard_path` of it).
         n_docs: distinct ids in the shard (its result rows), after duplicate folding.
-        ids_sha256: :func:`classify.files.ids_sha256` of those ids, in order (a shard file must match it).
+        ids_sha256: :func:`classify.runs.files.ids_sha256` of those ids, in order (a shard file must match it).
         first_id, last_id: its first and last id (for messages).
         row: the key of its first row: JSONL line number (from 1), CSV/Parquet row index or folder file index (from 0).
         n_rows: rows (lines, records, files) it spans, duplicates included.
@@ -228,7 +228,7 @@ class ProgressFile(_RunFile):
         retries: shard retries; last_error: the latest error text.
         actors: one object per engine actor (``slot``, ``pid``, ``node``, ``procs``, ...).
         pid, host: the driver process; pid_started, boot_id: its start time and boot
-            (:func:`batch.run.detached.process_identity`), so a reused pid or a reboot is not taken for it.
+            (:func:`classify.runs.detached.process_identity`), so a reused pid or a reboot is not taken for it.
         started_at, updated_at: UTC ISO 8601.
         lease: the latest lease verdict (:class:`batch.run.lease.LeaseWatch`), or ``None``.
         offpod: the copy of complete shards off the pod (:meth:`batch.run.offpod.ShardUploader.lag`: shards

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import accuracy, bbc_test, per_category_accuracy
-from classify.config import PilotConfig, load_config
+from classify.config.sections import PilotConfig, load_config
 
 RESULTS_DIR = Path("bench/results")  # PNGs beside the results files of bench.run
 
@@ -36,9 +36,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         AdapterNotFound: no such adapter in the registry (train one with ``make train``).
     """
     from adapters.registry import Registry
-    from classify.device import compute_dtype
-    from classify.engine import build_engine
-    from classify.model import resolve_model
+    from classify.engine.args import compute_dtype
+    from classify.engine.build import build_engine
+    from classify.engine.model import resolve_model
 
     cfg = load_config(PilotConfig, "config/docpilot.json")
     ref = os.environ.get("DOCPILOT_BENCH_ADAPTER", "bbc-news@latest")
@@ -120,8 +120,8 @@ def run(quick: bool = False) -> dict[str, Any]:
 def _calibration(tuned: list[Any], raw: list[Any], labels: dict[str, str], temperature: float, card: dict[str, Any],
                  review_below: float | None, quick: bool) -> dict[str, Any]:
     """ECE (15 bins) of the raw and calibrated scores on these articles, with reliability and coverage PNGs."""
+    from adapters.calibration import expected_calibration_error, reliability_diagram
     from bench.coverage import at_threshold, coverage_accuracy_plot
-    from classify.calibration import expected_calibration_error, reliability_diagram
 
     def scored(results: list[Any]) -> tuple[list[float], list[bool]]:
         rows = [r for r in results if r.status == "accepted"]

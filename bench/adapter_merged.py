@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from bench.common import accuracy, bbc_test, merged_registry_adapter, per_category_accuracy
-from classify.config import PilotConfig, load_config
+from classify.config.sections import PilotConfig, load_config
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -27,7 +27,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     Returns:
         ``{"title", "figures", "markdown"}``.
     """
-    from classify.engine import build_engine
+    from classify.engine.build import build_engine
 
     cfg = load_config(PilotConfig, "config/docpilot.json")
     adapter, merged_cfg = merged_registry_adapter(cfg.model)

@@ -70,7 +70,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from adapters._config import TrainConfig
     from adapters._data import load_rows, split_rows
     from bench.common import bbc_dir
-    from classify.config import load_config
+    from classify.config.sections import load_config
 
     cfg = load_config(TrainConfig, TRAIN_CONFIG)
     cats = cfg.classify.categories

@@ -1,6 +1,6 @@
 """Ray batch throughput vs the plain vLLM offline call, and 1 vs 2 engine actors, on the BBC News test articles.
 
-1. Offline: :func:`classify.engine.build_engine` + one ``Classifier.classify`` call over all articles
+1. Offline: :func:`classify.engine.build.build_engine` + one ``Classifier.classify`` call over all articles
    (vLLM batches them itself). Timed: engine start, and the classify call (first-call warm-up included).
 2. Ray batch, 1 actor: ``docpilot batch`` in this process (local Ray, ``config/docpilot.json``; a
    corpus this small is cut into at least 32 shards: about 6 of the 334 articles each).
@@ -46,7 +46,7 @@ def _corpus(folder: Path, n: int | None) -> Path:
 def _offline(corpus: Path) -> dict:
     from batch.config import load_batch_config
     from batch.corpus.plan import read_corpus
-    from classify.engine import build_engine
+    from classify.engine.build import build_engine
 
     cfg = load_batch_config(ROOT / "config" / "docpilot.json")
     docs = list(read_corpus(cfg.corpus, cfg.classify.max_doc_bytes, corpus).docs)

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from batch.corpus.tabular import iter_csv
 from classify.records import Document
-from classify.tabular import iter_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 """The checkout's root (``bench/..``)."""
@@ -57,8 +57,8 @@ def merged_registry_adapter(model_cfg: Any) -> tuple[Any, Any]:
     """
     from adapters.merge import merge_adapter
     from adapters.registry import Registry
-    from classify.config import ModelConfig
-    from classify.model import resolve_model
+    from classify.config.sections import ModelConfig
+    from classify.engine.model import resolve_model
     from classify.paths import state_dir
 
     base = resolve_model(model_cfg)
@@ -243,7 +243,7 @@ def forward_gflop_per_token(n_params: int) -> float:
 
 def machine() -> dict[str, Any]:
     """What the benchmark ran on: CPU model, cores, memory, OS, Python and key package versions."""
-    from classify.runrecords import package_versions
+    from classify.runs.records import package_versions
 
     cpu = "unknown"
     try:

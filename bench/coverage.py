@@ -77,7 +77,7 @@ def coverage_accuracy_plot(curves: dict[str, tuple[Any, Any]], path: str | Path,
     Returns:
         The written path.
     """
-    from classify.plots import pyplot, save_png
+    from classify.runs.plots import pyplot, save_png
 
     plt = pyplot()
 

@@ -9,8 +9,8 @@ here from the config, so the figures are for the default model's *shapes*); ``--
 Sections, each timed and independent (one failing does not stop the others), all written to ``OUT/gpu_path.json``:
 
 1. ``facts``: nvidia-smi (card, driver, CUDA), torch and its CUDA runtime.
-2. ``probe``: ``python3 -m classify.machine show`` / ``check`` (the profile ``make setup`` would install).
-3. ``doctor``: :func:`classify.doctor.run_checks` (no model): machine vs venv, the CUDA compute check, card memory.
+2. ``probe``: ``python3 -m classify.engine.machine show`` / ``check`` (the profile ``make setup`` would install).
+3. ``doctor``: :func:`batch.pilot.doctor.run_checks` (no model): machine vs venv, the CUDA compute check, card memory.
 4. ``nvml_pids``: do NVML's process ids match this container's (the pilot's GPU memory figure relies on it)?
 5. ``train``: the project's own LoRA loop (:func:`adapters._loop.run_loop`) on the card, real BBC training examples,
    the shipped training settings; peak ``torch.cuda.max_memory_allocated`` beside ``make plan``'s training estimate;
@@ -65,13 +65,13 @@ def facts() -> dict[str, Any]:
 
 
 def probe() -> dict[str, Any]:
-    return {"show": json.loads(_sh([sys.executable, "-m", "classify.machine", "show"]) or "{}"),
-            "check": _sh([sys.executable, "-m", "classify.machine", "check"])}
+    return {"show": json.loads(_sh([sys.executable, "-m", "classify.engine.machine", "show"]) or "{}"),
+            "check": _sh([sys.executable, "-m", "classify.engine.machine", "check"])}
 
 
 def doctor() -> list[dict[str, Any]]:
-    from classify.config import PilotConfig, load_config
-    from classify.doctor import run_checks
+    from batch.pilot.doctor import run_checks
+    from classify.config.sections import PilotConfig, load_config
 
     cfg = load_config(PilotConfig, "config/docpilot.json")
     return [{"name": c.name, "status": c.status, "detail": c.detail} for c in run_checks(cfg, check_model=False)]
@@ -124,10 +124,10 @@ def train(model_path: Path, bbc: Path, steps: int, cpu_steps: int) -> dict[str, 
 
     from adapters._config import TrainConfig
     from adapters._loop import build_lora_model, run_loop
-    from classify.config import load_config
-    from classify.memory import training_estimate
-    from classify.modelshape import shape_from_folder
-    from classify.prompt import build_training_examples
+    from classify.config.sections import load_config
+    from classify.engine.memory import training_estimate
+    from classify.engine.prompt import build_training_examples
+    from classify.engine.shape import shape_from_folder
 
     base = load_config(TrainConfig, "config/docpilot.json")
     texts, labels = _texts(bbc)
@@ -175,8 +175,8 @@ def forward(model_path: Path, bbc: Path, batch: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from classify.config import ClassifyConfig, PilotConfig, load_config
-    from classify.prompt import build_prompts
+    from classify.config.sections import ClassifyConfig, PilotConfig, load_config
+    from classify.engine.prompt import build_prompts
 
     cfg: ClassifyConfig = load_config(PilotConfig, "config/docpilot.json").classify
     texts, _ = _texts(bbc)
@@ -214,8 +214,8 @@ import json, os, sys, time
 sys.path.insert(0, os.getcwd())
 from transformers import AutoTokenizer
 from batch.corpus.shard import ShardInput
-from classify.config import PilotConfig, load_config
-from classify.scoring import Scorer
+from classify.config.sections import PilotConfig, load_config
+from classify.engine.scoring import Scorer
 from bench.gpu_path import _texts
 from pathlib import Path
 cfg = load_config(PilotConfig, "config/docpilot.json")

@@ -7,7 +7,7 @@ articles (train + test) and on 5 KB documents (BBC articles repeated to 5,000 ch
   documents a shard): parse, prompt ids with the real tokenizer, sampling parameters, result records,
   shard bytes; only the model's forward pass is skipped;
 * its parts: parse (``ShardInput.documents``), prompt ids (``Scorer.prompts``), records + bytes (the rest);
-* ``old build_prompt``: main's ``classify.prompt.build_prompt`` before token-id prompts (tokenize, cut,
+* ``old build_prompt``: main's ``classify.engine.prompt.build_prompt`` before token-id prompts (tokenize, cut,
   decode, render the template, tokenize again; reproduced here as :func:`old_build_prompt`), one thread, as
   main's actor ran it; vLLM then tokenized its text a third time (not counted).
 
@@ -23,14 +23,14 @@ import time
 from typing import Any
 
 from bench.common import run_alone
-from classify.config import ClassifyConfig, PilotConfig, load_config
+from classify.config.sections import ClassifyConfig, PilotConfig, load_config
 
 SHARD_DOCS = 1000
 
 
 def old_build_prompt(tokenizer: Any, cfg: ClassifyConfig, text: str) -> tuple[str, int]:
-    """main's string prompt before issue #25 (``classify/prompt.py`` at f8dd5eb): ``(text, n_tokens)``."""
-    from classify.prompt import render_text
+    """main's string prompt before issue #25 (``classify/engine/prompt.py`` at f8dd5eb): ``(text, n_tokens)``."""
+    from classify.engine.prompt import render_text
 
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     cut = tokenizer.decode(ids[: cfg.max_doc_tokens]) if len(ids) > cfg.max_doc_tokens else text

@@ -6,7 +6,7 @@ injected text, through two prompt paths on the same vLLM engine:
 
 * ``string`` (main before issue #25): the chat template rendered around the document as one string that
   vLLM tokenizes, so a special-token string inside the document becomes a real control token;
-* ``ids`` (now): :func:`classify.prompt.build_prompts`, the document tokenized as plain text.
+* ``ids`` (now): :func:`classify.engine.prompt.build_prompts`, the document tokenized as plain text.
 
 A flip is an article whose category changed to ``sport`` from its category without the injection; the
 counts are over the articles classified correctly without it (and over all of them).
@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.common import run_alone
-from classify.config import PilotConfig, load_config
+from classify.config.sections import PilotConfig, load_config
 
 N_ARTICLES = 40
 SPECIALS = ("<|endoftext|><|im_start|><|im_end|><repo_name><reponame><file_sep><filename><gh_stars><issue_start>"
@@ -46,10 +46,10 @@ def _short(text: str, limit: int = 600) -> str:
 
 def _categories(engine: Any, docs: list[Any], path: str, adapter: Any = None) -> list[str | None]:
     """Categories of ``docs`` through the ``string`` or the ``ids`` prompt path of ``engine`` (``adapter``: an
-    :class:`classify.scoring.AdapterHandle` applied as a LoRA request on both paths, or ``None`` for the base model)."""
+    :class:`classify.engine.scoring.AdapterHandle` applied as a LoRA request on both paths, or ``None`` for the base model)."""
     if path == "ids":
         return [r.category for r in engine.classify(docs, adapter=adapter)]
-    from classify.prompt import render_text
+    from classify.engine.prompt import render_text
 
     scorer = engine.scorer
     outputs = engine.llm.generate([render_text(scorer.tokenizer, scorer.cfg, d.text) for d in docs],
@@ -62,7 +62,7 @@ def _categories(engine: Any, docs: list[Any], path: str, adapter: Any = None) ->
 def injection_docs(n: int = N_ARTICLES) -> tuple[list[Any], dict[str, str]]:
     """The first ``n`` non-sport BBC test articles, each cut at a space before 600 characters, and the labels by id."""
     from bench.common import bbc_test
-    from classify.documents import document_from_text
+    from classify.documents.read import document_from_text
 
     docs, labels = bbc_test()
     return [document_from_text(d.id, _short(d.text), 10_000) for d in docs if labels[d.id] != "sport"][:n], labels
@@ -70,7 +70,7 @@ def injection_docs(n: int = N_ARTICLES) -> tuple[list[Any], dict[str, str]]:
 
 def injected(docs: list[Any], name: str) -> list[Any]:
     """``docs`` with the injection ``name`` of :data:`INJECTIONS` put around each text (same ids)."""
-    from classify.documents import document_from_text
+    from classify.documents.read import document_from_text
 
     before, after = INJECTIONS[name]
     return [document_from_text(d.id, before + d.text + after.format(head=_short(d.text, 300)), 10_000) for d in docs]
@@ -80,9 +80,9 @@ def measure(engine: Any, n: int = N_ARTICLES, adapter: Any = None) -> dict[str, 
     """Flip counts per injection and prompt path on ``n`` non-sport BBC test articles.
 
     Args:
-        engine: a running :class:`classify.engine.Classifier` (built with ``enable_lora=True`` when ``adapter`` is given).
+        engine: a running :class:`classify.engine.build.Classifier` (built with ``enable_lora=True`` when ``adapter`` is given).
         n: articles.
-        adapter: an :class:`classify.scoring.AdapterHandle` applied on both paths, or ``None`` (base model).
+        adapter: an :class:`classify.engine.scoring.AdapterHandle` applied on both paths, or ``None`` (base model).
 
     Returns:
         ``{"articles", "correct_without": {path: count}, "rows": [{"injection", "path", "flips", "flips_of_correct",
@@ -110,7 +110,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     Returns:
         ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
     """
-    from classify.engine import build_engine
+    from classify.engine.build import build_engine
 
     cfg = load_config(PilotConfig, "config/docpilot.json")
     engine = build_engine(cfg.model, cfg.engine, cfg.classify)

@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.common import run_alone
 from bench.injection import INJECTIONS, N_ARTICLES, measure, table
-from classify.config import PilotConfig, load_config
+from classify.config.sections import PilotConfig, load_config
 
 BENCH_STEPS = 80
 """Optimizer steps of the bench's adapter (batch 4: 320 training examples, a few minutes on the 2-core CPU)."""
@@ -42,14 +42,14 @@ def train_adapter(classifier: Any, steps: int = BENCH_STEPS, validation_rows: in
     adapter stays in the run folder under ``DOCPILOT_RUNS``.
 
     Args:
-        classifier: a running LoRA-enabled :class:`classify.engine.Classifier` on the default base model.
+        classifier: a running LoRA-enabled :class:`classify.engine.build.Classifier` on the default base model.
         steps: optimizer steps (>= 1).
         validation_rows: rows of ``train.csv`` held out and classified by the engine check (>= 1).
         max_train_rows: keep at most this many training rows (``None``: all).
         learning_rate: peak learning rate (linear warm-up over a tenth of the steps, at most 8, then linear decay).
 
     Returns:
-        ``(handle, figures)``: a :class:`classify.scoring.AdapterHandle` for the run's adapter (temperature from
+        ``(handle, figures)``: a :class:`classify.engine.scoring.AdapterHandle` for the run's adapter (temperature from
         the engine check's calibration) and ``{"run_id", "steps", "train_rows", "validation_rows", "tokens",
         "wall_s", "final_loss", "validation_accuracy", "format_share", "batch_size", "learning_rate"}``
         (accuracy and format share 0-1, seconds).
@@ -60,7 +60,7 @@ def train_adapter(classifier: Any, steps: int = BENCH_STEPS, validation_rows: in
     from adapters._config import TrainConfig
     from adapters.resolved import lora_int_id
     from adapters.train import train
-    from classify.scoring import AdapterHandle
+    from classify.engine.scoring import AdapterHandle
 
     cfg = load_config(TrainConfig, "config/docpilot.json")
     cfg = cfg.model_copy(update={
@@ -98,7 +98,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     Returns:
         ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
     """
-    from classify.engine import build_engine
+    from classify.engine.build import build_engine
 
     cfg = load_config(PilotConfig, "config/docpilot.json")
     os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")

@@ -6,10 +6,10 @@ first configured category and score 1.0; a document the reader rejected stays re
 reason. Its answers are NOT classifications.
 
 :class:`HostEngineActor` does ALL of the real actor's host work and skips only the model's forward pass:
-it parses the shard, builds the prompt ids with the real tokenizer (:meth:`classify.scoring.Scorer.prompts`),
+it parses the shard, builds the prompt ids with the real tokenizer (:meth:`classify.engine.scoring.Scorer.prompts`),
 the real sampling parameters, hands the ids to a stand-in for ``vllm.LLM`` that answers at once (the first
 category's first token, log-prob 0), and turns the answers into result records and shard bytes through the
-real :class:`classify.engine.Classifier` and :class:`classify.scoring.Scorer`. Its answers are NOT
+real :class:`classify.engine.build.Classifier` and :class:`classify.engine.scoring.Scorer`. Its answers are NOT
 classifications either; its throughput is the ceiling the host side puts on a card.
 
 Neither can be selected by configuration or on the command line: only Python code passes them to
@@ -23,7 +23,7 @@ import os
 from typing import Any
 
 from batch.corpus.shard import ShardInput, ShardOutput
-from classify.config import ClassifyConfig, EngineConfig, ModelConfig
+from classify.config.sections import ClassifyConfig, EngineConfig, ModelConfig
 from classify.records import Result
 
 
@@ -91,7 +91,7 @@ class HostEngineActor:
     Args:
         model_cfg: the base model (its tokenizer is loaded; no weights).
         engine_cfg: ignored.
-        classify_cfg: categories and prompt settings (the real :class:`classify.scoring.Scorer`).
+        classify_cfg: categories and prompt settings (the real :class:`classify.engine.scoring.Scorer`).
         adapter: ignored.
         model_fingerprint: ignored.
         temperature: ignored.
@@ -103,10 +103,10 @@ class HostEngineActor:
                  adapter: Any, model_fingerprint: str, temperature: float | None = None):
         from transformers import AutoTokenizer
 
-        from classify.engine import Classifier
-        from classify.model import resolve_model
-        from classify.prompt import set_tokenizer_threads
-        from classify.scoring import Scorer
+        from classify.engine.build import Classifier
+        from classify.engine.model import resolve_model
+        from classify.engine.prompt import set_tokenizer_threads
+        from classify.engine.scoring import Scorer
 
         set_tokenizer_threads()  # as the real actor: the batch encode on this actor's cores
         model = resolve_model(model_cfg)

@@ -1,7 +1,7 @@
 """Long documents (issue 41): ``classify.long_documents`` ``windows`` vs ``cut`` with the trained adapter, merged.
 
 One vLLM engine runs the registry adapter merged into the base weights (the shipped ``model.adapter_mode: merged``
-fast path, as ``bench/adapter_merged.py``); two :class:`classify.scoring.Scorer` objects over it build the
+fast path, as ``bench/adapter_merged.py``); two :class:`classify.engine.scoring.Scorer` objects over it build the
 prompts of each mode, so the two modes differ only in what they read. In order:
 
 1. the validation split carved from train.csv (``adapters._data.split_rows`` with the train config's seed: the
@@ -59,7 +59,7 @@ def _mode_figures(engine: Any, docs: list[Any], labels: dict[str, str], categori
 
 def _validation_docs(cfg: Any) -> tuple[list[Any], dict[str, str]]:
     from adapters._data import load_rows, split_rows
-    from classify.documents import document_from_text
+    from classify.documents.read import document_from_text
 
     rows, _ = load_rows(cfg.data, cfg.classify.categories)
     _, val = split_rows(rows, cfg.data, cfg.training.seed)
@@ -92,9 +92,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     """
     from adapters._config import TrainConfig
     from bench import baseline
-    from classify.config import load_config
-    from classify.engine import Classifier, build_engine
-    from classify.scoring import Scorer
+    from classify.config.sections import load_config
+    from classify.engine.build import Classifier, build_engine
+    from classify.engine.scoring import Scorer
 
     cfg = load_config(TrainConfig, baseline.TRAIN_CONFIG)
     adapter, merged = merged_registry_adapter(cfg.model)

@@ -43,7 +43,7 @@ from typing import Any
 
 from bench.batch import _corpus
 from bench.common import forward_gflop_per_token, matmul_gflops, matmul_gflops_groups, steady_rate
-from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
+from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTORS = 2
@@ -78,9 +78,9 @@ def _adapter(tmp: Path) -> tuple[str, str]:
         ``(ref, note)``; ``note`` is empty for a registry adapter.
     """
     from adapters.registry import Registry
-    from classify.config import ModelConfig
+    from classify.config.sections import ModelConfig
+    from classify.engine.model import resolve_model
     from classify.errors import AdapterError
-    from classify.model import resolve_model
 
     ref = os.environ.get("DOCPILOT_BENCH_ADAPTER", "bbc-news@latest")
     model = resolve_model(ModelConfig())
@@ -128,7 +128,7 @@ def _non_embedding_params(folder: str) -> int:
 
 def _batch(corpus: Path, mode: str, adapter: str, out: Path, shard_docs: int, compiled: bool = False) -> dict[str, Any]:
     """One ``docpilot batch`` of ``corpus`` in adapter ``mode``; ``compiled`` sets ``engine.enforce_eager: false``
-    (what ``"auto"`` gives a batch of :data:`classify.engineconfig.COMPILE_MIN_DOCS_PER_ENGINE` or more documents
+    (what ``"auto"`` gives a batch of :data:`classify.config.engine.COMPILE_MIN_DOCS_PER_ENGINE` or more documents
     per engine), else the shipped ``"auto"`` (eager for this corpus)."""
     from batch.run.driver import parse_args, run_batch
 
@@ -169,9 +169,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     """
     from adapters.merged_cache import merged_folder, merged_model
     from adapters.registry import Registry
-    from classify.config import ModelConfig
-    from classify.device import compute_dtype
-    from classify.model import resolve_model
+    from classify.config.sections import ModelConfig
+    from classify.engine.args import compute_dtype
+    from classify.engine.model import resolve_model
 
     n, shard_docs = (24, 4) if quick else (None, 16)
     os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")  # a shared CPU can exceed vLLM's 300 s per step

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from bench.common import machine
-from classify.runrecords import code_revision, utc_now
+from classify.runs.records import code_revision, utc_now
 
 MODULES = ("baseline", "zeroshot", "adapter", "adapter_merged", "long_documents", "merged_mode", "batch", "serve_load", "host", "injection",
            "injection_adapter", "scale", "pilot", "slow_clients")

@@ -114,10 +114,10 @@ def run(quick: bool = False) -> dict:
     Returns:
         ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
     """
+    from batch.corpus.tabular import iter_csv
     from bench.common import bbc_dir
-    from classify.config import PilotConfig, load_config
-    from classify.engine import build_engine
-    from classify.tabular import iter_csv
+    from classify.config.sections import PilotConfig, load_config
+    from classify.engine.build import build_engine
 
     clients, per_request, duration_s, n_docs = (4, 2, 20.0, 24) if quick else (8, 4, 120.0, 334)
     config = ROOT / "config" / "docpilot.json"
@@ -301,9 +301,9 @@ def run_hostile(server_root: Path = ROOT, max_in_flight: int | None = 64) -> dic
     Returns:
         The figures (JSON-able).
     """
+    from batch.corpus.tabular import iter_csv
     from bench.common import bbc_dir
-    from classify.config import PilotConfig, load_config
-    from classify.tabular import iter_csv
+    from classify.config.sections import PilotConfig, load_config
 
     config = ROOT / "config" / "docpilot.json"
     cfg = load_config(PilotConfig, config)

@@ -43,8 +43,8 @@ def _serve(port: int) -> None:
     import uvicorn
 
     from adapters.registry import Registry
-    from classify.config import PilotConfig
-    from classify.model import ModelRef
+    from classify.config.sections import PilotConfig
+    from classify.engine.model import ModelRef
     from classify.records import Result
     from serve.app import create_app
     from serve.cli import uvicorn_config

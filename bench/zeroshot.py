@@ -1,6 +1,6 @@
 """Zero-shot accuracy of the base model on the 334 BBC test articles, and vLLM vs a plain transformers loop.
 
-Both paths score the same prompt ids (``classify.prompt.build_prompts``) the same way (arg-max over the
+Both paths score the same prompt ids (``classify.engine.prompt.build_prompts``) the same way (arg-max over the
 categories' first tokens) in the same compute dtype; throughput is compared on the same 64 articles in
 the same run, and each path's achieved FLOP/s is set against the machine's measured matmul rate.
 """
@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from bench.common import accuracy, bbc_test, forward_gflop_per_token, matmul_gflops
-from classify.config import PilotConfig, load_config
+from classify.config.sections import PilotConfig, load_config
 
 
 def _transformers_loop(model_path: str, dtype: str, prompts: list[list[int]], first_tokens: list[int]) -> tuple[list[int], float]:
@@ -43,9 +43,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     Returns:
         ``{"title", "figures", "markdown"}``.
     """
-    from classify.device import compute_dtype
-    from classify.engine import build_engine
-    from classify.model import resolve_model
+    from classify.engine.args import compute_dtype
+    from classify.engine.build import build_engine
+    from classify.engine.model import resolve_model
 
     cfg = load_config(PilotConfig, "config/docpilot.json")
     docs, labels = bbc_test(40 if quick else None)

@@ -97,7 +97,7 @@ class EngineError(DocpilotError):
 class ModelIntegrityError(EngineError):
     """A base model's weight file does not match the fingerprint it was verified under (altered, truncated, missing).
 
-    Raised by :func:`classify.model.verify_model` before a pilot, a batch or a server start; the message names the file.
+    Raised by :func:`classify.engine.model.verify_model` before a pilot, a batch or a server start; the message names the file.
     """
 
     kind = "model_integrity"
@@ -112,7 +112,7 @@ class EnvironmentCheckError(DocpilotError):
 
 
 class StoreUnreachable(EnvironmentCheckError, OSError):
-    """An object store (``s3://...``) did not answer a call within its deadline and retry budget (:mod:`classify.storage`).
+    """An object store (``s3://...``) did not answer a call within its deadline and retry budget (:mod:`classify.runs.storage`).
 
     Also an ``OSError``, so code that already treats a failed store call as an I/O error (the progress mirror, the
     remote status) keeps doing so; uncaught it is exit 6 with the message, never a hang.
@@ -130,7 +130,7 @@ class VerificationError(DocpilotError):
 
 
 class Interrupted(DocpilotError):
-    """The run was stopped by SIGTERM or SIGINT (:func:`classify.runrecords.signals_raise_interrupted`)."""
+    """The run was stopped by SIGTERM or SIGINT (:func:`classify.runs.records.signals_raise_interrupted`)."""
 
     exit_code = 130
     http_status = 503

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -105,7 +104,7 @@ class Result(BaseModel):
 
         A valid line is validated (pydantic-core's JSON parser, faster than ``json.loads``); a line that is
         JSON but not a valid result (unknown status, no reason, score out of range, wrong or missing fields)
-        is kept as read, unvalidated, so the accounting check (:mod:`classify.accounting`) names what is wrong.
+        is kept as read, unvalidated, so the accounting check (:mod:`classify.runs.accounting`) names what is wrong.
 
         Args:
             line: one JSON object.
@@ -135,14 +134,3 @@ class Result(BaseModel):
 RESULT_FIELDS: tuple[str, ...] = tuple(f for f in Result.model_fields if f != "review")
 """The fields of :class:`Result` every row holds, in order (the columns of ``results.parquet``); ``review``
 is added to a row only when set."""
-
-
-def read_results(path: Path) -> list[Result]:
-    """Every result of a JSONL results file, in order (bad records kept: :meth:`Result.from_json`).
-
-    Raises:
-        VerificationError: a line is not valid JSON (naming ``path:line``).
-    """
-    from classify.runrecords import read_jsonl
-
-    return read_jsonl(path, Result.from_json)

@@ -20,11 +20,11 @@ from classify.errors import DocpilotError, Interrupted
 from classify.paths import verbose_logs
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "model": ("classify.model_cli:main", "provision the base model into the model cache"),
-    "doctor": ("classify.doctor:main", "check interpreter, torch, devices, vLLM, Ray, disk and memory"),
+    "model": ("classify.engine.model_cli:main", "provision the base model into the model cache"),
+    "doctor": ("batch.pilot.doctor:main", "check interpreter, torch, devices, vLLM, Ray, disk and memory"),
     "pilot": ("batch.pilot.run:main", "run the 12-document pilot and record a decision"),
     "batch": ("batch.run.driver:main", "classify a corpus with Ray, resumable by manifest"),
-    "status": ("batch.run.status:main", "show a batch run's progress from another shell"),
+    "status": ("batch.lot.status:main", "show a batch run's progress from another shell"),
     "plan": ("batch.plan.plan:main", "lot order summary and per-card memory fit"),
     "train": ("adapters.train:main", "LoRA fine-tuning with checkpoints and resume"),
     "adapters": ("adapters.cli:main", "adapter registry: list, show, verify, merge, export, import"),
@@ -32,8 +32,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster-check": ("batch.pool.cluster_check:main", "one probe actor per card across the Ray cluster: node, card, "
                       "CUDA_VISIBLE_DEVICES, TP group"),
     "submit": ("batch.run.submit:main", "submit the batch to a Ray cluster's job server and follow it"),
-    "wrap-up": ("batch.run.wrapup:main", "copy every adapter and run off the pod, re-check each copy, then stop the lease"),
+    "wrap-up": ("batch.lot.wrapup:main", "copy every adapter and run off the pod, re-check each copy, then stop the lease"),
 }
+
+DETACHABLE: dict[str, str] = {
+    "batch": "batch.run.driver:prepare_detach",
+    "train": "adapters.train:prepare_detach",
+}
+"""Commands that take ``--detach`` / ``--stop-when-done``: each one's ``prepare_detach(argv)`` checks its options
+and returns a :class:`~classify.runs.detached.DetachPlan`, which :func:`docpilot.detach.detach` starts."""
+DETACH_FLAGS = ("--detach", "--stop-when-done")
 
 
 QUIET_ENV: dict[str, str] = {
@@ -128,8 +136,12 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {name!r} (allowed: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     configure_logging(verbose)
-    module_name, func_name = COMMANDS[name][0].split(":")
-    func = getattr(importlib.import_module(module_name), func_name)
+    func = _resolve(COMMANDS[name][0])
+    if name in DETACHABLE and _wants_detach(rest):
+        from docpilot.detach import detach
+
+        prepare = _resolve(DETACHABLE[name])
+        func = lambda argv: detach(argv, prepare)  # noqa: E731
     try:
         return int(func(rest) or 0)
     except DocpilotError as err:
@@ -140,6 +152,19 @@ def _main(argv: list[str] | None = None) -> int:
         except OSError:  # the terminal is gone (SIGHUP after a dropped SSH connection): the run folder has the record
             pass
         return err.exit_code
+
+
+def _resolve(target: str):
+    """The function an import string ``"package.module:function"`` names (its module imported now)."""
+    module_name, func_name = target.split(":")
+    return getattr(importlib.import_module(module_name), func_name)
+
+
+def _wants_detach(argv: list[str]) -> bool:
+    """``--detach`` or ``--stop-when-done`` before any ``--``, and no ``--help`` (the command's own help answers it)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    head = argv[:end]
+    return any(f in head for f in DETACH_FLAGS) and not ({"-h", "--help"} & set(head))
 
 
 def _ignore_further_stops() -> None:

@@ -12,8 +12,8 @@ check would otherwise be served under the verified name and sha256 (or take the 
 uses reuse the verified copy while the card's content hash is unchanged; a changed card is a new
 verification and a new copy, under a vLLM adapter id derived from the ref AND the sha256, so vLLM's
 cache never answers for other bytes under an old id. The pilot gate is the one batch and the
-pilot use (:mod:`classify.pilotgate`): the (base model, adapter sha256, classification config of
-THIS server) key must have a passed pilot (:func:`classify.pilotgate.adapter_keys`: LoRA, or the
+pilot use (:mod:`classify.runs.gate`): the (base model, adapter sha256, classification config of
+THIS server) key must have a passed pilot (:func:`classify.runs.gate.adapter_keys`: LoRA, or the
 same combination piloted merged), so a pilot under other categories or another prompt never opens
 the server. The gate record is re-read on every request, so an adapter that passes its pilot while
 the server runs is served at once; the card's ``pilot`` block is shown as information only.
@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.card import CARD_FILE
 from adapters.resolved import ResolvedAdapter, lora_int_id
-from classify.config import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
-from classify.model import ModelRef
-from classify.pilotgate import adapter_keys, gate_key, pilot_status, require_pilot
+from classify.config.sections import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
+from classify.engine.model import ModelRef
+from classify.runs.gate import adapter_keys, gate_key, pilot_status, require_pilot
 from classify.usercommand import user_flag
 
 if TYPE_CHECKING:
     from adapters.registry import Registry
-    from classify.scoring import AdapterHandle
+    from classify.engine.scoring import AdapterHandle
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class ServedAdapter(ResolvedAdapter):
 
     def handle(self) -> AdapterHandle:
         """The engine handle: the private copy's path and a vLLM id bound to ``ref`` and ``sha256``."""
-        from classify.scoring import AdapterHandle
+        from classify.engine.scoring import AdapterHandle
 
         return AdapterHandle(name=self.ref, path=str(self.path), int_id=lora_int_id(f"{self.ref}#{self.sha256}"),
                              sha256=self.sha256, temperature=self.info.temperature)

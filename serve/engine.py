@@ -1,7 +1,7 @@
-"""The server's classifier: vLLM's async engine plus the shared :class:`classify.scoring.Scorer`.
+"""The server's classifier: vLLM's async engine plus the shared :class:`classify.engine.scoring.Scorer`.
 
-Built from the same :func:`classify.device.engine_kwargs` as the offline ``vllm.LLM`` that pilot
-and batch use, and scored by the same :class:`~classify.scoring.Scorer`, so a document gets the
+Built from the same :func:`classify.engine.args.engine_kwargs` as the offline ``vllm.LLM`` that pilot
+and batch use, and scored by the same :class:`~classify.engine.scoring.Scorer`, so a document gets the
 same result over HTTP as in a pilot or batch run. Nothing here runs at import time.
 
 Base-model and adapter requests never share an engine step (:class:`PhaseGate`). vLLM's
@@ -19,17 +19,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from classify.config import ClassifyConfig, EngineConfig, ModelConfig
-from classify.device import engine_kwargs
+from classify.config.sections import ClassifyConfig, EngineConfig, ModelConfig
+from classify.engine.args import engine_env, engine_kwargs
+from classify.engine.model import ModelRef
+from classify.engine.prompt import Prompt
+from classify.engine.scoring import AdapterHandle, Scorer, resolve_temperature
 from classify.errors import EngineError
-from classify.model import ModelRef
-from classify.prompt import Prompt
 from classify.records import Document, Result
-from classify.scoring import AdapterHandle, Scorer, resolve_temperature
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +240,7 @@ def build_async_engine(
         EngineError: vLLM failed to start.
     """
     kwargs = engine_kwargs(model, model_cfg, engine_cfg, enable_lora)
+    os.environ.update(engine_env(engine_cfg))
     try:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM

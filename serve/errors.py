@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from classify.configbase import problem_message
+from classify.config.base import problem_message
 from classify.errors import DocpilotError, EngineError, InputError
 
 log = logging.getLogger(__name__)

@@ -20,11 +20,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from classify.accounting import account, duplicates
-from classify.documents import document_from_text
+from classify.documents.read import document_from_text
+from classify.documents.text import escape_surrogates
 from classify.errors import InputError, PayloadTooLarge, VerificationError
 from classify.records import Document, Result
-from classify.textcheck import escape_surrogates
+from classify.runs.accounting import account, duplicates
 from serve.body import parse_classify_body, too_many_documents
 from serve.deps import Authorized, Engine, State
 from serve.schemas import ClassifyRequest, ClassifyResponse, ErrorResponse, ResultOut

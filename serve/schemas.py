@@ -22,8 +22,8 @@ from pydantic import (
 )
 
 from adapters.registry import NAME_RE
+from classify.documents.text import escape_surrogates
 from classify.records import Result
-from classify.textcheck import escape_surrogates
 
 MAX_ID_CHARS = 512
 MAX_REF_CHARS = 100

@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, CliSuppress, SettingsConfigDict, SettingsError
 
-from classify.config import format_validation_error
+from classify.config.sections import format_validation_error
 from classify.errors import ConfigError
 
 UNSAFE_TOKENS = frozenset({

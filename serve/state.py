@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from classify.config import PilotConfig
-from classify.documents import document_from_text
-from classify.model import ModelRef
+from classify.config.sections import PilotConfig
+from classify.documents.read import document_from_text
+from classify.engine.model import ModelRef
 from serve.adapters import AdapterService
 from serve.admission import Admission
 from serve.metrics import ServeMetrics
@@ -58,7 +58,7 @@ class ServerState:
 
     Attributes:
         settings: the server settings.
-        config: the config file's pilot view (:class:`classify.config.PilotConfig`; the server reads its shared
+        config: the config file's pilot view (:class:`classify.config.sections.PilotConfig`; the server reads its shared
             ``model``, ``engine`` and ``classify`` sections, the ones the pilot gate keys on).
         model: the resolved base model.
         adapters: registry look-ups and the pilot gate.

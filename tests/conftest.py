@@ -90,7 +90,7 @@ def _isolated_state(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def pilot_config():
     """The shipped ``config/docpilot.json``."""
-    from classify.config import PilotConfig, load_config
+    from classify.config.sections import PilotConfig, load_config
 
     return load_config(PilotConfig, ROOT / "config" / "docpilot.json")
 
@@ -98,7 +98,7 @@ def pilot_config():
 @pytest.fixture(scope="session")
 def engine(pilot_config):
     """The real vLLM classifier (default base model, LoRA slots reserved), started once per session."""
-    from classify.engine import build_engine
+    from classify.engine.build import build_engine
 
     clf = build_engine(pilot_config.model, pilot_config.engine, pilot_config.classify, enable_lora=True)
     yield clf

@@ -18,8 +18,7 @@ from typing import Any
 
 from batch.corpus.plan import CorpusPlan
 from batch.corpus.shard import jsonl_lines
-from classify.documents import jsonl_line_fields, jsonl_line_id
-from classify.tabular import (
+from batch.corpus.tabular import (
     csv_header,
     iter_csv_rows,
     iter_parquet_batches,
@@ -27,7 +26,8 @@ from classify.tabular import (
     parquet_id_values,
     parquet_row_id,
 )
-from classify.textcheck import escape_surrogates
+from classify.documents.read import jsonl_line_fields, jsonl_line_id
+from classify.documents.text import escape_surrogates
 
 
 def _label(value: Any) -> str | None:

@@ -1,6 +1,6 @@
 """Corpus planning and reading for ``make batch``: one streaming pass plans the shards, shards are read when dispatched.
 
-Formats: JSONL, CSV, Parquet and a folder of files, all through :mod:`classify.documents`, so
+Formats: JSONL, CSV, Parquet and a folder of files, all through :mod:`classify.documents.read`, so
 a problem document (unreadable, empty, binary, non-UTF-8, over the size limit) is a rejected
 document with a reason, never dropped.
 
@@ -53,15 +53,15 @@ from batch.corpus.scan import (
 )
 from batch.corpus.shard import ShardInput, fold_shard, jsonl_documents
 from batch.corpus.source import StoreObject, corpus_file, identity_of, same_object, sha256_of
+from batch.corpus.tabular import csv_header, csv_row_document, iter_csv_rows, parquet_columns
 from batch.runfiles import Manifest, Shard
-from classify import storage
-from classify.documents import read_file_document
+from classify.documents.read import read_file_document
+from classify.documents.text import checked_id, escape_surrogates, refuse_wide_file
 from classify.errors import InputError
-from classify.files import ids_sha256, special_kind
 from classify.paths import path_hint
 from classify.records import Document
-from classify.tabular import csv_header, csv_row_document, iter_csv_rows, parquet_columns
-from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file
+from classify.runs import storage
+from classify.runs.files import ids_sha256, special_kind
 from classify.usercommand import user_flag
 
 MIN_SHARDS = 32

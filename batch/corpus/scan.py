@@ -17,11 +17,7 @@ import msgspec
 
 from batch.config import CorpusConfig
 from batch.corpus.source import sha256_of
-from classify.documents import jsonl_line_id
-from classify.errors import InputError
-from classify.files import NotRegularFile, regular_file_sha256
-from classify.records import Document
-from classify.tabular import (
+from batch.corpus.tabular import (
     csv_header,
     iter_csv_rows,
     iter_parquet_batches,
@@ -32,7 +28,11 @@ from classify.tabular import (
     parquet_row_id,
     parquet_text_values,
 )
-from classify.textcheck import escape_surrogates, refuse_wide_file
+from classify.documents.read import jsonl_line_id
+from classify.documents.text import escape_surrogates, refuse_wide_file
+from classify.errors import InputError
+from classify.records import Document
+from classify.runs.files import NotRegularFile, regular_file_sha256
 
 FORMATS = ("jsonl", "csv", "parquet", "dir")
 
@@ -253,8 +253,8 @@ def _path_record_digest(jsonl: Path, rel: str, line_bytes: int) -> tuple[int, st
     sha256, or ``line_bytes`` and why it is not read.
 
     A path that leaves the JSONL file's folder is refused here before anything is opened (its row is
-    rejected by the reader, :func:`classify.documents.jsonl_line_document`), and only a regular file is
-    opened (:func:`classify.files.regular_file_sha256`: a FIFO or ``/dev/zero`` is never read).
+    rejected by the reader, :func:`classify.documents.read.jsonl_line_document`), and only a regular file is
+    opened (:func:`classify.runs.files.regular_file_sha256`: a FIFO or ``/dev/zero`` is never read).
     """
     try:
         target = (jsonl.parent / rel).resolve()
@@ -298,7 +298,7 @@ _KEYS = msgspec.json.Decoder(_LineKeys)
 
 def fast_line_id(raw: bytes) -> str | None:
     """The id of a plain JSONL record (an object with a string or integer ``id`` and a ``text``), without
-    decoding its text; ``None`` for any other line, which :func:`classify.documents.jsonl_line_id` then reads
+    decoding its text; ``None`` for any other line, which :func:`classify.documents.read.jsonl_line_id` then reads
     (it gives the same id for the lines answered here: ``str(id)`` with lone surrogates escaped)."""
     try:
         keys = _KEYS.decode(raw)
@@ -318,7 +318,7 @@ def tabular_fingerprint(file_sha: str) -> str:
     CSV or Parquet batch whose file is unchanged reuses its stored plan.
 
     Args:
-        file_sha: sha256 hex of the whole file (:func:`classify.files.file_sha256`).
+        file_sha: sha256 hex of the whole file (:func:`classify.runs.files.file_sha256`).
     """
     return f"sha256:{hashlib.sha256(file_sha.encode()).hexdigest()}"
 

@@ -5,7 +5,7 @@ Python process against a pool of actors. So, for a JSONL corpus (the format of l
 
 * out: the driver reads the shard's byte range of the corpus file (one ``read``) and sends it as
   a :class:`ShardInput` holding those bytes; the engine actor parses it with the same reader the
-  driver used to (:func:`classify.documents.jsonl_line_document`, with the plan's duplicate folding),
+  driver used to (:func:`classify.documents.read.jsonl_line_document`, with the plan's duplicate folding),
   so a document is read the same way wherever it runs;
 * back: the actor returns a :class:`ShardOutput`, the shard file's bytes exactly as
   :func:`batch.layout.write_shard` would write them, with its counts and the sha256 of its
@@ -23,10 +23,10 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from classify.documents import jsonl_line_document
-from classify.files import ids_sha256
+from classify.documents.read import jsonl_line_document
 from classify.records import Document, Result
-from classify.runrecords import jsonl_body
+from classify.runs.files import ids_sha256
+from classify.runs.records import jsonl_body
 
 
 @dataclass(frozen=True)
@@ -134,12 +134,12 @@ class ShardOutput:
     """A classified shard as it travels back to the driver.
 
     Attributes:
-        body: the shard file's bytes (:func:`classify.runrecords.jsonl_body` of the results' rows).
+        body: the shard file's bytes (:func:`classify.runs.records.jsonl_body` of the results' rows).
         n_docs: results in ``body``.
         accepted: accepted results.
         rejected: rejected results.
         n_tokens: prompt tokens sent to the model.
-        ids_sha256: :func:`classify.files.ids_sha256` of the results' ids, in order.
+        ids_sha256: :func:`classify.runs.files.ids_sha256` of the results' ids, in order.
     """
 
     body: bytes

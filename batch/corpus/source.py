@@ -1,10 +1,10 @@
 """Private: a corpus file in object storage (``s3://``, ``gs://``, any fsspec URL), read like a local one.
 
-The corpus readers (:mod:`batch.corpus.scan`, :mod:`batch.corpus.plan`, :mod:`classify.tabular`) take a
+The corpus readers (:mod:`batch.corpus.scan`, :mod:`batch.corpus.plan`, :mod:`batch.corpus.tabular`) take a
 :class:`pathlib.Path` and use a handful of its members: ``open("rb")``, ``stat().st_size``, ``name``, ``stem``,
 ``suffix``, ``is_dir()``. :class:`StoreObject` is that handful for one object in a store, so the same readers stream
 it: ``open`` gives a buffered file object over fsspec byte-range reads (never a local copy), and every read
-goes through :mod:`classify.storage` (the store's deadlines and retry budget, :func:`classify.storage.store_call`).
+goes through :mod:`classify.runs.storage` (the store's deadlines and retry budget, :func:`classify.runs.storage.store_call`).
 
 Identity: the object's ``etag``, ``version`` (S3 ``VersionId``, GCS ``generation``) and ``size`` as the store
 reports them (:meth:`StoreObject.identity`). The identity seen when the corpus is located is kept (``expected``);
@@ -22,9 +22,9 @@ import stat as stat_mod
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
-from classify import storage
 from classify.errors import InputError
-from classify.files import file_sha256, stream_sha256
+from classify.runs import storage
+from classify.runs.files import file_sha256, stream_sha256
 
 READ_BLOCK_BYTES = 8 << 20
 """Bytes asked of the store per range request (fsspec's read-ahead block): one request per 8 MiB streamed."""
@@ -62,7 +62,7 @@ def same_object(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
 
 
 class _StoreRaw(io.RawIOBase):
-    """An fsspec file as a raw stream whose reads carry :func:`classify.storage.store_call` (for ``io.BufferedReader``)."""
+    """An fsspec file as a raw stream whose reads carry :func:`classify.runs.storage.store_call` (for ``io.BufferedReader``)."""
 
     def __init__(self, fh: Any, url: str):
         self._fh, self._url = fh, url

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from batch.run.attempt import STAGES  # noqa: F401 - the batch's stages, which the pilot reports
-from classify.accounting import account
-from classify.config import PilotConfig
+from classify.config.sections import PilotConfig
 from classify.errors import AdapterError, ConfigError, InputError, Interrupted
 from classify.records import Result
+from classify.runs.accounting import account
 
 PROCEED, FIX_ENV, REVISIT = "proceed", "fix-environment", "revisit-configuration"
 
@@ -39,7 +39,7 @@ def build_summary(
         The summary dict: counts, duplicate/unknown/missing ids, expected rejects matched,
         accuracy against labels, the thresholds, ``checks`` (each ``{name, ok, detail}``),
         ``failed_checks`` and ``verdict`` (``pass`` only when every check passed). The accounting
-        checks are :func:`classify.accounting.account`'s.
+        checks are :func:`classify.runs.accounting.account`'s.
     """
     th = cfg.thresholds
     acc = account(results, input_ids, cfg.classify.categories)

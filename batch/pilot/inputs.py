@@ -15,11 +15,11 @@ from pathlib import Path
 
 from batch.config import BatchConfig
 from batch.corpus.plan import CorpusPlan, locate_corpus
-from classify.config import ClassifyConfig
-from classify.documents import LABEL_FILES
+from classify.config.sections import ClassifyConfig
+from classify.documents.read import LABEL_FILES
+from classify.documents.text import escape_surrogates, refuse_wide_file
 from classify.errors import InputError
 from classify.records import Document
-from classify.textcheck import escape_surrogates, refuse_wide_file
 
 REJECT_LABEL = "reject"
 LABEL_KEYS = ("label", "category", "expected")

@@ -14,8 +14,8 @@ and its ``VLLM::`` engine processes), sampled after every shard while they still
 * Throughput: documents, prompts (windows: ``classify.long_documents``) and prompt tokens of the classify
   stage over its wall time; ``windows_per_doc`` is what a batch of such documents costs in prompts.
 
-The estimate is :mod:`classify.memory`'s for the same model and engine section:
-:func:`~classify.memory.cpu_serving_estimate` on CPU; on an accelerator vLLM claims the whole
+The estimate is :mod:`classify.engine.memory`'s for the same model and engine section:
+:func:`~classify.engine.memory.cpu_serving_estimate` on CPU; on an accelerator vLLM claims the whole
 ``gpu_memory_utilization`` share of the card (KV blocks fill what weights and activations leave), so
 the plan's figure for what the engine occupies is ``usable`` = card x ``gpu_memory_utilization``.
 """
@@ -25,8 +25,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from classify.memory import DTYPE_BYTES, GIB, cpu_serving_estimate, serving_estimate
-from classify.modelshape import shape_from_folder
+from classify.engine.memory import DTYPE_BYTES, GIB, cpu_serving_estimate, serving_estimate
+from classify.engine.shape import shape_from_folder
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def plan_estimate(model_path: str, dtype: str, *, max_model_len: int, engine: An
         model_path: the model folder (its ``config.json`` gives the shape).
         dtype: the engine's compute dtype (``bfloat16``, ``float16`` or ``float32``).
         max_model_len: the engine's context length.
-        engine: the engine section resolved for the device (:class:`classify.config.EngineSettings`).
+        engine: the engine section resolved for the device (:class:`classify.config.sections.EngineSettings`).
         enable_lora: whether LoRA slots were reserved.
 
     Returns:
@@ -238,7 +238,7 @@ def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: st
     try:
         import psutil
 
-        from classify.device import compute_dtype, detect_device
+        from classify.engine.args import compute_dtype, detect_device
 
         device = detect_device()
         if device == "cpu" and not peaks:

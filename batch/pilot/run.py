@@ -26,23 +26,23 @@ from typing import Any
 
 from batch.config import BatchConfig, load_batch_config
 from batch.pilot.decision import VERDICT_VS_DECISION, build_summary, decide, decision_markdown
+from batch.pilot.doctor import blockers, findings_json, run_checks
 from batch.pilot.inputs import read_pilot_set
 from batch.pilot.measure import measure_pool, nvml_usage, pool_peaks, process_titles
 from batch.run.adapter import BatchAdapter, prompt_mismatch, resolve_adapter
 from batch.run.attempt import BatchRun, RunHooks
-from classify import storage
-from classify.config import PilotConfig, classification_sha256, config_sha256, load_config
-from classify.doctor import blockers, findings_json, run_checks
+from classify.config.sections import PilotConfig, classification_sha256, config_sha256, load_config
+from classify.engine.model import ModelRef, resolve_model, verify_model
 from classify.errors import EnvironmentCheckError, Interrupted
-from classify.export import export_complete
-from classify.model import ModelRef, resolve_model, verify_model
 from classify.paths import exports_dir, runs_dir
-from classify.pilotgate import gate_key, pipeline_settings, record_pilot
-from classify.records import read_results
-from classify.runrecords import (
+from classify.runs import storage
+from classify.runs.export import export_complete
+from classify.runs.gate import gate_key, pipeline_settings, record_pilot
+from classify.runs.records import (
     code_revision,
     new_run_dir,
     package_versions,
+    read_results,
     signals_raise_interrupted,
     utc_now,
     write_bytes_atomic,
@@ -154,7 +154,7 @@ class PilotHooks(RunHooks):
         self.last_written = time.perf_counter()
         for name, peak in pool_peaks(self.procs).items():
             self.peaks[name] = max(peak, self.peaks.get(name, 0))
-        from classify.device import detect_device
+        from classify.engine.args import detect_device
 
         if detect_device() != "cpu":
             used, self.gpu_source = nvml_usage(list(self.procs))
@@ -207,7 +207,7 @@ def run_pilot(
             :mod:`batch.pilot.inputs`).
         adapter_ref: ``name@version`` (or ``name@latest``) from the adapter registry, or ``None``.
         export_root: parent of the export copy (default ``exports/``): a folder or an object-storage URL
-            (``s3://bucket/pilots``, :mod:`classify.storage`); the copy is ``<export_root>/<run_id>/``, and a URL
+            (``s3://bucket/pilots``, :mod:`classify.runs.storage`); the copy is ``<export_root>/<run_id>/``, and a URL
             copy is read back from the store for the re-check.
         config_path: the config file; its ``corpus`` and ``batch`` sections are the pipeline the pilot
             runs (actors, binding, shard sizes), ``""``: the defaults (or ``batch_cfg``).
@@ -347,7 +347,7 @@ def _load_adapter(adapter_ref: str, model: ModelRef, cfg: PilotConfig, params: d
 
 def _record_gate(cfg: PilotConfig, model: ModelRef, adapter: BatchAdapter | None, *, params: dict[str, Any],
                  summary: dict[str, Any], decision: dict[str, Any], stage: str, run_dir: Path) -> None:
-    """Record the pilot's verdict for the piloted combination (:func:`classify.pilotgate.record_pilot`) and,
+    """Record the pilot's verdict for the piloted combination (:func:`classify.runs.gate.record_pilot`) and,
     with an adapter, its pilot status in the registry."""
     run_id = params["run_id"]
     record_pilot(_gate_key(model, adapter, cfg), run_id, summary["verdict"], {
@@ -397,7 +397,7 @@ def _one_shard_per_actor(bcfg: BatchConfig, n_docs: int) -> BatchConfig:
     Returns:
         ``bcfg`` with ``batch.shard_docs`` = ceil(n_docs / actors) when that is smaller, else ``bcfg``.
     """
-    from classify.device import detect_device
+    from classify.engine.args import detect_device
 
     actors = bcfg.batch.cpu_actors
     if detect_device() != "cpu":  # cuda or rocm: one actor per GPU

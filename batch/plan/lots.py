@@ -13,12 +13,12 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
-from classify.config import ClassifyConfig, EngineConfig, Frozen, ModelConfig
+from classify.config.sections import ClassifyConfig, EngineConfig, Frozen, ModelConfig
+from classify.engine.shape import LINEAR_MODULES
 from classify.errors import ConfigError
-from classify.modelshape import LINEAR_MODULES
 
 Period = Literal["3", "7", "30"]
-LoraTarget = Literal[LINEAR_MODULES]  # type: ignore[valid-type] # the names of classify.modelshape.LINEAR_MODULES
+LoraTarget = Literal[LINEAR_MODULES]  # type: ignore[valid-type] # the names of classify.engine.shape.LINEAR_MODULES
 
 
 class GpuSpec(Frozen):
@@ -110,7 +110,7 @@ def job_shape(config_path: Any) -> JobShape:
     from pathlib import Path
 
     from adapters._config import TrainConfig
-    from classify.config import load_config
+    from classify.config.sections import load_config
 
     try:
         data = json.loads(Path(config_path).read_text(encoding="utf-8"))
@@ -131,7 +131,7 @@ class LeaseSection(Frozen):
         stop_command: the provider's own command that stops this pod, as an argv list (e.g.
             ``["runpodctl", "stop", "pod", "abc123"]``), or ``null`` (docpilot ships none). It is run
             without a shell, exactly as written (no interpolation), only after a verified wrap-up
-            (:mod:`batch.run.wrapup`); every decision to run it or not is recorded in ``lease-stop.json``.
+            (:mod:`batch.lot.wrapup`); every decision to run it or not is recorded in ``lease-stop.json``.
         stop_timeout_s: seconds the stop command may take before it counts as failed.
     """
 
@@ -210,7 +210,7 @@ def load_lots(path: Any, overrides: dict[str, Any] | None = None) -> LotsConfig:
     import json
     from pathlib import Path
 
-    from classify.config import load_config
+    from classify.config.sections import load_config
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

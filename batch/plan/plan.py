@@ -20,9 +20,8 @@ from typing import Any
 from pydantic import AwareDatetime, ValidationError
 
 from batch.plan.lots import JobShape, LotsConfig, gpu_spec, job_shape, load_lease_part, load_lots
-from classify.config import ClassifyConfig, Frozen, config_sha256
-from classify.errors import ConfigError
-from classify.memory import (
+from classify.config.sections import ClassifyConfig, Frozen, config_sha256
+from classify.engine.memory import (
     DTYPE_BYTES,
     GIB,
     TP_SIZES,
@@ -35,7 +34,8 @@ from classify.memory import (
     serving_fit,
     training_estimate,
 )
-from classify.modelshape import ModelShape
+from classify.engine.shape import ModelShape
+from classify.errors import ConfigError
 
 _NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
 
@@ -219,7 +219,7 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None)
     """Serving and training memory for the ordered card (memory is not pooled; tensor parallelism splits one
     engine over the cards of one lot).
 
-    Serving is what vLLM needs to start (:func:`classify.memory.serving_fit`: the weights' share of each card,
+    Serving is what vLLM needs to start (:func:`classify.engine.memory.serving_fit`: the weights' share of each card,
     one ``max_model_len`` sequence of KV, LoRA slots, overhead) at the job's ``engine.tensor_parallel_size``
     (``auto``: the smallest that starts on one lot's cards), with the full-length sequences it then holds; the
     worst case (every ``max_num_seqs`` sequence at full length) is kept beside it.
@@ -457,7 +457,7 @@ def main(argv: list[str]) -> int:
         ConfigError: invalid config or overrides (exit 2 through the CLI).
     """
     from classify.paths import runs_dir
-    from classify.runrecords import code_revision, new_run_dir, utc_now, write_json_atomic
+    from classify.runs.records import code_revision, new_run_dir, utc_now, write_json_atomic
 
     parser = argparse.ArgumentParser(prog="docpilot plan", description="lot order summary and per-card memory fit")
     parser.add_argument("--config", default="config/docpilot.json",

@@ -4,17 +4,5 @@ scheduler.py  run_pool, ShardPool: dispatch shards to actors, retry, blame and d
 actor.py      EngineActor: one vLLM classifier per actor, classifying whole shards
 placement.py  cpu_core_groups, actor_options: where each actor runs
 local_ray.py  start, stop: the local Ray session a batch starts when no cluster is given
+cluster_check.py  ``docpilot cluster-check``: one probe actor per card across the Ray cluster
 """
-
-from batch import public_face
-
-_PUBLIC = {
-    "run_pool": "scheduler",
-    "ShardPool": "scheduler",
-    "EngineActor": "actor",
-    "cpu_core_groups": "placement",
-    "actor_options": "placement",
-    "LocalRay": "local_ray",
-}
-__all__ = sorted(_PUBLIC)
-__getattr__ = public_face(__name__, _PUBLIC)

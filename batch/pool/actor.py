@@ -1,6 +1,6 @@
 """Private Ray machinery for ``make batch``: the engine actor and its watchdog, and the clean-up of dead actors.
 
-Each actor builds the one vLLM classifier (:func:`classify.engine.build_engine`) once and
+Each actor builds the one vLLM classifier (:func:`classify.engine.build.build_engine`) once and
 classifies whole shards (the scheduler is :func:`batch.pool.scheduler.run_pool`). vLLM's offline ``LLM``
 blocks for ever in its output queue when its engine core dies (``SyncMPClient.get_output``), so
 the actor watches its ``VLLM::`` child processes and exits itself
@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 from batch.corpus.shard import ShardInput, ShardOutput
-from classify.config import ClassifyConfig, EngineConfig, ModelConfig
+from classify.config.sections import ClassifyConfig, EngineConfig, ModelConfig
+from classify.engine.scoring import AdapterHandle
 from classify.errors import EngineError
-from classify.scoring import AdapterHandle
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,8 @@ class EngineActor:
 
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, classify_cfg: ClassifyConfig,
                  adapter: AdapterHandle | None, model_fingerprint: str, *, temperature: float | None = None):
-        from classify.engine import build_engine
-        from classify.prompt import set_tokenizer_threads
+        from classify.engine.build import build_engine
+        from classify.engine.prompt import set_tokenizer_threads
 
         set_tokenizer_threads()  # the prompt tokenizer's batch encode runs on this actor's cores
         self.adapter = adapter
@@ -85,7 +85,7 @@ class EngineActor:
 
     def info(self) -> dict[str, Any]:
         """Process id, child process ids (the vLLM engine core), node, CPU binding and whether vLLM compiled the
-        model (:meth:`classify.engine.Classifier.compiled`), for progress, the summary and tests."""
+        model (:meth:`classify.engine.build.Classifier.compiled`), for progress, the summary and tests."""
         import psutil
         import ray
 

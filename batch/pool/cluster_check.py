@@ -138,16 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     Raises:
         EnvironmentCheckError: a probe is missing, a group spans nodes, a card is shared or left out (exit 6).
         ConfigError: no node has ``engine.tensor_parallel_size`` GPUs (``auto``: resolved as the batch resolves it,
-            :func:`classify.memory.resolve_tensor_parallel`).
+            :func:`classify.engine.memory.resolve_tensor_parallel`).
     """
     from pathlib import Path
 
     import ray
 
     from batch.pool.placement import node_gpus
-    from classify.config import EngineConfig, ModelConfig, parse_config
-    from classify.device import detect_device
-    from classify.memory import resolve_tensor_parallel
+    from classify.config.sections import EngineConfig, ModelConfig, parse_config
+    from classify.engine.args import detect_device
+    from classify.engine.memory import resolve_tensor_parallel
 
     p = argparse.ArgumentParser(prog="docpilot cluster-check", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="config/docpilot.json", help="the job's config (its engine.tensor_parallel_size)")

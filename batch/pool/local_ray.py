@@ -122,13 +122,13 @@ def stop(session: LocalRay | None, reason: str = "shutdown") -> list[int]:
 def interrupts() -> Any:
     """While inside, the first SIGTERM, SIGINT or SIGHUP stops the work; it leaves as :class:`Interrupted` (exit 130).
 
-    :func:`classify.runrecords.signals_raise_interrupted` with ``via_keyboard_interrupt``: inside
+    :func:`classify.runs.records.signals_raise_interrupted` with ``via_keyboard_interrupt``: inside
     Ray's blocking calls only ``KeyboardInterrupt`` gets through from a signal handler.
 
     Raises:
         Interrupted: a handled signal arrived.
     """
-    from classify.runrecords import signals_raise_interrupted
+    from classify.runs.records import signals_raise_interrupted
 
     return signals_raise_interrupted(via_keyboard_interrupt=True, doing="ending the local Ray")
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from classify.plots import pyplot, save_png
+from classify.runs.plots import pyplot, save_png
 
 CONFUSION_PNG = "confusion_matrix.png"
 DISTRIBUTION_PNG = "category_distribution.png"

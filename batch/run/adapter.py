@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from classify.config import ClassifyConfig, ModelConfig
-from classify.model import ModelRef
+from classify.config.sections import ClassifyConfig, ModelConfig
+from classify.engine.model import ModelRef
 
 if TYPE_CHECKING:
     from adapters.resolved import ResolvedAdapter
-    from classify.scoring import AdapterHandle
+    from classify.engine.scoring import AdapterHandle
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def resolve_adapter(ref: str | None, model: ModelRef, engine: Any = None,
     if model_cfg.adapter_mode == "lora":
         return BatchAdapter(resolved, "lora")
     from adapters.merged_cache import merged_model
-    from classify.device import compute_dtype
+    from classify.engine.args import compute_dtype
 
     return BatchAdapter(resolved, "merged", merged_model(resolved, model, compute_dtype(model_cfg)))
 

@@ -33,15 +33,15 @@ from batch.run.mirror import progress_mirror
 from batch.run.offpod import ShardUploader, offpod_short
 from batch.run.progress import Progress, closing_on_error, logging_redirect, progress_bar
 from batch.runfiles import Manifest
-from classify import storage
-from classify.accounting import recheck_export
-from classify.device import cpp_compiler
-from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
+from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
+from classify.engine.args import cpp_compiler
+from classify.engine.model import ModelRef
 from classify.errors import InputError, VerificationError
-from classify.export import export_complete, export_run
-from classify.model import ModelRef
 from classify.paths import exports_dir, verbose_logs
-from classify.runrecords import utc_now, write_bytes_atomic, write_json_atomic
+from classify.runs import storage
+from classify.runs.accounting import recheck_export
+from classify.runs.export import export_complete, export_run
+from classify.runs.records import utc_now, write_bytes_atomic, write_json_atomic
 
 if TYPE_CHECKING:
     from batch.run.options import BatchOptions
@@ -58,7 +58,7 @@ def _init_ray() -> Any:
     Returns:
         The local session this call started (end it with :func:`batch.pool.local_ray.stop`), else None.
     """
-    from classify.device import detect_device
+    from classify.engine.args import detect_device
 
     # a CPU venv declares no GPUs in its own local Ray, whatever NVML counts (one device decision)
     gpus = {"num_gpus": 0} if detect_device() == "cpu" else {}
@@ -346,7 +346,7 @@ class BatchRun:
             category) when ``classify.review_below_score`` is set.
         """
         from batch.report.quality import batch_report, tally_rows, write_report
-        from classify.runrecords import read_jsonl
+        from classify.runs.records import read_jsonl
 
         cfg = self.cfg
         if self.labels is not None:  # the pilot's labels file: a few rows, tallied in memory
@@ -369,7 +369,7 @@ class BatchRun:
 
         Returns:
             ``{actors, actors_started, retries, errors, first_shard_s, enforce_eager, compiled}`` of the pool;
-            ``enforce_eager`` is what the engines were given (:meth:`classify.config.EngineConfig.for_workload`:
+            ``enforce_eager`` is what the engines were given (:meth:`classify.config.sections.EngineConfig.for_workload`:
             ``false`` when ``"auto"`` turned torch.compile on for this attempt's documents per engine),
             ``compiled`` what the actors' engines reported (``["false"]``, ``["true"]``, ``["none"]`` for
             a stand-in engine; two values if actors differed).
@@ -378,8 +378,8 @@ class BatchRun:
         from batch.pool.placement import NodeWatch, actor_options, node_gpus
         from batch.pool.scheduler import Deadlines, run_pool
         from batch.run.lease import LeaseWatch
-        from classify.device import detect_device
-        from classify.memory import resolve_tensor_parallel
+        from classify.engine.args import detect_device
+        from classify.engine.memory import resolve_tensor_parallel
 
         cfg, run_dir, adapter = self.cfg, self.run_dir, self.adapter
         hooks = self.hooks or RunHooks()

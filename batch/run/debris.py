@@ -3,7 +3,7 @@
 A ``SIGKILL`` (or a lost machine) during the merge or the export leaves temporary files: the merge's
 ``.results.jsonl.<random>.tmp`` and ``.results.parquet.tmp``, an atomic write's ``.<name>.<random>.tmp`` in
 the run folder or ``shards/``, and the export's staging folder ``.<batch id>-<random>.export-tmp`` beside the
-export (:func:`classify.export.export_run`). None of them is ever complete or read; the next attempt of the
+export (:func:`classify.runs.export.export_run`). None of them is ever complete or read; the next attempt of the
 same batch id holds ``.driver.lock``, so nothing else can be writing them, and removes them before it starts.
 """
 
@@ -14,7 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
-from classify.export import EXPORT_STAGING_SUFFIX
+from classify.runs.export import EXPORT_STAGING_SUFFIX
 
 log = logging.getLogger("docpilot.batch")
 

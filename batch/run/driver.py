@@ -22,11 +22,12 @@ from batch.corpus.plan import corpus_settings_for, locate_corpus, require_id_col
 from batch.run.adapter import resolve_adapter
 from batch.run.attempt import BatchRun
 from batch.run.options import BatchOptions as BatchOptions  # the options' home; imported here by name
+from classify.engine.model import resolve_model, verify_model
 from classify.errors import DocpilotError, InputError, Interrupted
-from classify.model import resolve_model, verify_model
 from classify.paths import runs_dir
-from classify.pilotgate import gate_key, pipeline_differences, pipeline_settings, require_pilot
-from classify.runrecords import signals_raise_interrupted, utc_now
+from classify.runs.detached import DetachPlan
+from classify.runs.gate import gate_key, pipeline_differences, pipeline_settings, require_pilot
+from classify.runs.records import signals_raise_interrupted, utc_now
 from classify.usercommand import user_command, user_flag
 
 log = logging.getLogger("docpilot.batch")
@@ -81,7 +82,7 @@ def resume_options(options: BatchOptions) -> BatchOptions:
     if not options.resume_from:
         return options
     from batch.run.offpod import resume_location
-    from classify.storage import as_dest
+    from classify.runs.storage import as_dest
 
     root, batch_id = resume_location(options.resume_from)
     check_batch_id(batch_id)
@@ -101,7 +102,7 @@ def warn_pipeline(pilot: dict[str, Any], cfg: Any, adapter_mode: str | None) -> 
     this pipeline: another actor count, binding or engine section can fail where the pilot's did not.
 
     Args:
-        pilot: the gate's latest pilot record (its ``pipeline`` block, :func:`classify.pilotgate.pipeline_settings`).
+        pilot: the gate's latest pilot record (its ``pipeline`` block, :func:`classify.runs.gate.pipeline_settings`).
         cfg: the batch config.
         adapter_mode: the batch's adapter mode, ``None`` without adapter.
 
@@ -119,7 +120,7 @@ def warn_pipeline(pilot: dict[str, Any], cfg: Any, adapter_mode: str | None) -> 
 def _open_run(batch_id: str | None) -> tuple[str, Path]:
     root = runs_dir()
     if batch_id is None:
-        from classify.runrecords import new_run_dir
+        from classify.runs.records import new_run_dir
 
         return new_run_dir("batch", root)
     check_batch_id(batch_id)
@@ -234,7 +235,7 @@ def _say_if_new(batch_id: str) -> None:
 
 
 def _new_batch_id() -> str:
-    """A new batch id, ``<UTC time>-batch-<8 hex>`` (the form of :func:`classify.runrecords.new_run_dir`), known
+    """A new batch id, ``<UTC time>-batch-<8 hex>`` (the form of :func:`classify.runs.records.new_run_dir`), known
     before the run folder exists, so that a stopped batch's message can name the id that resumes it."""
     import datetime as dt
     import uuid
@@ -265,7 +266,7 @@ def _driver_lock(batch_id: str, run_dir: Path, watch: str) -> FileLock:
 def _record_foreground_exit(batch_id: str, code: int) -> None:
     """Write the run folder's ``exit.json`` for ``docpilot status --follow``, unless another driver holds the folder
     (a batch refused as "already running" must not write into the running one's folder)."""
-    from batch.run.detached import record_exit
+    from classify.runs.detached import record_exit
 
     run_dir = runs_dir() / batch_id
     if not run_dir.is_dir():
@@ -283,10 +284,25 @@ def _record_foreground_exit(batch_id: str, code: int) -> None:
         lock.release()
 
 
-def _detach(args: BatchOptions, argv: list[str]) -> int:
-    """``docpilot batch --detach``: allocate the batch id and run folder here, then start the batch in its own session."""
-    from batch.run.detach import child_argv, start_detached
+def prepare_detach(argv: list[str]) -> DetachPlan:
+    """``docpilot batch --detach``'s share: its options checked; the batch id and run folder are allocated (or the
+    given batch opened) when the front door calls :attr:`DetachPlan.open_run`, after the lease's stop command passed.
 
+    Args:
+        argv: ``docpilot batch``'s arguments as given.
+
+    Returns:
+        The plan the front door starts (:mod:`docpilot.detach`); the child runs with ``--batch-id`` and
+        ``--no-progress`` added (its log is a file: ``docpilot status --follow`` draws the bar).
+
+    Raises:
+        InputError: ``--stop-when-done`` without ``--detach``, or with nowhere to copy to; a bad ``--batch-id``;
+            the batch is already running.
+    """
+    args = parse_args(argv)
+    if not args.detach:
+        raise InputError("--stop-when-done needs --detach (a foreground batch ends with its terminal); "
+                         "after a foreground batch run `docpilot wrap-up --to DEST`")
     wrap_up_to = args.wrap_up_to
     if args.stop_when_done and not wrap_up_to:
         wrap_up_to = args.export_dir or load_batch_config(args.config).batch.export_dir
@@ -295,22 +311,17 @@ def _detach(args: BatchOptions, argv: list[str]) -> int:
                              "--export-dir or --wrap-up-to (a folder or s3://...); the lease is never stopped before "
                              "a verified copy")
     check_batch_id(args.batch_id)
-    if args.stop_when_done:
-        from batch.run.lease import check_stop_command, stop_settings
 
-        check_stop_command(stop_settings(args.lots_config))  # now, not after the whole batch
-    if args.batch_id is None:
-        batch_id, run_dir = _open_run(None)
-    else:
-        batch_id, run_dir = _open_run(args.batch_id)
-        _driver_lock(batch_id, run_dir, user_command(f"docpilot status {batch_id} --follow")).release()
-    rest = child_argv(argv)
-    if args.batch_id is None:
-        rest += ["--batch-id", batch_id]
-    if "--no-progress" not in rest:
-        rest.append("--no-progress")  # the log is a file: `docpilot status --follow` draws the bar
-    return start_detached("batch", batch_id, run_dir, rest, stop_when_done=args.stop_when_done, wrap_up_to=wrap_up_to,
-                          lots_config=args.lots_config)
+    def open_run() -> tuple[str, Path, tuple[str, ...]]:
+        if args.batch_id is None:
+            batch_id, run_dir = _open_run(None)
+        else:
+            batch_id, run_dir = _open_run(args.batch_id)
+            _driver_lock(batch_id, run_dir, user_command(f"docpilot status {batch_id} --follow")).release()
+        added = ("--batch-id", batch_id) if args.batch_id is None else ()
+        return batch_id, run_dir, added + (() if "--no-progress" in argv else ("--no-progress",))
+
+    return DetachPlan("batch", args.stop_when_done, wrap_up_to, args.lots_config, open_run)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,12 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.detach:
-        return _detach(args, argv)
-    if args.stop_when_done:
-        raise InputError("--stop-when-done needs --detach (a foreground batch ends with its terminal); "
-                         "after a foreground batch run `docpilot wrap-up --to DEST`")
+    if args.detach or args.stop_when_done:
+        raise InputError(f"--detach and --stop-when-done are taken by the docpilot command: run "
+                         f"`{user_command('docpilot batch --detach ...')}`")
     if args.skip_pilot_gate:
         log.warning("!!! %s given: the pilot gate is OVERRIDDEN for this batch; recorded in manifest.json",
                     user_flag("--skip-pilot-gate"))

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from batch.runfiles import MANIFEST_VERSION, Manifest
-from classify.runrecords import code_revision, package_versions, utc_now
+from classify.runs.records import code_revision, package_versions, utc_now
 
 if TYPE_CHECKING:
     from batch.config import BatchConfig
     from batch.corpus.plan import CorpusPlan
     from batch.run.adapter import BatchAdapter
-    from classify.model import ModelRef
+    from classify.engine.model import ModelRef
 
 
 def build_manifest(batch_id: str, cfg: BatchConfig, corpus: CorpusPlan, model: ModelRef, *,

@@ -3,7 +3,7 @@
 Both stream one shard file at a time, parsed into an Arrow table (:func:`batch.rows.read_rows`):
 ids are checked against the plan's per-shard ``ids_sha256`` (:func:`batch.layout.check_shard_ids`) and
 for uniqueness with :class:`batch.corpus.plan.IdHashBuckets`; every row is counted and checked by the one
-accounting check (:class:`Tally`, Arrow kernels, the rules of :class:`classify.accounting.Ledger`).
+accounting check (:class:`Tally`, Arrow kernels, the rules of :class:`classify.runs.accounting.Ledger`).
 The merge writes each shard's lines and table; the re-check of a copied run folder
 (:func:`check_export`) compares ``results.jsonl`` with the shard files' bytes and ``results.parquet``
 with their tables, and words the first differing row, file and field. The run folder layout is
@@ -31,13 +31,13 @@ from batch.layout import (
 )
 from batch.rows import REVIEW_COLUMN, RowMatcher, has_review, parsed_shards, read_rows, results_schema
 from batch.runfiles import Manifest
-from classify.accounting import Ledger, account, recount_mismatches
 from classify.errors import InputError, VerificationError
 from classify.records import Result
+from classify.runs.accounting import Ledger, account, recount_mismatches
 
 
 def check_results(rows: list[Result], expected_ids: list[str] | None, categories: list[str]) -> list[str]:
-    """The batch invariants over merged results (:func:`classify.accounting.account`).
+    """The batch invariants over merged results (:func:`classify.runs.accounting.account`).
 
     Args:
         rows: result records.
@@ -74,7 +74,7 @@ def _summary_counts(ledger: Ledger, corpus: dict[str, Any], duplicate_ids: list[
 
 
 def check_export(export_dir: Path) -> list[str]:
-    """Recompute the summary invariants from an export copy (for :func:`classify.export.verify_export`).
+    """Recompute the summary invariants from an export copy (for :func:`classify.runs.export.verify_export`).
 
     Streams the copy (one shard file at a time, :func:`check_export_rows`): ids unique (hashes on disk);
     each shard file holds exactly its planned ids; ``results.jsonl`` is the shard files' rows in plan
@@ -95,7 +95,7 @@ def check_export(export_dir: Path) -> list[str]:
 
 
 class Tally(Ledger):
-    """:class:`classify.accounting.Ledger` counted a table at a time, with the batch's id-uniqueness check on
+    """:class:`classify.runs.accounting.Ledger` counted a table at a time, with the batch's id-uniqueness check on
     disk (the streaming form of :func:`summarize` and :func:`check_results`; at most 100 problems kept).
 
     Args:
@@ -112,7 +112,7 @@ class Tally(Ledger):
         """Count a table of result rows (:func:`batch.rows.results_schema`) as :meth:`Ledger.add` counts
         each row, with Arrow kernels; the rows the accounting check flags (a status other than accepted or
         rejected, an accepted category outside the allowed ones, a rejection without a reason) are noted in
-        row order with :func:`classify.accounting.row_problem`'s words.
+        row order with :func:`classify.runs.accounting.row_problem`'s words.
 
         Args:
             table: a ``pyarrow.Table`` with at least ``id``, ``status``, ``category``, ``reason``, ``n_tokens``.
@@ -145,7 +145,7 @@ class Tally(Ledger):
         self.truncated += pc.sum(pc.cast(pc.fill_null(table.column("truncated"), False), "int64")).as_py() or 0
         self.n_windows += pc.sum(table.column("n_windows")).as_py() or 0
         if flagged:  # name each flagged row, in row order (few rows: Python over them alone)
-            from classify.accounting import row_problem
+            from classify.runs.accounting import row_problem
 
             for row in table.select(["id", "status", "category", "reason"]).to_pylist():
                 r = Result.model_construct(**row)

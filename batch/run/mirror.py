@@ -6,7 +6,7 @@ into place whole). It is rewritten at most every :data:`MIRROR_EVERY_S` seconds 
 batch ends (``done`` or ``failed``), by a background thread, so a slow or unreachable store never
 holds up the driver; a failed write is logged and the batch goes on. Each write replaces the whole
 file (a local atomic rename, or one object PUT). ``docpilot status --from <export root>/<batch-id>``
-reads it (:func:`batch.run.status.remote_status`).
+reads it (:func:`batch.lot.status.remote_status`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import threading
 import time
 from pathlib import Path
 
-from classify import storage
-from classify.runrecords import write_bytes_atomic
-from classify.storage import Dest
+from classify.runs import storage
+from classify.runs.records import write_bytes_atomic
+from classify.runs.storage import Dest
 
 log = logging.getLogger("docpilot.batch")
 

@@ -7,7 +7,7 @@ With an object-storage export location (``s3://...``, any fsspec URL), the batch
     D/manifest.json              the run's manifest (its shard plan), copied before any shard and again at the end
     D/shards/GGG/NNNNNN.jsonl    each complete shard, one PUT (an object store shows it whole or not at all)
     D/offpod.sha256              ``<sha256>  <path>`` of every shard copied so far, rewritten after the shards it lists
-    D/SHA256SUMS                 written last, by the final export (:func:`classify.export.export_run`)
+    D/SHA256SUMS                 written last, by the final export (:func:`classify.runs.export.export_run`)
 
 So ``D`` always holds a consistent prefix of the batch: a shard listed in ``offpod.sha256`` is there, whole,
 with that hash. The same ledger is kept in the run folder (``offpod.sha256``, written after the copy it
@@ -19,8 +19,8 @@ the oldest one's age) is in ``progress.json`` (``offpod``) and on the progress l
 manifest and ledger, downloads each listed shard, checks its sha256 and its ids against the plan, and
 writes them into a fresh run folder; the batch then resumes there exactly as a local resume does.
 
-Every store call of both halves goes through :mod:`classify.storage`: the filesystem it configures (each request's
-deadline, botocore's retry budget) and :func:`classify.storage.store_call`, so a store that stops answering fails a
+Every store call of both halves goes through :mod:`classify.runs.storage`: the filesystem it configures (each request's
+deadline, botocore's retry budget) and :func:`classify.runs.storage.store_call`, so a store that stops answering fails a
 call in bounded time as one :class:`classify.errors.StoreUnreachable` naming it. In the uploader that is one failed
 round (retried later, shown in the lag), never a wait of the pool's thread.
 """
@@ -37,10 +37,10 @@ from typing import Any
 
 from batch import layout as mf
 from batch.runfiles import Manifest
-from classify import storage
 from classify.errors import InputError, VerificationError
-from classify.export import read_sums, sums_text
-from classify.runrecords import write_bytes_atomic
+from classify.runs import storage
+from classify.runs.export import read_sums, sums_text
+from classify.runs.records import write_bytes_atomic
 from classify.usercommand import user_flag
 
 log = logging.getLogger("docpilot.batch")
@@ -75,7 +75,7 @@ def read_remote_ledger(dest: str) -> dict[str, str]:
     """The shards a copy at ``dest`` holds, ``{relative path: sha256 hex}`` (empty when it has no ledger yet).
 
     Raises:
-        StoreUnreachable: the store did not answer within :func:`classify.storage.store_limits`.
+        StoreUnreachable: the store did not answer within :func:`classify.runs.storage.store_limits`.
         OSError, ImportError: the store cannot be read (anything but a missing ledger).
     """
     data = _read_fresh(dest, LEDGER)
@@ -86,7 +86,7 @@ def _read_fresh(dest: str, name: str) -> bytes | None:
     """The bytes of ``dest/name`` read past fsspec's listing cache, or None when the store has no such file.
 
     Raises:
-        StoreUnreachable: the store did not answer within :func:`classify.storage.store_limits`.
+        StoreUnreachable: the store did not answer within :func:`classify.runs.storage.store_limits`.
     """
     fs, root = storage.filesystem(dest)
     fs.invalidate_cache()
@@ -236,7 +236,7 @@ class ShardUploader:
 
     def _round(self, batch: list[int], manifest: bool) -> None:
         """Copy the manifest (when changed), then the shards of ``batch``, then the ledger that lists them."""
-        fs, root = storage.filesystem(self.dest)  # the store's deadlines and retry budget (classify.storage)
+        fs, root = storage.filesystem(self.dest)  # the store's deadlines and retry budget (classify.runs.storage)
         if manifest:
             with storage.store_call("upload", f"{self.dest}/{mf.MANIFEST}"):
                 fs.put_file(str(self.run_dir / mf.MANIFEST), f"{root}/{mf.MANIFEST}")
@@ -318,7 +318,7 @@ def restore_run(dest: str, run_dir: Path) -> tuple[Manifest, int]:
         InputError: no manifest at ``dest`` (nothing of this batch was copied), or a damaged one.
         VerificationError: a listed shard missing at ``dest``, with another sha256 than its ledger line, not in the
             plan, or holding other ids than planned (names the shard; nothing is resumed).
-        StoreUnreachable: the store did not answer within :func:`classify.storage.store_limits` (exit 6; nothing is
+        StoreUnreachable: the store did not answer within :func:`classify.runs.storage.store_limits` (exit 6; nothing is
             resumed, the command can be run again).
     """
     if (run_dir / mf.MANIFEST).exists():

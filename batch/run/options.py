@@ -23,8 +23,8 @@ class BatchOptions(BaseModel):
         no_progress: no progress bar (``progress.json`` is still written).
         lease_ends: when the lot's lease ends (ISO 8601), or ``None`` to read ``lots_config``.
         lots_config: the lots config holding ``lease_ends_at``.
-        detach: run in its own session, detached from the terminal (:mod:`batch.run.detach`).
-        stop_when_done: detached only: once the batch succeeded, wrap up (:mod:`batch.run.wrapup`) and run
+        detach: run in its own session, detached from the terminal (:mod:`docpilot.detach`).
+        stop_when_done: detached only: once the batch succeeded, wrap up (:mod:`batch.lot.wrapup`) and run
             the lease's stop command if every copy verified.
         wrap_up_to: the wrap-up destination for ``stop_when_done`` (default: the export location).
         resume_from: the off-pod copy of a batch, ``<export root>/<batch-id>`` (an object-storage URL), to continue on

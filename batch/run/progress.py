@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from batch.layout import PROGRESS
 from batch.runfiles import ProgressFile
-from classify.runrecords import utc_now
+from classify.runs.records import utc_now
 
 SAVE_EVERY_S = 2.0
 """Least seconds between two rewrites of ``progress.json`` caused by completed shards."""
@@ -57,7 +57,7 @@ class Progress:
         self.previous_actors: list[dict[str, Any]] = []
         self.lease: dict[str, Any] | None = None  # the latest lease verdict (batch.run.lease.LeaseWatch)
         self.mirror = mirror
-        from batch.run.detached import process_identity
+        from classify.runs.detached import process_identity
 
         self._identity = process_identity()
         self.offpod = offpod

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from batch.config import check_batch_id, load_batch_config
-from classify import storage
 from classify.errors import ConfigError, InputError
 from classify.paths import exports_dir, model_cache_dir, path_hint, registry_dir, runs_dir, state_dir
-from classify.runrecords import new_run_dir
+from classify.runs import storage
+from classify.runs.records import new_run_dir
 from classify.usercommand import user_flag
 
 ROOT = Path(__file__).resolve().parents[2]

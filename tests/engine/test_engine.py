@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from classify.config import ClassifyConfig
-from classify.documents import document_from_text
-from classify.engine import Classifier
+from classify.config.sections import ClassifyConfig
+from classify.documents.read import document_from_text
+from classify.engine.build import Classifier
+from classify.engine.scoring import Scorer
 from classify.errors import EngineError
-from classify.scoring import Scorer
 
 TEXTS = {
     "a": "The striker scored twice as the home side won the league match 3-0 on Saturday.",
@@ -61,7 +61,7 @@ def test_prompt_over_context_is_rejected_with_reason(engine):
 
 
 def test_adapter_needs_a_lora_engine(engine):
-    from classify.scoring import AdapterHandle
+    from classify.engine.scoring import AdapterHandle
 
     clf = Classifier(engine.llm, engine.scorer, engine.model, lora_enabled=False)
     with pytest.raises(EngineError, match="engine was built without LoRA"):

@@ -1,7 +1,7 @@
 """Long documents (issue 41) on the real engine: the session vLLM engine (base model, no adapter) scores windows.
 
 The session engine's classifier is built with the shipped config (``cut``); the ``windows`` classifier here is the
-same ``vllm.LLM`` with a :class:`classify.scoring.Scorer` of ``long_documents: windows`` (what ``build_engine``
+same ``vllm.LLM`` with a :class:`classify.engine.scoring.Scorer` of ``long_documents: windows`` (what ``build_engine``
 makes for such a config; no second engine starts). Every text is real BBC text from train.csv (never test.csv).
 
 Split by tier: this file holds the engine tests; the others of the same subject are in
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from classify.documents import document_from_text
-from classify.engine import Classifier
-from classify.scoring import Scorer
+from classify.documents.read import document_from_text
+from classify.engine.build import Classifier
+from classify.engine.scoring import Scorer
 from tests.support.answers import score_tolerance
 from tests.support.corpora import long_document, train_texts
 

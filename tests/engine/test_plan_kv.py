@@ -1,4 +1,4 @@
-"""Tests of ``make plan`` (batch/plan/plan.py, classify/memory.py).
+"""Tests of ``make plan`` (batch/plan/plan.py, classify/engine/memory.py).
 
 Prices come from the shipped example table in ``config/lots.json``. Memory figures are
 hand-computed here from the models' published ``config.json`` numbers; the last tests
@@ -10,7 +10,7 @@ Split by tier: this file holds the engine tests; the others of the same subject 
 from __future__ import annotations
 
 from batch.plan.plan import model_shape
-from classify.memory import (
+from classify.engine.memory import (
     GIB,
     kv_bytes_per_token,
     serving_estimate,
@@ -37,7 +37,7 @@ def test_kv_estimate_matches_vllm_allocation(engine, pilot_config):
     assert mc.get_num_layers(vc.parallel_config) == shape.num_layers
     assert mc.get_total_num_kv_heads() == shape.num_kv_heads
     assert mc.get_head_size() == shape.head_dim
-    from classify.device import compute_dtype
+    from classify.engine.args import compute_dtype
 
     assert mc.dtype == getattr(torch, compute_dtype(pilot_config.model)) and cc.cache_dtype == "auto"
     nbytes = mc.dtype.itemsize  # KV cache stored in the compute dtype: 4 bytes in float32, 2 in bf16

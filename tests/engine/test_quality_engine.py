@@ -1,6 +1,6 @@
 """Score calibration, review flags and the quality reports (accuracy, confusion matrix, pictures).
 
-Fast tests: a fake tokenizer and fake vLLM outputs drive the real :class:`classify.scoring.Scorer`
+Fast tests: a fake tokenizer and fake vLLM outputs drive the real :class:`classify.engine.scoring.Scorer`
 through the offline (pilot, batch) and async (serve) classifiers, and the reports run on
 hand-made result rows.
 
@@ -9,9 +9,9 @@ Split by tier: this file holds the engine tests; the others of the same subject 
 
 from __future__ import annotations
 
-from classify.config import ClassifyConfig
-from classify.documents import document_from_text
-from classify.scoring import softmax_at
+from classify.config.sections import ClassifyConfig
+from classify.documents.read import document_from_text
+from classify.engine.scoring import softmax_at
 
 CATS = ClassifyConfig().categories
 # first-token log-probs the fake engine answers with (already normalised over the categories)

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from classify.documents import document_from_text
-from classify.tabular import iter_csv
+from batch.corpus.tabular import iter_csv
+from classify.documents.read import document_from_text
 from tests.support.answers import score_tolerance
 from tests.support.servers import AUTH, REQUEST_TIMEOUT_S, TOKEN, make_tiny_lora, start_server, stop_server
 
@@ -35,9 +35,9 @@ MAX_IN_FLIGHT = 16
 def published(pilot_config, tmp_path_factory):
     """Publish a piloted adapter (tiny-lora@1) and an unpiloted one (tiny-raw@1); record a base-model pilot pass."""
     from adapters.registry import Registry
-    from classify.config import classification_sha256
-    from classify.model import resolve_model
-    from classify.pilotgate import combo_key, record_pilot
+    from classify.config.sections import classification_sha256
+    from classify.engine.model import resolve_model
+    from classify.runs.gate import combo_key, record_pilot
 
     model = resolve_model(pilot_config.model)
     reg = Registry()

@@ -16,8 +16,8 @@ import asyncio
 
 import pytest
 
-from classify.documents import document_from_text
-from classify.tabular import iter_csv
+from batch.corpus.tabular import iter_csv
+from classify.documents.read import document_from_text
 from tests.support.answers import score_tolerance
 from tests.support.servers import make_tiny_lora
 
@@ -30,8 +30,8 @@ N_DOCS = 6
 @pytest.fixture(scope="module")
 def mixed(pilot_config, tmp_path_factory, bbc_dir):
     """An async engine with ``max_loras=2``, three adapters and six BBC test articles."""
-    from classify.model import resolve_model
-    from classify.scoring import AdapterHandle
+    from classify.engine.model import resolve_model
+    from classify.engine.scoring import AdapterHandle
     from serve.engine import build_async_engine
 
     model = resolve_model(pilot_config.model)
@@ -119,7 +119,7 @@ def test_phase_gate_never_admits_both_groups_and_serves_waiters_in_order():
 def registry_pair(mixed, pilot_config, tmp_path_factory):
     """A private registry with ``tamper-a@1`` and ``tamper-b@1`` (random LoRAs) and a same-shape stranger's weights."""
     from adapters.registry import Registry
-    from classify.model import resolve_model
+    from classify.engine.model import resolve_model
 
     model = resolve_model(pilot_config.model)
     reg = Registry(tmp_path_factory.mktemp("tamper-registry"))
@@ -143,8 +143,8 @@ def test_registry_bytes_replaced_or_truncated_after_first_use_are_never_served(m
     On main vLLM was given the registry path: after the eviction it re-read the replaced weights and served
     them under the verified name and sha256 (200), and a truncated file took the engine down for everyone.
     """
+    from classify.engine.scoring import AdapterHandle
     from classify.errors import AdapterIntegrityError
-    from classify.scoring import AdapterHandle
 
     clf, handles, docs, loop = mixed
     reg, model, stranger = registry_pair
@@ -193,7 +193,7 @@ def test_a_cancelled_request_leaves_the_engine_before_the_other_group_is_admitte
     """The hang-up path with a stand-in vLLM (bookkeeping; the real engine runs it in test_serve_http)."""
     from unittest.mock import MagicMock
 
-    from classify.prompt import Prompt
+    from classify.engine.prompt import Prompt
     from classify.records import Result
     from serve.engine import AsyncClassifier
 
@@ -253,7 +253,7 @@ def test_a_cancelled_request_leaves_the_engine_before_the_other_group_is_admitte
 def test_the_served_path_gives_one_result_per_long_document_with_its_windows(mixed, pilot_config, bbc_dir):
     """Issue 41 on the real async engine: a 10 x max_doc_tokens document, served with ``long_documents: windows``, is
     one result whose windows went through the engine together; the base model and an adapter alike."""
-    from classify.scoring import Scorer
+    from classify.engine.scoring import Scorer
     from serve.engine import AsyncClassifier
     from serve.schemas import ResultOut
     from tests.support.corpora import long_document

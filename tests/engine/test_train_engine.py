@@ -33,7 +33,7 @@ def test_smoke_training_checkpoints_publishes_and_serves_through_vllm(train_conf
     assert (resolved.path / "reliability_validation_after.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (resolved.path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {"adapter_config.json", "adapter_model.safetensors"} <= set(card["files"])
-    from classify.tabular import iter_csv
+    from batch.corpus.tabular import iter_csv
 
     docs = [d for d, _ in iter_csv(bbc_dir / "test.csv", 200_000, id_column=None, id_prefix="bbc-test")][:6]
     results = engine.classify(docs, adapter=resolved.handle())

@@ -1,6 +1,6 @@
 """A detached run's processes by identity (pid + start time + boot, as psutil gives it), and one supervisor per run folder.
 
-Real processes throughout: the real supervisor of :mod:`batch.run.detach` runs a stand-in for the docpilot
+Real processes throughout: the real supervisor of :mod:`docpilot.detach` runs a stand-in for the docpilot
 command (an interpreter wrapper that sleeps instead of running a batch), and ``docpilot status --follow`` is the
 real command. On code that trusted a bare pid (or a host name it could not check), ``--follow`` never ended
 here and the second detached start wrote its exit record into the first one's folder.
@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from batch.run import detach as _detach
-from batch.run.detached import pid_alive, process_identity, read_exit
 from classify.errors import InputError
+from classify.runs.detached import pid_alive, process_identity, read_exit
+from docpilot import detach as _detach
 from tests.support.processes import docpilot_env, run_docpilot
 
 
@@ -100,7 +100,7 @@ def test_follow_ends_when_the_recorded_process_is_not_the_run(tmp_path, how):
 
 
 def test_status_of_a_running_batch_whose_driver_pid_was_reused_is_interrupted():
-    from batch.run import status
+    from batch.lot import status
     from batch.runfiles import ProgressFile
 
     ident = process_identity(os.getpid())

@@ -28,9 +28,9 @@ init_logger("vllm.probe").info("vllm-info-line")
 init_logger("vllm.probe").error("vllm-error-line")
 logging.getLogger("ray.probe").warning("ray-warning-line")
 logging.getLogger("docpilot.probe").info("docpilot-info-line")
-from classify.config import EngineConfig, ModelConfig
-from classify.device import engine_kwargs
-from classify.model import ModelRef
+from classify.config.sections import EngineConfig, ModelConfig
+from classify.engine.args import engine_kwargs
+from classify.engine.model import ModelRef
 print("tqdm-on-load", engine_kwargs(ModelRef("m", "/m", "sha256:0", "local"), ModelConfig(dtype="float32"), EngineConfig(), False,
                                     device="cpu")["use_tqdm_on_load"])
 # what vLLM's engine processes print: a fresh interpreter (as its spawned engine core and worker) with a library's
@@ -60,7 +60,7 @@ FONT_PROBE = """
 import sys
 from docpilot import cli
 cli.configure_logging(False)
-from classify.plots import pyplot, save_png
+from classify.runs.plots import pyplot, save_png
 plt = pyplot()
 fig, ax = plt.subplots()
 ax.set_title("a title needs the font cache")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from classify import storage
 from classify.errors import ConfigError, StoreUnreachable
+from classify.runs import storage
 from tests.support.processes import docpilot_env, run_docpilot
 from tests.support.s3server import stalled_s3
 
@@ -35,7 +35,7 @@ def _folder(tmp_path: Path) -> Path:
 def _calls(tmp_path: Path):
     from batch.run.mirror import write_mirror
     from batch.run.offpod import read_remote_ledger, restore_run
-    from classify.export import export_run, verify_export
+    from classify.runs.export import export_run, verify_export
 
     src = _folder(tmp_path)
     url = "s3://docpilot-stalled/exports/b1"

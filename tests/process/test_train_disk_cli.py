@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from classify.configfile import file_data
+from classify.config.file import file_data
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_train_cli_exits_6_naming_the_folder_and_free_space_when_the_disk_fills(
 @pytest.fixture
 def train_config_quick():
     from adapters._config import TrainConfig
-    from classify.config import load_config
+    from classify.config.sections import load_config
 
     cfg = load_config(TrainConfig, ROOT / "config" / "docpilot.json")
     return cfg.model_copy(update={

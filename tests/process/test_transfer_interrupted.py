@@ -19,7 +19,7 @@ import pytest
 from adapters.registry import Registry
 from adapters.transfer import export_adapter, import_adapter
 from classify.errors import AdapterIntegrityError
-from classify.export import SHA256SUMS
+from classify.runs.export import SHA256SUMS
 from tests.support.corpora import ROOT
 from tests.support.transfer import BUCKET, FP, publish, s3_fs
 from tests.support.transfer import s3 as s3  # noqa: F401  (fixture)

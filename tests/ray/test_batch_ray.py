@@ -100,12 +100,12 @@ def _docpilot(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 @pytest.mark.engine
 def test_batch_end_to_end_real_ray_and_engine(tmp_path, bbc_dir, pilot_config):
     from batch.run.merge import check_export
-    from classify.config import classification_sha256
-    from classify.export import verify_export
-    from classify.model import resolve_model
+    from classify.config.sections import classification_sha256
+    from classify.engine.model import resolve_model
     from classify.paths import exports_dir, runs_dir
-    from classify.pilotgate import combo_key, record_pilot
-    from classify.runrecords import read_jsonl
+    from classify.runs.export import verify_export
+    from classify.runs.gate import combo_key, record_pilot
+    from classify.runs.records import read_jsonl
 
     spec = make_corpus(tmp_path / "corpus", bbc_dir, 24)
     config = write_config(tmp_path / "batch.json", shard_docs=8)

@@ -38,8 +38,8 @@ def test_parquet_and_jsonl_batches_give_the_same_results_and_parquet_equals_json
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from classify.export import verify_export
-    from classify.runrecords import read_jsonl
+    from classify.runs.export import verify_export
+    from classify.runs.records import read_jsonl
 
     rows = news_rows(300) + [{"id": "d-00007", "text": "dup"}, {"id": "blank", "text": "   "}]
     jsonl = write_jsonl(tmp_path / "c.jsonl", rows)
@@ -69,7 +69,7 @@ def test_parquet_and_jsonl_batches_give_the_same_results_and_parquet_equals_json
 
 
 def test_resume_with_half_the_shards_is_exactly_once_and_folders_stay_small(local_ray, tmp_path, monkeypatch):
-    from classify.runrecords import read_jsonl
+    from classify.runs.records import read_jsonl
 
     corpus = write_jsonl(tmp_path / "c.jsonl", news_rows(2500, "x"))
     first = _run(tmp_path, corpus, "r", monkeypatch, shard_docs=1, shard_target_bytes=1 << 20)
@@ -160,7 +160,7 @@ def _eager_checking_actor(expected):
 def test_auto_turns_torch_compile_on_only_for_enough_documents_per_engine(local_ray, tmp_path, monkeypatch, n_docs, compiler,
                                                                          expected):
     from batch.run.driver import parse_args, run_batch
-    from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
+    from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
 
     monkeypatch.setattr("batch.run.attempt.cpp_compiler", lambda: compiler)  # none: "auto" stays eager on CPU engines
 
@@ -183,7 +183,7 @@ def test_a_corpus_given_on_the_command_line_names_its_rows_by_its_own_file(local
     column) names its rows `news-NNNN` (the file's stem), not `bbc-test-NNNN`; the configured corpus keeps its prefix."""
     import csv
 
-    from classify.runrecords import read_jsonl
+    from classify.runs.records import read_jsonl
 
     def write_csv(path, n):
         with path.open("w", newline="") as f:

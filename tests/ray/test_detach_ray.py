@@ -33,7 +33,7 @@ DOCS = ["Shares rose as the bank's profits beat forecasts.", "The striker scored
 
 @pytest.mark.usefixtures("lease_s3")
 def test_a_batch_mirrors_its_progress_to_s3_and_status_from_reads_it(local_ray, tmp_path, monkeypatch, capsys):
-    from batch.run import status
+    from batch.lot import status
     from batch.run.driver import parse_args, run_batch
     from bench.instant_engine import remote_class
     from tests.support.corpora import write_config

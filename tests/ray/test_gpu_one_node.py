@@ -32,10 +32,10 @@ def two_gpu_ray(request: pytest.FixtureRequest):
 def run_on_gpus(tmp_path, monkeypatch, batch_id: str, tp: int) -> tuple[dict, list[dict], list[dict]]:
     """The batch over 40 documents with ``engine.tensor_parallel_size: tp``; (summary, actors' info, rows)."""
     from batch.run.driver import parse_args, run_batch
-    from classify.runrecords import read_jsonl
+    from classify.runs.records import read_jsonl
     from tests.support.gpu_probe import ProbeEngine
 
-    monkeypatch.setattr("classify.device.on_accelerator", lambda: True)  # the card, as torch would see it
+    monkeypatch.setattr("classify.engine.args.on_accelerator", lambda: True)  # the card, as torch would see it
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("DOCPILOT_EXPORTS", str(tmp_path / "exports"))
     corpus = write_jsonl(tmp_path / "c.jsonl", news_rows(40))
@@ -83,7 +83,7 @@ def pilot_on_gpus(tmp_path, monkeypatch, pilot_config, place_timeout_s: float = 
     from batch.pilot.run import run_pilot
     from tests.support.gpu_probe import ProbeEngine
 
-    monkeypatch.setattr("classify.device.on_accelerator", lambda: True)  # the card, as torch would see it
+    monkeypatch.setattr("classify.engine.args.on_accelerator", lambda: True)  # the card, as torch would see it
     for var, sub in (("DOCPILOT_HOME", "home"), ("DOCPILOT_RUNS", "runs"), ("DOCPILOT_EXPORTS", "exports"),
                      ("DOCPILOT_REGISTRY", "registry")):
         monkeypatch.setenv(var, str(tmp_path / sub))

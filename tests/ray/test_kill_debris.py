@@ -40,7 +40,7 @@ if hook == "merge":
         os.kill(os.getpid(), signal.SIGKILL)  # both temporary result files are on disk
     m._Outputs.close = close
 elif hook == "export":
-    import classify.export as e
+    import classify.runs.export as e
     def write(path, data):
         os.kill(os.getpid(), signal.SIGKILL)  # every file copied into the staging folder, SHA256SUMS not yet
     e.write_bytes_atomic = write
@@ -59,7 +59,7 @@ def _debris(run_dir: Path, exports: Path) -> list[str]:
 
 @pytest.mark.parametrize("phase", ["merge", "export"])
 def test_a_driver_killed_in_merge_or_export_leaves_debris_that_the_rerun_removes(tmp_path, phase):
-    from batch.run.status import batch_status
+    from batch.lot.status import batch_status
     from tests.support.corpora import write_config
 
     runs, exports = tmp_path / "runs", tmp_path / "exports"
@@ -104,6 +104,6 @@ def test_a_driver_killed_in_merge_or_export_leaves_debris_that_the_rerun_removes
             else:
                 os.environ[k] = v
     from batch.run.merge import check_export
-    from classify.export import verify_export
+    from classify.runs.export import verify_export
 
     assert verify_export(exports / "kill", check_export) == []

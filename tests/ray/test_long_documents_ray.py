@@ -1,5 +1,5 @@
 """Long documents (issue 41) through pilot and batch: real Ray, real run folders, the real tokenizer, prompt builder,
-scorer and :class:`classify.engine.Classifier` in the actor (:class:`bench.instant_engine.HostEngineActor`: only the
+scorer and :class:`classify.engine.build.Classifier` in the actor (:class:`bench.instant_engine.HostEngineActor`: only the
 model's forward pass is stood in). A document of 10 x ``max_doc_tokens`` tokens gives ONE row with its windows
 counted, the run's summary counts windows and cut documents, and ``results.parquet`` carries the new columns.
 
@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from classify.config import PilotConfig
-from classify.runrecords import read_jsonl
+from classify.config.sections import PilotConfig
+from classify.runs.records import read_jsonl
 from tests.support.corpora import long_document
 
 MAX_DOC_TOKENS = 256
@@ -26,7 +26,7 @@ def corpus(tmp_path_factory, pilot_config, bbc_dir):
     """A 12-document pilot set: 10 short business notes, one 10x document (label business), one planned reject."""
     from transformers import AutoTokenizer
 
-    from classify.model import resolve_model
+    from classify.engine.model import resolve_model
 
     tok = AutoTokenizer.from_pretrained(resolve_model(pilot_config.model).path)
     rows = [{"id": f"b{i:02d}", "text": f"Shares of company {i} rose after its quarterly results beat forecasts.",

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from classify.config import classification_sha256
-from classify.pilotgate import combo_key
+from classify.config.sections import classification_sha256
+from classify.runs.gate import combo_key
 
 ROOT = Path(__file__).resolve().parents[2]
 PILOT = ROOT / "data" / "pilot"
@@ -46,9 +46,9 @@ def test_a_merged_mode_pilot_proceeds_and_answers_as_the_lora_mode_pilot(pilot_c
     """Two pilots through the batch pipeline (real Ray, real vLLM engine actors): lora mode and merged mode."""
     from adapters.registry import Registry
     from batch.pilot.run import run_pilot
-    from classify.device import compute_dtype
-    from classify.model import resolve_model
-    from classify.pilotgate import pilot_status
+    from classify.engine.args import compute_dtype
+    from classify.engine.model import resolve_model
+    from classify.runs.gate import pilot_status
 
     model = resolve_model(pilot_config.model)
     card = {"base_model": {"name": model.name, "fingerprint": model.fingerprint}, "training": {"kind": "random-init test"}}

@@ -163,7 +163,7 @@ def _wait_for_ledger(proc: subprocess.Popen, fs, dest: str, n: int, timeout_s: f
 
 def test_pod_loss_resumes_from_the_s3_copy_every_id_exactly_once(tmp_path, s3):
     from batch.run.merge import check_export
-    from classify.export import verify_export
+    from classify.runs.export import verify_export
 
     moto, fs = s3
     args, export_root = _setup(tmp_path, "podloss")
@@ -179,7 +179,7 @@ def test_pod_loss_resumes_from_the_s3_copy_every_id_exactly_once(tmp_path, s3):
     n_shards = len(json.loads(fs.cat_file(f"{dest.removeprefix('s3://')}/manifest.json"))["shards"])
     assert 4 <= len(safe) < n_shards, len(safe)
     assert not fs.exists(f"{dest.removeprefix('s3://')}/SHA256SUMS")
-    from batch.run.status import remote_status
+    from batch.lot.status import remote_status
 
     st = remote_status(dest)  # from any machine: how much is safe off the pod
     assert st["off_pod"]["shards_safe"] == len(safe) and st["off_pod"]["shards_total"] == n_shards
@@ -220,7 +220,7 @@ def test_resume_from_refuses_another_corpus(tmp_path, s3):
 def test_a_store_down_for_a_while_slows_only_the_copy(tmp_path, s3):
     from batch.run.merge import check_export
     from batch.runfiles import ProgressFile
-    from classify.export import verify_export
+    from classify.runs.export import verify_export
 
     moto, fs = s3
     args, export_root = _setup(tmp_path, "outage")

@@ -18,9 +18,9 @@ import pytest
 
 from batch.pilot.run import run_pilot
 from batch.run.merge import check_export
-from classify.export import verify_export
-from classify.pilotgate import combo_key, pilot_status
-from classify.runrecords import read_jsonl
+from classify.runs.export import verify_export
+from classify.runs.gate import combo_key, pilot_status
+from classify.runs.records import read_jsonl
 from tests.support.stand_in_actors import answer_actor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +114,7 @@ def test_export_copy_passes_the_batch_recheck_and_tampering_is_caught(default_tr
 
 @pytest.mark.engine
 def test_docpilot_status_reads_a_pilot_run_folder_like_a_batch(default_trial, capsys):
-    from batch.run.status import batch_status
+    from batch.lot.status import batch_status
     from docpilot.cli import main as cli
 
     status = batch_status(default_trial.run_id)
@@ -219,7 +219,7 @@ def test_sigterm_during_engine_start_still_records_where_the_pilot_stopped(tmp_p
 @pytest.mark.engine
 def test_summary_holds_measured_peak_memory_and_throughput_beside_the_plan(default_trial, pilot_config):
     """summary.json: the engine's peak RSS, docs/s and tokens/s, next to the doctor's CPU estimate; decision.md says which it is."""
-    from classify.memory import GIB
+    from classify.engine.memory import GIB
 
     summary = json.loads((default_trial.run_dir / "summary.json").read_text())
     m = summary["measured"]
@@ -238,7 +238,7 @@ def test_summary_holds_measured_peak_memory_and_throughput_beside_the_plan(defau
     # issue 42 item 2: the figure names its source, and it is the doctor's figure for one engine on this CPU
     assert m["estimate_source"].startswith("make doctor's estimate") and m["estimate_source"] in md
     assert "make plan's estimate" not in md
-    from classify.doctor import engine_memory
+    from batch.pilot.doctor import engine_memory
 
     doctors = engine_memory(pilot_config, 0)[0].parts  # the same formula; the doctor also counts the LoRA slots
     assert {k: v for k, v in doctors.items() if k != "lora_slots"} == {k: v for k, v in parts.items() if k != "lora_slots"}

@@ -1,6 +1,6 @@
 """Score calibration, review flags and the quality reports (accuracy, confusion matrix, pictures).
 
-Fast tests: a fake tokenizer and fake vLLM outputs drive the real :class:`classify.scoring.Scorer`
+Fast tests: a fake tokenizer and fake vLLM outputs drive the real :class:`classify.engine.scoring.Scorer`
 through the offline (pilot, batch) and async (serve) classifiers, and the reports run on
 hand-made result rows.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from classify.config import ClassifyConfig
+from classify.config.sections import ClassifyConfig
 
 # first-token log-probs the fake engine answers with (already normalised over the categories)
 

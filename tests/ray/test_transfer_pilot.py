@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from classify.export import SHA256SUMS, verify_export
+from classify.runs.export import SHA256SUMS, verify_export
 from tests.support.corpora import ROOT
 from tests.support.transfer import BUCKET, flip_object, s3_fs
 from tests.support.transfer import s3 as s3  # noqa: F401  (fixture)

@@ -67,7 +67,7 @@ def test_batch_finishes_on_the_survivor_when_a_node_is_lost(tmp_path, bbc_dir):
 
     from batch import layout
     from classify.paths import runs_dir
-    from classify.runrecords import read_jsonl
+    from classify.runs.records import read_jsonl
 
     t0 = time.monotonic()
     spec = make_corpus(tmp_path / "corpus", bbc_dir, 24)

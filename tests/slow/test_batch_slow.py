@@ -61,7 +61,7 @@ def test_sigkill_driver_and_actor_then_resume_gives_each_id_once(tmp_path, bbc_d
     import psutil
 
     from classify.paths import runs_dir
-    from classify.runrecords import read_jsonl
+    from classify.runs.records import read_jsonl
 
     spec = make_corpus(tmp_path / "corpus", bbc_dir, 40)
     config = write_config(tmp_path / "batch.json", shard_docs=4)
@@ -178,7 +178,7 @@ def ray_head(tmp_path):
 
 def test_docpilot_submit_runs_the_batch_on_a_ray_head(tmp_path, bbc_dir, ray_head):
     from classify.paths import exports_dir, runs_dir
-    from classify.runrecords import read_jsonl
+    from classify.runs.records import read_jsonl
 
     spec = make_corpus(tmp_path / "corpus", bbc_dir, 24)
     proc = subprocess.run(
@@ -207,7 +207,7 @@ def test_docpilot_submit_runs_the_batch_on_a_ray_head(tmp_path, bbc_dir, ray_hea
 
 def test_full_bbc_test_set_334_articles(tmp_path, bbc_dir):
     from classify.paths import runs_dir
-    from classify.runrecords import read_jsonl
+    from classify.runs.records import read_jsonl
 
     spec = make_corpus(tmp_path / "corpus", bbc_dir, None)
     proc = subprocess.run(

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.timeout(3600)]  # long tests: an h
 def test_compiled_engine_answers_like_the_eager_one(engine, pilot_config):
     """``enforce_eager: false`` (what ``auto`` gives a batch of 2,000+ documents per engine) classifies as eager does."""
     from bench.common import bbc_test
-    from classify.engine import build_engine
+    from classify.engine.build import build_engine
     from tests.support.answers import assert_same_answers, score_tolerance
 
     docs, _ = bbc_test(24)

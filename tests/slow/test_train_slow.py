@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from adapters.train import train
-from classify.configfile import file_data
+from classify.config.file import file_data
 from tests.support.training import quick_config
 from tests.support.training import train_config as train_config  # noqa: F401  (fixture)
 

@@ -23,7 +23,7 @@ def score_tolerance(model_cfg) -> float:
     compositions, so 0.06 there. The category must still match exactly where the margin is clear,
     which is what catches an answer attributed to the wrong adapter or a shard's rows shifted.
     """
-    from classify.device import compute_dtype
+    from classify.engine.args import compute_dtype
 
     return 2e-3 if compute_dtype(model_cfg) == "float32" else 0.06
 

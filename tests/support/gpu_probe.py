@@ -65,11 +65,11 @@ def run(config: str, corpus: str, batch_id: str) -> int:
     """
     import sys
 
-    import classify.device
+    import classify.engine.args
     from batch.run.driver import parse_args, run_batch
     from classify.errors import DocpilotError
 
-    classify.device.on_accelerator = lambda: True  # the card, as torch would see it
+    classify.engine.args.on_accelerator = lambda: True  # the card, as torch would see it
     import ray
     from ray import cloudpickle
 

@@ -18,8 +18,8 @@ import pytest
 from fastapi.testclient import TestClient
 from safetensors.numpy import save_file
 
-from classify.config import PilotConfig
-from classify.model import ModelRef
+from classify.config.sections import PilotConfig
+from classify.engine.model import ModelRef
 from classify.records import Result
 from serve.app import create_app
 from serve.settings import load_settings
@@ -78,8 +78,8 @@ def record_gate(adapter, verdict: str, run_id: str, cfg: PilotConfig | None = No
                 fingerprint: str = MODEL.fingerprint, mode: str = "lora") -> None:
     """Record a pilot of ``adapter`` under ``cfg`` (default ``PilotConfig()``) in the pilot gate, keyed as
     ``docpilot pilot`` keys it (``mode``: the adapter mode piloted, LoRA by default)."""
-    from classify.config import classification_sha256
-    from classify.pilotgate import combo_key, record_pilot
+    from classify.config.sections import classification_sha256
+    from classify.runs.gate import combo_key, record_pilot
 
     cfg = cfg or PilotConfig()
     key = combo_key(fingerprint, adapter.sha256, classification_sha256(cfg.model, cfg.classify), mode)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adapters._config import TrainConfig
-from classify.config import load_config
+from classify.config.sections import load_config
 from tests.support import ROOT
 
 

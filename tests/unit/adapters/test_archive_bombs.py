@@ -21,7 +21,7 @@ from adapters import _export_copy
 from adapters.registry import Registry
 from adapters.transfer import export_adapter, import_adapter
 from classify.errors import AdapterIntegrityError
-from classify.export import SHA256SUMS
+from classify.runs.export import SHA256SUMS
 from tests.support.transfer import publish
 
 

@@ -20,10 +20,10 @@ from types import SimpleNamespace
 import pytest
 
 from adapters import merged_cache
-from classify.config import ClassifyConfig, ModelConfig, classification_sha256
+from classify.config.sections import ClassifyConfig, ModelConfig, classification_sha256
+from classify.engine.model import FINGERPRINT_FILE, ModelRef, weights_fingerprint
 from classify.errors import AdapterError, PilotGateError
-from classify.model import FINGERPRINT_FILE, ModelRef, weights_fingerprint
-from classify.pilotgate import combo_key, record_pilot, require_pilot
+from classify.runs.gate import combo_key, record_pilot, require_pilot
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = ModelRef("base-model", "/nowhere", "sha256:" + "cd" * 32, "test")
@@ -129,7 +129,7 @@ def test_gate_key_carries_the_mode_only_with_an_adapter():
 
 
 def test_adapter_mode_is_not_part_of_the_classification_hash_but_is_validated():
-    from classify.config import PilotConfig, parse_config
+    from classify.config.sections import PilotConfig, parse_config
     from classify.errors import ConfigError
 
     c = ClassifyConfig()

@@ -233,8 +233,8 @@ def test_merge_writes_a_full_model_equal_to_base_plus_adapter(reg: Registry, tmp
     from transformers import AutoModelForCausalLM
 
     from adapters.merge import merge_adapter
-    from classify.config import ModelConfig
-    from classify.model import resolve_model
+    from classify.config.sections import ModelConfig
+    from classify.engine.model import resolve_model
 
     base = resolve_model(ModelConfig())
     torch.manual_seed(0)
@@ -256,7 +256,7 @@ def test_merge_writes_a_full_model_equal_to_base_plus_adapter(reg: Registry, tmp
 
 
 def test_resolve_with_the_engine_settings_refuses_what_the_engine_cannot_apply(reg: Registry, tmp_path: Path):
-    from classify.config import EngineConfig
+    from classify.config.sections import EngineConfig
     from classify.errors import AdapterIncompatible
 
     reg.publish(_adapter_dir(tmp_path), "stand-in", 1, {"base_model": BASE})  # no engine given: bookkeeping only

@@ -16,7 +16,7 @@ from adapters._data import collate_left, micro_batch_indices
 from adapters._support import check_disk, disk_plan
 from adapters._validate import loss_fell
 from adapters.train import train
-from classify.config import PilotConfig, load_config, parse_config
+from classify.config.sections import PilotConfig, load_config, parse_config
 from classify.errors import ConfigError, EngineError, EnvironmentCheckError, InputError, Interrupted
 from tests.support.training import quick_config
 from tests.support.training import train_config as train_config  # noqa: F401  (fixture)
@@ -155,7 +155,7 @@ def test_answer_loss_matches_the_full_model_forward_and_its_gradients(arch):
 
 
 def test_training_dtype_auto_follows_the_cpu(train_config, monkeypatch):
-    import classify.device as device
+    import classify.engine.args as device
 
     auto = train_config.training.model_copy(update={"dtype": "auto"})
     monkeypatch.setattr(device, "on_accelerator", lambda: False)
@@ -170,7 +170,7 @@ def test_training_dtype_auto_follows_the_cpu(train_config, monkeypatch):
 
 
 def test_a_resumed_run_keeps_the_dtype_it_started_in_where_the_cpu_can(train_config, tmp_path, monkeypatch, caplog):
-    import classify.device as device
+    import classify.engine.args as device
     from adapters.train import resume_dtype
 
     monkeypatch.setattr(device, "on_accelerator", lambda: False)
@@ -208,7 +208,7 @@ def test_end_check_leaves_no_merged_copy_when_its_engine_never_starts(train_conf
     from types import SimpleNamespace
 
     import adapters._validate as validate
-    import classify.engine
+    import classify.engine.build
 
     assert train_config.model.adapter_mode == "merged"
     adapter_dir = tmp_path / "run" / "adapter"
@@ -226,7 +226,7 @@ def test_end_check_leaves_no_merged_copy_when_its_engine_never_starts(train_conf
         raise error
 
     monkeypatch.setattr(validate, "_merge_for_check", merge)
-    monkeypatch.setattr(classify.engine, "build_engine", start)
+    monkeypatch.setattr(classify.engine.build, "build_engine", start)
     with pytest.raises(type(error)):
         validate.through_engine(train_config, adapter_dir, [], SimpleNamespace(name="base"), classifier=None, label="check")
     assert not merged_dir.exists()

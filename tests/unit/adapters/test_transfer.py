@@ -18,7 +18,7 @@ from adapters.registry import Registry
 from adapters.transfer import export_adapter, import_adapter
 from batch.run.merge import check_export
 from classify.errors import AdapterError, AdapterIntegrityError
-from classify.export import SHA256SUMS, export_complete, export_run, verify_export
+from classify.runs.export import SHA256SUMS, export_complete, export_run, verify_export
 from tests.support.transfer import BUCKET, FP, batch_run, flip_object, publish, s3_fs
 from tests.support.transfer import s3 as s3  # noqa: F401  (fixture)
 
@@ -76,8 +76,8 @@ def test_truncated_archive_is_refused_naming_the_member(tmp_path):
 
 
 def test_adapter_through_s3_then_served_and_a_flipped_byte_is_refused(s3, tmp_path, monkeypatch):
-    from classify.config import PilotConfig
-    from classify.model import ModelRef
+    from classify.config.sections import PilotConfig
+    from classify.engine.model import ModelRef
     from serve.app import create_app
     from serve.settings import load_settings
     from tests.support.serve_app import AUTH, TOKEN, FakeEngine, record_gate

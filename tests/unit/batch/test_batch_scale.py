@@ -123,7 +123,7 @@ def test_a_second_plan_of_the_same_tabular_file_reuses_the_stored_one(tmp_path, 
 def test_a_version_1_run_folder_is_refused_with_a_clear_message(tmp_path):
     from batch import layout as mf
     from classify.errors import InputError
-    from classify.runrecords import write_json_atomic
+    from classify.runs.records import write_json_atomic
 
     write_json_atomic(tmp_path / "old" / mf.MANIFEST, {"batch_id": "old", "shards": [], "corpus": {}})
     with pytest.raises(InputError, match=r"batch old was made by an earlier docpilot \(run folder manifest_version 1, "

@@ -13,11 +13,11 @@ import pytest
 from batch import layout as mf
 from batch.config import BatchConfig, CorpusConfig, load_batch_config, results_config_sha256
 from batch.corpus.plan import read_corpus
+from batch.lot.status import batch_status
+from batch.lot.status import main as status_main
 from batch.run.merge import check_export, check_results, merge_results
-from batch.run.status import batch_status
-from batch.run.status import main as status_main
 from batch.runfiles import Manifest
-from classify.config import PilotConfig, load_config
+from classify.config.sections import PilotConfig, load_config
 from classify.errors import ConfigError, InputError, VerificationError
 from classify.records import Result
 from tests.support.corpora import PLANTED, ROOT, make_corpus, planned_shards
@@ -192,7 +192,7 @@ def test_status_reads_run_folder(tmp_path, bbc_dir, monkeypatch, capsys):
     planned = planned_shards(spec["path"], 4)
     n0 = len(planned[0][1])
     mf.write_shard(run, 0, _rows(planned[0][1]))
-    from batch.run.detached import process_identity
+    from classify.runs.detached import process_identity
 
     # a live driver: this process (a record naming another host or a dead pid reads "interrupted": test_detach_identity)
     (run / "progress.json").write_text(json.dumps({"state": "running", **process_identity(),
@@ -211,7 +211,7 @@ def test_status_and_export_check_refuse_a_version_1_run_folder(tmp_path, monkeyp
     """A run folder made by an earlier docpilot (manifest_version 1: no field, shards/NNNNN.jsonl, a plan of positions)
     is refused with the resume's message, not read."""
     from batch.runfiles import EarlierRunFolder
-    from classify.runrecords import write_json_atomic
+    from classify.runs.records import write_json_atomic
 
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
     run = tmp_path / "runs" / "old1"

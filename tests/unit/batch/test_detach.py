@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_child_argv_drops_only_the_detach_options():
-    from batch.run.detach import child_argv
+    from docpilot.detach import child_argv
 
     assert child_argv(["--corpus", "c", "--detach", "--stop-when-done", "--wrap-up-to", "s3://b/x", "--batch-id", "b"]) == \
         ["--corpus", "c", "--batch-id", "b"]
@@ -85,7 +85,7 @@ def test_train_detach_follow_gives_its_exit_status_and_stop_when_done_needs_a_de
 
 
 def test_stop_when_done_wraps_up_and_stops_only_after_a_successful_verified_run(tmp_path, monkeypatch, bbc_dir):
-    from batch.run.detach import stop_when_done
+    from docpilot.detach import stop_when_done
 
     marker = tmp_path / "stopped.marker"
     lots = json.loads((ROOT / "config" / "lots.json").read_text())
@@ -112,7 +112,7 @@ def test_stop_when_done_wraps_up_and_stops_only_after_a_successful_verified_run(
 def test_status_from_says_done_only_beside_a_complete_export(tmp_path, capsys):
     """The mirror is written "done" once classified; off the pod that reads "classified, not exported" until the
     export's SHA256SUMS is there."""
-    from batch.run import status
+    from batch.lot import status
 
     record = {"batch_id": "b-late", "state": "done", "done": 3, "total": 3, "accepted": 3, "rejected": 0,
               "started_at": "2026-12-02T00:00:00Z", "updated_at": "2026-12-02T00:01:00Z", "host": "pod"}

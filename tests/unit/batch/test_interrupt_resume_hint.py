@@ -8,9 +8,9 @@ import json
 import pytest
 
 from batch import layout as mf
+from batch.lot.status import main as status_main
 from batch.run import driver
 from batch.run.progress import closing_on_error, progress_bar
-from batch.run.status import main as status_main
 from classify.errors import Interrupted
 from classify.usercommand import VIA_MAKE_ENV
 

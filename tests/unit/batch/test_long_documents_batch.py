@@ -15,7 +15,7 @@ from batch.plan.lots import JobShape, LotsConfig
 from batch.plan.plan import build_plan, prompts_plan
 from batch.rows import read_rows
 from batch.run.merge import Tally
-from classify.config import ClassifyConfig, ModelConfig, PilotConfig, parse_config
+from classify.config.sections import ClassifyConfig, ModelConfig, PilotConfig, parse_config
 from classify.records import Result
 
 ROOT = Path(__file__).resolve().parents[3]

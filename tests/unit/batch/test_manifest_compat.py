@@ -79,7 +79,7 @@ def test_the_fixture_covers_every_optional_shard_key(captured):
 @pytest.mark.parametrize("name", CORPORA)
 def test_an_earlier_manifest_loads_and_is_written_back_as_the_same_json(tmp_path, captured, name):
     from batch import layout as mf
-    from classify.runrecords import write_json_atomic
+    from classify.runs.records import write_json_atomic
 
     run = tmp_path / "run"
     run.mkdir()

@@ -22,16 +22,16 @@ import pytest
 
 from batch.config import CorpusConfig
 from batch.corpus.plan import read_corpus
+from batch.corpus.tabular import iter_csv
 from batch.layout import scan_done, write_shard
 from batch.pilot.inputs import read_pilot_set
 from batch.runfiles import Manifest
-from classify.config import ClassifyConfig
-from classify.documents import document_from_text, iter_directory
+from classify.config.sections import ClassifyConfig
+from classify.documents.read import document_from_text, iter_directory
+from classify.documents.text import check_bytes, check_text
 from classify.errors import InputError
 from classify.records import Result
-from classify.runrecords import read_jsonl, write_json_atomic, write_jsonl_atomic
-from classify.tabular import iter_csv
-from classify.textcheck import check_bytes, check_text
+from classify.runs.records import read_jsonl, write_json_atomic, write_jsonl_atomic
 from tests.support.corpora import planned_shards
 from tests.support.serve_app import AUTH
 from tests.support.serve_app import make_client as make_client  # noqa: F401  (fixture)
@@ -313,7 +313,7 @@ def test_a_csv_row_that_is_not_utf8_is_rejected_by_its_byte_offset_and_the_rest_
     """One bad byte costs its row (rejected, the byte and its offset named), not the whole corpus; a bad header stops."""
     from batch.config import CorpusConfig
     from batch.corpus.plan import read_corpus
-    from classify.tabular import csv_header, iter_csv_rows
+    from batch.corpus.tabular import csv_header, iter_csv_rows
 
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b'id,text\na,fine\nb,caf\xe9 latin-1\n"c\xff","two\nlines"\nd,"multi\nline \xe9"\ne,ok\n')
@@ -342,7 +342,7 @@ def test_a_csv_row_that_is_not_utf8_is_rejected_by_its_byte_offset_and_the_rest_
 def test_a_jsonl_line_that_is_not_utf8_is_rejected_by_its_byte_and_keeps_its_id(tmp_path):
     """A stray UTF-16 mark or a latin-1 byte costs its line, named (was: "not valid JSON: Expecting value"), and the
     line keeps its id when it parses with the bad bytes escaped, as a CSV row does; the plan and the read agree."""
-    from classify.documents import iter_jsonl
+    from classify.documents.read import iter_jsonl
 
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"id": "a", "text": "fine"}\n\xff\xfe{"id": "b", "text": "x"}\n{"id": "c", "text": "caf\xe9"}\n'
@@ -370,7 +370,7 @@ def test_a_jsonl_line_that_is_not_utf8_keeps_its_label_and_a_first_line_mark(tmp
     from batch.corpus.labels import iter_labels
     from batch.corpus.plan import plan_corpus
     from batch.pilot.inputs import read_pilot_set
-    from classify.documents import iter_jsonl
+    from classify.documents.read import iter_jsonl
 
     bad = tmp_path / "lab.jsonl"
     bad.write_bytes(b'\xef\xbb\xbf{"id": "b1", "text": "caf\xe9", "label": "reject"}\n'
@@ -389,7 +389,7 @@ def test_a_jsonl_line_that_is_not_utf8_keeps_its_label_and_a_first_line_mark(tmp
 def test_a_stray_utf16_mark_at_the_start_of_a_utf8_jsonl_costs_only_its_line(tmp_path):
     """FF FE then `{"` cannot be UTF-16 (no zero beside the ASCII): not refused as UTF-16 (whose iconv would
     garble the file), the first line is one rejected row; a real UTF-16 file is still refused."""
-    from classify.documents import iter_jsonl
+    from classify.documents.read import iter_jsonl
 
     stray = tmp_path / "stray.jsonl"
     stray.write_bytes(b'\xff\xfe{"id": "s1", "text": "one"}\n{"id": "s2", "text": "two"}\n')

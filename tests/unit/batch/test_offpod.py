@@ -49,7 +49,7 @@ def _s3(path: str) -> tuple[object, str]:
 
 def test_the_uploader_copies_shards_then_the_ledger_and_a_new_pod_restores_them(tmp_path, lease_s3):  # noqa: F811
     from batch.run.offpod import LEDGER, ShardUploader, restore_run, shard_rel
-    from classify.files import file_sha256
+    from classify.runs.files import file_sha256
 
     run_dir, manifest = _run_folder(tmp_path)
     dest = f"s3://{BUCKET}/up1/b"
@@ -108,7 +108,7 @@ def test_a_slow_store_never_blocks_shard_written(tmp_path, lease_s3, monkeypatch
 
 def test_the_final_export_sends_only_what_the_copy_lacks(tmp_path, lease_s3, monkeypatch):  # noqa: F811
     from batch.run.offpod import ShardUploader, shard_rel
-    from classify import export, storage
+    from classify.runs import export, storage
 
     run_dir, manifest = _run_folder(tmp_path)
     dest = f"s3://{BUCKET}/reuse/b"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from batch.pilot.run import main, run_pilot
-from classify.config import PilotConfig, parse_config
+from classify.config.sections import PilotConfig, parse_config
 from classify.records import Result
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -155,8 +155,8 @@ def test_a_failed_measurement_is_recorded_not_raised(pilot_config):
 
 def test_pipeline_differences_name_each_setting_and_an_old_record():
     from batch.config import RunConfig
-    from classify.config import EngineConfig
-    from classify.pilotgate import pipeline_differences, pipeline_settings
+    from classify.config.sections import EngineConfig
+    from classify.runs.gate import pipeline_differences, pipeline_settings
 
     piloted = pipeline_settings(EngineConfig(), RunConfig(), None)
     assert pipeline_differences(piloted, piloted) == []

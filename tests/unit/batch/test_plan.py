@@ -1,4 +1,4 @@
-"""Tests of ``make plan`` (batch/plan/plan.py, classify/memory.py).
+"""Tests of ``make plan`` (batch/plan/plan.py, classify/engine/memory.py).
 
 Prices come from the shipped example table in ``config/lots.json``. Memory figures are
 hand-computed here from the models' published ``config.json`` numbers; the last tests
@@ -18,9 +18,8 @@ import pytest
 
 from batch.plan.lots import JobShape, LotsConfig, job_shape
 from batch.plan.plan import build_plan, main, model_shape, order_summary, ray_plan
-from classify.config import EngineConfig, ModelConfig, load_config, parse_config
-from classify.errors import ConfigError
-from classify.memory import (
+from classify.config.sections import EngineConfig, ModelConfig, load_config, parse_config
+from classify.engine.memory import (
     BUILTIN_SHAPES,
     GIB,
     activation_bytes,
@@ -28,7 +27,8 @@ from classify.memory import (
     serving_estimate,
     training_estimate,
 )
-from classify.modelshape import LINEAR_MODULES, lora_parameter_count
+from classify.engine.shape import LINEAR_MODULES, lora_parameter_count
+from classify.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
 LOTS = ROOT / "config" / "lots.json"
@@ -264,7 +264,11 @@ def test_weights_estimate_matches_safetensors():
 
 def test_cpu_serving_estimate_parts():
     """The CPU figure the pilot compares its measured peak RSS with: weights + the whole CPU KV space + runtime."""
-    from classify.memory import CPU_ENGINE_PROCESSES, CPU_RUNTIME_BYTES_PER_PROCESS, cpu_serving_estimate
+    from classify.engine.memory import (
+        CPU_ENGINE_PROCESSES,
+        CPU_RUNTIME_BYTES_PER_PROCESS,
+        cpu_serving_estimate,
+    )
 
     shape = model_shape(ModelConfig())
     est = cpu_serving_estimate(shape, 4, kv_cache_space_gib=1, max_loras=2, max_lora_rank=8, enable_lora=False,
@@ -282,7 +286,7 @@ def test_memory_functions_take_at_most_three_positional_parameters():
     """Sizing numbers go by keyword: ``serving_estimate(shape, 2, max_model_len=..., ...)``, never eight bare ints."""
     import inspect
 
-    import classify.memory as memory
+    import classify.engine.memory as memory
 
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     public = {name: fn for name, fn in vars(memory).items()
@@ -358,8 +362,8 @@ def test_an_old_lots_config_with_job_sections_says_what_moved_where(tmp_path, ca
 
 def test_an_old_lots_config_only_warns_where_its_lease_fields_are_read(tmp_path, caplog):
     """batch, pilot, status and wrap-up read only the lease fields: an old lots.json warns there, never stops them."""
+    from batch.lot.stop import stop_settings
     from batch.plan.plan import lease_end
-    from batch.run.lease import stop_settings
 
     old = {**json.loads(LOTS.read_text()), "lease_ends_at": "2026-12-03T18:00:00Z",
            "model": {"base_model": "smollm2-135m-instruct"}, "engine": {"max_lora_rank": 16}}

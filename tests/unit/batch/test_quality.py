@@ -1,6 +1,6 @@
 """Score calibration, review flags and the quality reports (accuracy, confusion matrix, pictures).
 
-Fast tests: a fake tokenizer and fake vLLM outputs drive the real :class:`classify.scoring.Scorer`
+Fast tests: a fake tokenizer and fake vLLM outputs drive the real :class:`classify.engine.scoring.Scorer`
 through the offline (pilot, batch) and async (serve) classifiers, and the reports run on
 hand-made result rows.
 
@@ -16,10 +16,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from classify.config import ClassifyConfig
-from classify.documents import document_from_text
-from classify.engine import Classifier
-from classify.scoring import AdapterHandle, Scorer, softmax_at
+from classify.config.sections import ClassifyConfig
+from classify.documents.read import document_from_text
+from classify.engine.build import Classifier
+from classify.engine.scoring import AdapterHandle, Scorer, softmax_at
 
 CATS = ClassifyConfig().categories
 # first-token log-probs the fake engine answers with (already normalised over the categories)
@@ -82,8 +82,8 @@ def test_softmax_at_is_raw_at_t1_and_flattens_above():
 
 @pytest.mark.parametrize("t", [0.05, 0.5, 1.0, 1.7, 20.0])
 def test_the_engine_applies_the_temperature_as_the_fit_does(t):
-    """``classify.calibration.apply_temperature`` (training's fit) and the Scorer's softmax_at agree."""
-    from classify.calibration import apply_temperature
+    """``adapters.calibration.apply_temperature`` (training's fit) and the Scorer's softmax_at agree."""
+    from adapters.calibration import apply_temperature
 
     fitted = apply_temperature([list(LOGPROBS.values())], t)[0]
     assert [softmax_at(LOGPROBS, k, t) for k in LOGPROBS] == pytest.approx(list(fitted), abs=1e-12)
@@ -126,7 +126,7 @@ def test_pilot_batch_and_serve_apply_the_card_temperature_identically(tmp_path, 
 
 
 def test_the_batch_actor_applies_the_temperature_in_lora_and_merged_mode(tmp_path, monkeypatch):
-    import classify.engine as engine_mod
+    import classify.engine.build as engine_mod
     from batch.corpus.shard import ShardInput
     from batch.pool.actor import EngineActor
 
@@ -175,7 +175,7 @@ def _row(i, category, score, status="accepted"):
 
 
 def test_needs_review_only_with_a_threshold():
-    from classify.scoring import needs_review
+    from classify.engine.scoring import needs_review
 
     assert needs_review(0.1, None) is None  # off: rows carry no flag
     assert needs_review(0.59, 0.6) is True and needs_review(0.6, 0.6) is False and needs_review(None, 0.6) is True

@@ -12,7 +12,7 @@ from batch.run.driver import BatchOptions, parse_args
 from batch.run.progress import Progress
 from batch.runfiles import EarlierRunFolder, Manifest, ProgressFile
 from classify.errors import InputError
-from classify.runrecords import write_json_atomic
+from classify.runs.records import write_json_atomic
 
 OLD = {"manifest_version": 2, "batch_id": "b", "corpus": {"distinct_ids": 3, "path": "c.jsonl"},
        "config": {"classify": {"categories": ["tech"]}}, "shards": [{"index": 0, "n_docs": 3, "dups": {}}],

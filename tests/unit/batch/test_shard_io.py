@@ -15,9 +15,9 @@ from batch.corpus.shard import ShardInput, ShardOutput
 from batch.rows import RowMatcher, read_rows, results_schema
 from batch.run.merge import Tally
 from classify.errors import VerificationError
-from classify.files import ids_sha256
 from classify.records import Result
-from classify.runrecords import jsonl_body
+from classify.runs.files import ids_sha256
+from classify.runs.records import jsonl_body
 
 CATS = ["business", "sport", "tech"]
 
@@ -33,7 +33,7 @@ def _rows() -> list[Result]:
 
 
 def _per_row(rows: list[Result]) -> Tally:
-    """The per-row rules of :class:`classify.accounting.Ledger` (what the columnar tally must count)."""
+    """The per-row rules of :class:`classify.runs.accounting.Ledger` (what the columnar tally must count)."""
     tally = Tally(CATS)
     for r in rows:
         tally.add(r)
@@ -192,7 +192,7 @@ def test_shard_output_is_the_shard_file_and_its_counts():
 ])
 def test_the_plan_pass_fast_id_agrees_with_the_full_reader(line):
     from batch.corpus.scan import fast_line_id
-    from classify.documents import jsonl_line_id
+    from classify.documents.read import jsonl_line_id
 
     fast = fast_line_id(line)
     assert fast is None or fast == jsonl_line_id("c.jsonl", 1, line)[0]

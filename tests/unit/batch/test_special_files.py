@@ -19,10 +19,10 @@ import pytest
 
 from batch.config import CorpusConfig
 from batch.corpus.plan import locate_corpus, plan_corpus, read_corpus
-from classify.documents import iter_directory, iter_jsonl, read_file_document
+from batch.corpus.tabular import iter_csv
+from classify.documents.read import iter_directory, iter_jsonl, read_file_document
 from classify.errors import InputError
-from classify.files import NotRegularFile, open_regular, read_regular
-from classify.tabular import iter_csv
+from classify.runs.files import NotRegularFile, open_regular, read_regular
 
 
 @pytest.fixture(autouse=True)

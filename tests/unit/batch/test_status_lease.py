@@ -8,10 +8,10 @@ import json
 import pytest
 
 from batch import layout as mf
+from batch.lot.status import batch_status
+from batch.lot.status import main as status_main
 from batch.plan.plan import lease_end, parse_lease_end
 from batch.run.lease import lease_check
-from batch.run.status import batch_status
-from batch.run.status import main as status_main
 from classify.errors import ConfigError
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)

@@ -11,13 +11,13 @@ import subprocess
 import pytest
 
 from batch import layout as mf
+from batch.lot.status import batch_status
+from batch.lot.status import main as status_main
 from batch.pilot.decision import VERDICT_VS_DECISION, decision_markdown
 from batch.run.driver import warn_pipeline
 from batch.run.lease import lease_check
-from batch.run.status import batch_status
-from batch.run.status import main as status_main
-from classify.config import EngineConfig
-from classify.pilotgate import pipeline_settings
+from classify.config.sections import EngineConfig
+from classify.runs.gate import pipeline_settings
 from classify.usercommand import VIA_MAKE_ENV
 from tests.support import ROOT
 

@@ -13,7 +13,7 @@ import pytest
 
 from adapters.registry import Registry
 from batch import layout as mf
-from batch.run import wrapup
+from batch.lot import wrapup
 from classify.errors import VerificationError
 from tests.support.s3server import BUCKET, lease_s3  # noqa: F401 - lease_s3 is a fixture
 from tests.support.transfer import batch_run, flip_object, publish, s3_fs
@@ -113,7 +113,7 @@ def test_a_version_1_batch_folder_fails_the_wrap_up_with_the_earlier_docpilot_me
 
 @pytest.mark.usefixtures("lease_s3")
 def test_wrap_up_to_s3_an_interrupted_upload_fails_and_a_rerun_completes_and_stops_once(pod, monkeypatch):
-    from classify import storage
+    from classify.runs import storage
 
     dest = f"s3://{BUCKET}/wrapup-{pod['runs'].parent.name[-20:]}"
     real = storage.upload_tree
@@ -176,8 +176,8 @@ def test_nothing_exported_or_a_running_batch_never_stops_the_lease(tmp_path, mon
 
 
 def test_stop_command_runs_without_a_shell_and_a_failing_one_is_an_error(tmp_path):
+    from batch.lot.stop import stop_the_meter
     from batch.plan.lots import LeaseSection
-    from batch.run.lease import stop_the_meter
 
     lease = LeaseSection(stop_command=["echo", "$HOME; touch", str(tmp_path / "injected")])
     decision = stop_the_meter(tmp_path, lease, True, "verified")

@@ -1,4 +1,4 @@
-"""The one accounting check (classify.accounting) and the typed result record at the file boundary."""
+"""The one accounting check (classify.runs.accounting) and the typed result record at the file boundary."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from classify.accounting import Ledger, account, duplicates, recount_mismatches
 from classify.errors import VerificationError
-from classify.records import RESULT_FIELDS, Result, read_results
+from classify.records import RESULT_FIELDS, Result
+from classify.runs.accounting import Ledger, account, duplicates, recount_mismatches
+from classify.runs.records import read_results
 
 
 def _ok(i: str, category: str = "tech") -> Result:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from classify.config import (
+from classify.config.file import CommandConfig, file_data
+from classify.config.sections import (
     ClassifyConfig,
     EngineConfig,
     ModelConfig,
@@ -16,7 +17,6 @@ from classify.config import (
     load_config,
     parse_config,
 )
-from classify.configfile import CommandConfig, file_data
 from classify.errors import ConfigError
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from classify import doctor
+from batch.pilot import doctor
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -70,7 +70,7 @@ def test_wrong_results_are_a_blocker(monkeypatch, tmp_path):
 
 
 def test_a_missing_cpp_compiler_is_a_warning_not_a_blocker(monkeypatch):
-    # long CPU batches then stay eager (batch.run.attempt) and enforce_eager false is refused (classify.device)
+    # long CPU batches then stay eager (batch.run.attempt) and enforce_eager false is refused (classify.engine.args)
     monkeypatch.setattr(doctor, "cpp_compiler", lambda: None)
     checks = {c.name: c for c in doctor.run_checks(check_model=False)}
     assert checks["c++ compiler"].status == "warn" and "apt-get install g++" in checks["c++ compiler"].detail
@@ -78,19 +78,19 @@ def test_a_missing_cpp_compiler_is_a_warning_not_a_blocker(monkeypatch):
 
 
 def test_memory_need_is_the_plans_estimate(monkeypatch):
-    # one formula for the doctor, `make plan` and the pilot's measured-vs-estimate check (classify.memory);
+    # one formula for the doctor, `make plan` and the pilot's measured-vs-estimate check (classify.engine.memory);
     # the doctor's own figure (weights + KV + 1 GiB, ~2.3 GiB) passed machines the engine (4.3 GiB measured) did not fit
-    from classify.config import PilotConfig
-    from classify.device import compute_dtype
-    from classify.memory import (
+    from classify.config.sections import PilotConfig
+    from classify.engine.args import compute_dtype
+    from classify.engine.memory import (
         CPU_ENGINE_PROCESSES,
         CPU_RUNTIME_BYTES_PER_PROCESS,
         DTYPE_BYTES,
         GIB,
         cpu_serving_estimate,
     )
-    from classify.model import resolve_model
-    from classify.modelshape import shape_from_folder
+    from classify.engine.model import resolve_model
+    from classify.engine.shape import shape_from_folder
 
     cfg = PilotConfig()
     eng = cfg.engine.resolve("cpu")
@@ -108,7 +108,7 @@ def test_memory_need_is_the_plans_estimate(monkeypatch):
 
 def test_memory_of_a_hub_model_id_is_sized_without_its_weights(monkeypatch):
     # vLLM fetches a hub id itself: not a blocker here, and the line says the weights are not counted
-    from classify.config import ModelConfig, PilotConfig
+    from classify.config.sections import ModelConfig, PilotConfig
 
     cfg = PilotConfig(model=ModelConfig(base_model="HuggingFaceTB/SmolLM2-135M-Instruct"))
     est, formula = doctor.engine_memory(cfg, 64 * 2**30)

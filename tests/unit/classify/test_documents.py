@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from classify.documents import collapse_duplicates, iter_directory, iter_jsonl
+from batch.corpus.tabular import iter_csv
+from classify.documents.read import collapse_duplicates, iter_directory, iter_jsonl
+from classify.documents.text import check_bytes
 from classify.errors import InputError
-from classify.tabular import iter_csv
-from classify.textcheck import check_bytes
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_jsonl_path_must_stay_inside_the_input_folder(tmp_path):
 
 def test_check_bytes_given_the_decoded_text_answers_as_if_it_decoded_the_bytes():
     """``document_from_text`` passes the string it encoded; the answer (text, reason) is the same as decoding."""
-    from classify.textcheck import check_bytes, check_text
+    from classify.documents.text import check_bytes, check_text
 
     samples = ["plain text", "\ufeffwith a mark", "\ufeff", "\ufeff\ufeffdouble", "  \n\t ", "", "\x01\x02ab",
                "\x07" * 5 + "x" * 5, "a\x0bb\x0cc\x1fd" * 3, "caf\u00e9 \u4e2d\u6587 \U0001f600", "\u200b\u200d",

@@ -1,4 +1,4 @@
-"""What :func:`classify.device.engine_kwargs` hands vLLM on each device (no engine, no accelerator needed).
+"""What :func:`classify.engine.args.engine_kwargs` hands vLLM on each device (no engine, no accelerator needed).
 
 The shipped config files leave the device-dependent fields on ``"auto"``; the same file must give
 vLLM's CPU settings here and its throughput settings (CUDA graphs, ``gpu_memory_utilization``,
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from classify.config import (
+from classify.config.sections import (
     EngineConfig,
     ModelConfig,
     PilotConfig,
@@ -20,9 +20,9 @@ from classify.config import (
     load_config,
     parse_config,
 )
-from classify.device import engine_kwargs
+from classify.engine.args import engine_env, engine_kwargs
+from classify.engine.model import ModelRef
 from classify.errors import ConfigError
-from classify.model import ModelRef
 from classify.paths import verbose_logs
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,7 +33,7 @@ BASE = {"model": MODEL.path, "tokenizer": MODEL.path, "max_model_len": 1024, "se
 
 @pytest.fixture(autouse=True)
 def _keep_kv_env(monkeypatch):
-    """engine_kwargs exports VLLM_CPU_KVCACHE_SPACE on CPU: undo it after each test."""
+    """No VLLM_CPU_KVCACHE_SPACE from the outside: the tests see that engine_kwargs never writes it."""
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
 
 
@@ -65,7 +65,9 @@ def test_engine_kwargs_per_device(device, engine, lora, expected, kv_env):
     model_cfg = ModelConfig(dtype="bfloat16")
     kwargs = engine_kwargs(MODEL, model_cfg, parse_config(EngineConfig, engine), lora, device=device)
     assert kwargs == {**BASE, "dtype": "bfloat16", **expected}
-    assert os.environ.get("VLLM_CPU_KVCACHE_SPACE") == kv_env
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ  # computed, never written: the engine's starter applies it
+    env = engine_env(parse_config(EngineConfig, engine), device=device)
+    assert env == ({"VLLM_CPU_KVCACHE_SPACE": kv_env} if kv_env else {})
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "rocm"])
@@ -88,7 +90,7 @@ def test_auto_dtype_follows_the_device_asked_for():
 
 
 def test_default_device_is_this_machine():
-    from classify.device import detect_device
+    from classify.engine.args import detect_device
 
     assert detect_device() == "cpu"  # the test machine has no accelerator
     assert engine_kwargs(MODEL, ModelConfig(dtype="float32"), EngineConfig(), False) == engine_kwargs(
@@ -122,7 +124,7 @@ def test_engine_settings_leave_the_pilot_gate_key_alone():
 
 
 def test_for_workload_compiles_only_long_runs_and_keeps_what_the_user_set():
-    from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
+    from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
 
     auto = EngineConfig()
     assert auto.for_workload(COMPILE_MIN_DOCS_PER_ENGINE - 1) is auto
@@ -137,7 +139,7 @@ def test_for_workload_compiles_only_long_runs_and_keeps_what_the_user_set():
 def test_torch_compile_on_cpu_without_a_cpp_compiler_is_refused_before_vllm():
     import torch._inductor.config as inductor_config
 
-    from classify.device import cpp_compiler
+    from classify.engine.args import cpp_compiler
     from classify.errors import EnvironmentCheckError
 
     assert cpp_compiler() is not None  # this machine has g++ (the compiled-engine tests need it)

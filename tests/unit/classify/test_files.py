@@ -1,4 +1,4 @@
-"""classify.files: content hashes and folders that appear whole."""
+"""classify.runs.files: content hashes and folders that appear whole."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from classify.files import atomic_dir, file_sha256, ids_sha256, stream_sha256, tree_sha256
+from classify.runs.files import atomic_dir, file_sha256, ids_sha256, stream_sha256, tree_sha256
 
 
 def test_hashes_match_hashlib(tmp_path: Path) -> None:

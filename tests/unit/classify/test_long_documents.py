@@ -16,13 +16,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from classify.accounting import Ledger
-from classify.config import ClassifyConfig, ModelConfig, classification_sha256
-from classify.documents import document_from_text
-from classify.engine import Classifier
-from classify.prompt import build_prompts, build_training_examples, prompt_builder, window_spans
+from classify.config.sections import ClassifyConfig, ModelConfig, classification_sha256
+from classify.documents.read import document_from_text
+from classify.engine.build import Classifier
+from classify.engine.prompt import build_prompts, build_training_examples, prompt_builder, window_spans
+from classify.engine.scoring import Scorer, mean_logprobs, softmax_at
 from classify.records import RESULT_FIELDS, Result
-from classify.scoring import Scorer, mean_logprobs, softmax_at
+from classify.runs.accounting import Ledger
 from tests.support.corpora import long_document, train_texts
 
 CUT = ClassifyConfig()
@@ -33,7 +33,7 @@ WINDOWS = ClassifyConfig(long_documents="windows")
 def tokenizer(pilot_config):
     from transformers import AutoTokenizer
 
-    from classify.model import resolve_model
+    from classify.engine.model import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(pilot_config.model).path)
 
@@ -198,7 +198,7 @@ def test_choice_scoring_votes_over_windows():
 def test_classification_key_of_cut_mode_is_what_it_was():
     import hashlib
 
-    from classify.configbase import canonical_json
+    from classify.config.base import canonical_json
 
     model, classify = ModelConfig(), ClassifyConfig()
     old = classify.model_dump(mode="json", exclude={"review_below_score", "long_documents", "max_windows"})

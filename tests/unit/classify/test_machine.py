@@ -1,4 +1,4 @@
-"""The machine probe and the install profile (``classify/machine.py``), with the machine faked at its edge.
+"""The machine probe and the install profile (``classify/engine/machine.py``), with the machine faked at its edge.
 
 Fake ``nvidia-smi``/``amd-smi`` scripts on PATH and fake ``proc``/``dev`` roots; the real probe, the real
 ``choose`` and the real Makefile (``make -n setup``) run on them.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from classify import machine
+from classify.engine import machine
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -112,7 +112,7 @@ def test_python_3_10_is_refused_naming_the_version(tmp_path):
 
 @pytest.mark.skipif(not Path("/root/.pyenv/versions/3.10.13/bin/python3").exists(), reason="no Python 3.10 on this machine")
 def test_a_real_python_3_10_runs_the_probe_and_is_refused():
-    out = subprocess.run(["/root/.pyenv/versions/3.10.13/bin/python3", "-m", "classify.machine", "check"], cwd=ROOT,
+    out = subprocess.run(["/root/.pyenv/versions/3.10.13/bin/python3", "-m", "classify.engine.machine", "check"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 3 and "[setup] refused: Python 3.10.13" in out.stderr
 

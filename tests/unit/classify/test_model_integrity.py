@@ -1,6 +1,6 @@
 """Weights changed after verification (issue 28, item 3, the model half): what runs is what was verified.
 
-:func:`classify.model.verify_model` re-hashes a model folder's weights against the fingerprint it is known by,
+:func:`classify.engine.model.verify_model` re-hashes a model folder's weights against the fingerprint it is known by,
 before a pilot, a batch and a server start. Altered bytes of the same size, a truncated, missing or extra weight
 file are a :class:`~classify.errors.ModelIntegrityError` (exit 5) naming the file; nothing is recorded under the
 verified fingerprint. The CLI cases run the real ``docpilot batch`` and ``docpilot pilot`` on a tampered copy of
@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from classify.errors import EngineError, ModelIntegrityError
-from classify.model import (
+from classify.engine.model import (
     FINGERPRINT_FILE,
     ModelRef,
     resolve_model,
@@ -27,6 +26,7 @@ from classify.model import (
     weight_file_records,
     weights_fingerprint,
 )
+from classify.errors import EngineError, ModelIntegrityError
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -72,7 +72,7 @@ TAMPERINGS = [
 @pytest.mark.parametrize(("what", "tamper", "name", "words"), TAMPERINGS, ids=[t[0] for t in TAMPERINGS])
 def test_tampered_weights_are_a_model_integrity_error_naming_the_file(tmp_path, listed, what, tamper, name, words):
     folder = _model(tmp_path, listed)
-    from classify.config import ModelConfig
+    from classify.config.sections import ModelConfig
 
     ref = resolve_model(ModelConfig(base_model=str(folder)))
     assert verify_model(ref) is ref  # the genuine folder passes
@@ -104,7 +104,7 @@ def test_hub_id_and_unreadable_marker(tmp_path):
 @pytest.fixture(scope="module")
 def tampered_default(tmp_path_factory):
     """A copy of the real default model with one byte of its weights altered in place (same size)."""
-    src = resolve_model(__import__("classify.config", fromlist=["ModelConfig"]).ModelConfig())
+    src = resolve_model(__import__("classify.config.sections", fromlist=["ModelConfig"]).ModelConfig())
     dst = tmp_path_factory.mktemp("tampered") / "smollm2"
     shutil.copytree(src.path, dst)
     weights = dst / "model.safetensors"

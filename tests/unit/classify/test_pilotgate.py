@@ -1,12 +1,12 @@
-"""The pilot gate's keys and its fallback order (classify/pilotgate.py), without a model."""
+"""The pilot gate's keys and its fallback order (classify/runs/gate.py), without a model."""
 
 from __future__ import annotations
 
 import pytest
 
-from classify.config import ClassifyConfig, PilotConfig, classification_sha256
+from classify.config.sections import ClassifyConfig, PilotConfig, classification_sha256
 from classify.errors import PilotGateError
-from classify.pilotgate import adapter_keys, combo_key, record_pilot, require_pilot
+from classify.runs.gate import adapter_keys, combo_key, record_pilot, require_pilot
 
 FP, SHA = "sha256:" + "f" * 64, "ab" * 32
 

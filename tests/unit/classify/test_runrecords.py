@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from classify.errors import VerificationError
-from classify.export import SHA256SUMS, export_run, verify_export
-from classify.runrecords import new_run_dir, write_json_atomic
+from classify.runs.export import SHA256SUMS, export_run, verify_export
+from classify.runs.records import new_run_dir, write_json_atomic
 
 
 def test_run_folders_are_never_reused(tmp_path):

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from classify.config import EngineConfig, ModelConfig, parse_config
-from classify.device import engine_kwargs
+from classify.config.sections import EngineConfig, ModelConfig, parse_config
+from classify.engine.args import engine_kwargs
+from classify.engine.model import ModelRef
 from classify.errors import ConfigError
-from classify.model import ModelRef
-from classify.pilotgate import pipeline_differences, pipeline_settings
+from classify.runs.gate import pipeline_differences, pipeline_settings
 
 MODEL = ModelRef(name="m", path="/models/m", fingerprint="sha256:0", source="local")
 

@@ -8,7 +8,7 @@ import pytest
 
 from classify import usercommand
 from classify.errors import PilotGateError
-from classify.pilotgate import require_pilot
+from classify.runs.gate import require_pilot
 from classify.usercommand import MAKE_VARS, SWITCHES, VIA_MAKE_ENV, user_command, user_flag
 from tests.support import ROOT
 

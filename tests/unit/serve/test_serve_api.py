@@ -11,7 +11,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from classify.config import PilotConfig
+from classify.config.sections import PilotConfig
 from classify.errors import ConfigError, EngineError
 from serve.app import create_app
 from serve.settings import load_settings

@@ -12,7 +12,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from classify.config import ClassifyConfig, PilotConfig, classification_sha256
+from classify.config.sections import ClassifyConfig, PilotConfig, classification_sha256
 from serve.app import create_app
 from serve.settings import load_settings
 from tests.support.serve_app import AUTH, MODEL, TOKEN, FakeEngine, record_gate

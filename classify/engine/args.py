@@ -1,20 +1,19 @@
 """The engine's device and dtype, and the vLLM engine arguments chosen for them.
 
 :func:`engine_kwargs` is the one place vLLM's arguments are decided: the offline engine
-(:func:`classify.engine.build_engine`) and the server's async engine (``serve/engine.py``) both
+(:func:`classify.engine.build.build_engine`) and the server's async engine (``serve/engine.py``) both
 build from it.
 """
 
 from __future__ import annotations
 
-import os
 import platform
 from typing import Any
 
-from classify.config import EngineConfig, ModelConfig
-from classify.engineconfig import COMPILE_MIN_DOCS_PER_ENGINE
+from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
+from classify.config.sections import EngineConfig, ModelConfig
+from classify.engine.model import ModelRef
 from classify.errors import EnvironmentCheckError
-from classify.model import ModelRef
 from classify.paths import verbose_logs
 
 
@@ -132,9 +131,9 @@ def engine_kwargs(
 
     ``"auto"`` engine fields are resolved for ``device`` (:meth:`EngineConfig.resolve`): eager mode,
     64 sequences and vLLM's token budget on CPU; CUDA graphs, 256 sequences, 16384 batched tokens and
-    ``gpu_memory_utilization`` on CUDA/ROCm. Values the user set are passed as given. On CPU it also
-    exports ``VLLM_CPU_KVCACHE_SPACE`` (GiB), where vLLM reads the KV-cache size from the environment
-    rather than from ``gpu_memory_utilization``.
+    ``gpu_memory_utilization`` on CUDA/ROCm. Values the user set are passed as given. The process
+    environment is not touched: what vLLM reads from it comes from :func:`engine_env`, which the caller
+    that starts the engine applies.
 
     Args:
         model: the resolved base model.
@@ -176,10 +175,28 @@ def engine_kwargs(
     if eng.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = eng.max_num_batched_tokens
     kwargs.update(eng.parallel_kwargs())  # tensor parallel over the GPUs this process holds (none on CPU)
-    if device == "cpu":
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(eng.kv_cache_space_gib)
-    else:
+    if device != "cpu":
         kwargs["gpu_memory_utilization"] = eng.gpu_memory_utilization
     if enable_lora:
         kwargs.update(enable_lora=True, max_loras=eng.max_loras, max_lora_rank=eng.max_lora_rank)
     return kwargs
+
+
+def engine_env(engine_cfg: EngineConfig, device: str | None = None) -> dict[str, str]:
+    """The environment variables vLLM reads at engine start for ``engine_cfg`` on ``device``.
+
+    On CPU, vLLM sizes its KV cache from ``VLLM_CPU_KVCACHE_SPACE`` (GiB) rather than from
+    ``gpu_memory_utilization``; on a GPU nothing is needed. The caller that starts the engine sets them
+    (``os.environ.update``) just before it does.
+
+    Args:
+        engine_cfg: engine sizing.
+        device: ``cpu``, ``cuda`` or ``rocm``; ``None`` detects this machine's (:func:`detect_device`).
+
+    Returns:
+        Variable name -> value (empty off the CPU).
+    """
+    device = device or detect_device()
+    if device != "cpu":
+        return {}
+    return {"VLLM_CPU_KVCACHE_SPACE": str(engine_cfg.resolve(device).kv_cache_space_gib)}

@@ -1,6 +1,6 @@
 """What every docpilot config model shares: the frozen base class and the validation-message formatter.
 
-One home for the pieces the config schema (``classify.config``), the batch, training and lot-plan
+One home for the pieces the config schema (``classify.config.sections``), the batch, training and lot-plan
 configs, the adapter card and the server's settings and request errors all use:
 
 - :class:`Frozen`: a pydantic model that is immutable and refuses unknown fields;

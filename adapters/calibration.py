@@ -208,7 +208,7 @@ def reliability_diagram(scores: Any, correct: Any, path: str | Path, title: str,
     Raises:
         ValueError: as :func:`calibration_bins`.
     """
-    from classify.plots import pyplot, save_png
+    from classify.runs.plots import pyplot, save_png
 
     plt = pyplot()
 

@@ -1,6 +1,6 @@
 """Detached runs: ``docpilot batch --detach`` / ``docpilot train --detach`` outlive the terminal that started them.
 
-:func:`start_detached` starts a small supervisor (``python -m batch.run.detach supervise ...``) in a new
+:func:`start_detached` starts a small supervisor (``python -m docpilot.detach supervise ...``) in a new
 session (``start_new_session``: its own process group, no controlling terminal, standard input from
 ``/dev/null``), so a dropped SSH connection, a closed terminal or a killed login shell (SIGHUP or
 SIGKILL to the starting session) does not reach it. The supervisor runs the real command as its child,
@@ -8,10 +8,14 @@ with standard output and error appended to the log in the run folder, and when t
 the exit status to ``<run folder>/exit.json`` (:data:`EXIT_RECORD`; a child killed by signal N is
 recorded as 128 + N, as a shell reports it). ``docpilot status ID --follow`` waits on that record.
 
-With ``--stop-when-done`` the supervisor then runs the verified wrap-up (:func:`batch.run.wrapup.wrap_up`)
+With ``--stop-when-done`` the supervisor then runs the verified wrap-up (:func:`batch.lot.wrapup.wrap_up`)
 to the export location and the lease's stop command only if every copy was re-checked where it
-landed (:func:`batch.run.lease.stop_the_meter`); a failed run never stops the lease. Every decision is
+landed (:func:`batch.lot.stop.stop_the_meter`); a failed run never stops the lease. Every decision is
 recorded in the run folder's ``lease-stop.json``.
+
+This is the front door's half of ``--detach``: ``docpilot.cli`` sends a detachable command's arguments here with
+that command's ``prepare_detach`` (which checks its options and opens its run folder through a
+:class:`~classify.runs.detached.DetachPlan`), so neither ``batch`` nor ``adapters`` imports this module.
 
 Files in the run folder: ``detach.json`` (:data:`DETACH_RECORD`: the supervisor's and the child's pid,
 host, command, log), ``<kind>.log`` and ``exit.json``.
@@ -28,19 +32,23 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from batch.run.detached import (
+from adapters._export_copy import redact
+from batch.lot.stop import check_stop_command, stop_settings, stop_the_meter
+from classify.runs.detached import (
     DETACH_RECORD,
     EXIT_RECORD,
+    DetachPlan,
     log_path,
     process_identity,
     read_detach,
     record_exit,
 )
-from classify.runrecords import utc_now, write_json_atomic
-from classify.usercommand import user_command, user_flag
+from classify.runs.records import utc_now, write_json_atomic
+from classify.usercommand import user_command
 
 log = logging.getLogger("docpilot.detach")
 
@@ -131,14 +139,12 @@ def _start(kind: str, run_id: str, run_dir: Path, argv: list[str], *, lock_fd: i
     (run_dir / EXIT_RECORD).unlink(missing_ok=True)  # a resumed run's earlier record: follow waits for this one
     logfile = log_path(run_dir, kind)
     command = [sys.executable, "-m", "docpilot", kind, *argv]
-    sup = [sys.executable, "-m", "batch.run.detach", "supervise", "--run-dir", str(run_dir.resolve()), "--kind", kind]
+    sup = [sys.executable, "-m", "docpilot.detach", "supervise", "--run-dir", str(run_dir.resolve()), "--kind", kind]
     if stop_when_done:
         sup += ["--stop-when-done", "--wrap-up-to", str(wrap_up_to)]
     if lots_config:
         sup += ["--lots-config", str(Path(lots_config).resolve()) if Path(lots_config).exists() else lots_config]
     sup += ["--", *command]
-    from adapters._export_copy import redact
-
     shown = [redact(a) for a in command]  # a URL's user:password@ never lands in the log or the record
     with open(logfile, "ab") as out:
         out.write(f"--- {utc_now()} detached: {shlex.join(shown)}\n".encode())
@@ -159,39 +165,30 @@ def _start(kind: str, run_id: str, run_dir: Path, argv: list[str], *, lock_fd: i
     return 0
 
 
-def detach_train(argv: list[str], stop_when_done: bool, wrap_up_to: str | None, detach: bool) -> int:
-    """``docpilot train --detach``: a job folder ``runs/<utc>-trainjob-<hex>/`` for the log and exit record, then
-    the training run in its own session (the run's own folder is made by the training, as in the foreground).
+def detach(argv: list[str], prepare: Callable[[list[str]], DetachPlan]) -> int:
+    """``docpilot batch|train --detach [--stop-when-done --wrap-up-to DEST]``: start the command in its own session.
+
+    The command's own ``prepare_detach`` checks its options and returns a :class:`DetachPlan`; here the lease's stop
+    command is checked (now, not after the whole run), the run folder opened and the supervisor started.
 
     Args:
-        argv: ``docpilot train``'s arguments as given.
-        stop_when_done: wrap up to ``wrap_up_to`` and stop the lease after a successful run.
-        wrap_up_to: the wrap-up destination (required with ``stop_when_done``).
-        detach: ``--detach`` was given (``--stop-when-done`` alone is refused).
+        argv: the command's arguments as given (after ``docpilot batch`` / ``docpilot train``).
+        prepare: the command's ``prepare_detach`` (``docpilot.cli.DETACHABLE``).
 
     Returns:
         0 once the detached run started.
 
     Raises:
-        InputError: ``--stop-when-done`` without ``--detach`` or without ``--wrap-up-to``.
+        InputError: the command refused its detach options (``--stop-when-done`` without ``--detach`` or
+            without a destination), or the run is already running detached.
+        ConfigError: the lots config's ``lease.stop_command`` cannot run here (:func:`batch.lot.stop.check_stop_command`).
     """
-    from classify.errors import InputError
-    from classify.paths import runs_dir
-    from classify.runrecords import new_run_dir
-
-    if not detach:
-        raise InputError(f"{user_flag('--stop-when-done')} needs {user_flag('--detach')} (a foreground run ends with its "
-                         f"terminal); after a foreground run use `{user_command('docpilot wrap-up --to DEST')}`")
-    if stop_when_done and not wrap_up_to:
-        raise InputError(f"{user_flag('--stop-when-done')} needs {user_flag('--wrap-up-to', 'DEST')} (a folder or "
-                         "s3://...): the lease is never stopped before everything is copied off the pod and re-checked")
-    if stop_when_done:
-        from batch.run.lease import check_stop_command, stop_settings
-
-        check_stop_command(stop_settings("config/lots.json"))  # now, not after the whole training run
-    job_id, job_dir = new_run_dir("trainjob", runs_dir())
-    return start_detached("train", job_id, job_dir, child_argv(argv), stop_when_done=stop_when_done,
-                          wrap_up_to=wrap_up_to)
+    plan = prepare(argv)
+    if plan.stop_when_done:
+        check_stop_command(stop_settings(plan.lots_config))
+    run_id, run_dir, added = plan.open_run()
+    return start_detached(plan.kind, run_id, run_dir, child_argv(argv) + list(added), stop_when_done=plan.stop_when_done,
+                          wrap_up_to=plan.wrap_up_to, lots_config=plan.lots_config)
 
 
 def _supervise(args: argparse.Namespace) -> int:
@@ -233,17 +230,15 @@ def stop_when_done(run_dir: Path, kind: str, code: int, dest: str | None, lots_c
         lots_config: the lots config holding ``lease.stop_command``.
 
     Returns:
-        The stop decision (:func:`batch.run.lease.stop_the_meter`).
+        The stop decision (:func:`batch.lot.stop.stop_the_meter`).
     """
-    from batch.run.lease import stop_settings, stop_the_meter
-
     lease = stop_settings(lots_config)
     if code != 0:
         return stop_the_meter(run_dir, lease, False, f"the {kind} exited {code} (failed or stopped): the lease is "
                                                     "left running so it can be resumed or copied off by hand")
     if not dest:
         return stop_the_meter(run_dir, lease, False, "no wrap-up destination: nothing was exported")
-    from batch.run.wrapup import wrap_up
+    from batch.lot.wrapup import wrap_up
 
     try:
         outcome = wrap_up(dest)
@@ -253,14 +248,14 @@ def stop_when_done(run_dir: Path, kind: str, code: int, dest: str | None, lots_c
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m batch.run.detach supervise --run-dir D --kind K [--stop-when-done --wrap-up-to X] -- COMMAND...``.
+    """``python -m docpilot.detach supervise --run-dir D --kind K [--stop-when-done --wrap-up-to X] -- COMMAND...``.
 
     Internal: started by :func:`start_detached` in its own session; not a ``docpilot`` subcommand.
 
     Returns:
         The child's exit status (128 + N when a signal N ended it).
     """
-    p = argparse.ArgumentParser(prog="python -m batch.run.detach")
+    p = argparse.ArgumentParser(prog="python -m docpilot.detach")
     sub = p.add_subparsers(dest="action", required=True)
     s = sub.add_parser("supervise")
     s.add_argument("--run-dir", required=True)

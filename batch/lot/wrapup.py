@@ -10,9 +10,9 @@ every adapter version           ``adapters/<name>-<version>/``              :fun
 every finished batch            ``<batch-id>/`` (the ``batch.export_dir``   :func:`batch.run.attempt.export_batch`
                                 layout: an earlier export there is          (hashes + the batch's counts recomputed
                                 re-checked, not copied again)               from the copy)
-every unfinished batch          ``<batch-id>-partial-<utc>/``               :func:`batch.run.status.export_partial`
+every unfinished batch          ``<batch-id>-partial-<utc>/``               :func:`batch.lot.status.export_partial`
 (complete shards so far)                                                    (hashes)
-every pilot run and decision    ``<run-id>/`` (the pilot's export layout)   :func:`classify.accounting.export_checked`
+every pilot run and decision    ``<run-id>/`` (the pilot's export layout)   :func:`classify.runs.accounting.export_checked`
                                                                             (hashes)
 =============================  ==========================================  =========================================
 
@@ -22,7 +22,7 @@ is written LAST to ``DEST/<utc>-wrapup-<hex>.json`` and to the wrap-up's own run
 ``runs/<utc>-wrapup-<hex>/wrap-up.json``. The command exits 8 (verification) naming every item that is
 missing when any copy failed its re-check. Then, and only when every copy verified, at least one thing
 was copied, and no batch is still running, the lots config's ``lease.stop_command`` runs
-(:func:`batch.run.lease.stop_the_meter`); the decision and its reason are recorded in that run folder's
+(:func:`batch.lot.stop.stop_the_meter`); the decision and its reason are recorded in that run folder's
 ``lease-stop.json`` either way.
 """
 
@@ -36,12 +36,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from classify import storage
 from classify.errors import EnvironmentCheckError, VerificationError
-from classify.export import SHA256SUMS
 from classify.paths import registry_dir, runs_dir
-from classify.runrecords import new_run_dir, utc_now, write_json_atomic
-from classify.storage import Dest
+from classify.runs import storage
+from classify.runs.export import SHA256SUMS
+from classify.runs.records import new_run_dir, utc_now, write_json_atomic
+from classify.runs.storage import Dest
 
 log = logging.getLogger("docpilot.wrapup")
 
@@ -99,7 +99,7 @@ def _copy_adapters(dest: Dest, registry: Any, refs: list[str] | None) -> list[di
 def _copy_runs(dest: Dest, root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Finished and unfinished batches and pilot runs under ``root``; returns ``(items, batches still running)``."""
     from batch import layout as mf
-    from batch.run.status import batch_status, export_partial
+    from batch.lot.status import batch_status, export_partial
 
     items: list[dict[str, Any]] = []
     running: list[str] = []
@@ -127,7 +127,7 @@ def _copy_runs(dest: Dest, root: Path) -> tuple[list[dict[str, Any]], list[str]]
                     target = export_partial(st, str(dest))
                     item["dest"] = _label(target)
             else:
-                from classify.accounting import export_checked
+                from classify.runs.accounting import export_checked
 
                 target = storage.join(dest, run.name)
                 item["dest"] = _label(target)
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         VerificationError: a copy failed its re-check or could not be made (exit 8; names each one).
         EnvironmentCheckError: every copy verified but the stop command failed (exit 6: stop the lease yourself).
     """
-    from batch.run.lease import stop_settings, stop_the_meter
+    from batch.lot.stop import stop_settings, stop_the_meter
 
     p = argparse.ArgumentParser(prog="docpilot wrap-up", description="Copy every adapter and run off the pod, "
                                 "re-check each copy where it landed, write a manifest, then stop the lease.")

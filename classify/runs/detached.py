@@ -1,7 +1,7 @@
 """What a detached run leaves in its run folder, and whether its process still lives.
 
 ``detach.json`` (:data:`DETACH_RECORD`), ``<kind>.log`` and ``exit.json`` (:data:`EXIT_RECORD`) are written
-by the supervisor of :mod:`batch.run.detach` and read by ``docpilot status`` (:mod:`batch.run.status`);
+by the supervisor of :mod:`docpilot.detach` and read by ``docpilot status`` (:mod:`batch.lot.status`);
 both import them from here, so that status does not import the supervisor (which imports the wrap-up,
 which imports status).
 """
@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from classify.runrecords import utc_now, write_json_atomic
+from classify.runs.records import utc_now, write_json_atomic
 
 EXIT_RECORD = "exit.json"
 DETACH_RECORD = "detach.json"
@@ -119,3 +121,26 @@ def pid_alive(pid: int | None, host: str | None, started: float | None = None, b
     except psutil.AccessDenied:
         return True
     return True
+
+
+@dataclass(frozen=True)
+class DetachPlan:
+    """A detachable command's share of ``--detach``: what its ``prepare_detach(argv)`` returns to the front door.
+
+    The front door (:mod:`docpilot.detach`) checks the lease's stop command, calls :attr:`open_run` and starts
+    the supervisor, so no command package imports the detach machinery.
+
+    Attributes:
+        kind: ``batch`` or ``train``: the subcommand the supervisor runs, and the log's name.
+        stop_when_done: after a successful run, wrap up to :attr:`wrap_up_to` and stop the lease if every copy verified.
+        wrap_up_to: the wrap-up destination (folder or URL); set whenever :attr:`stop_when_done` is.
+        lots_config: the lots config holding ``lease.stop_command``.
+        open_run: makes (or opens) the run folder once the options passed: ``(run id, folder, arguments added to
+            the child's)``.
+    """
+
+    kind: str
+    stop_when_done: bool
+    wrap_up_to: str | None
+    lots_config: str | None
+    open_run: Callable[[], tuple[str, Path, tuple[str, ...]]]

@@ -12,11 +12,11 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from classify import storage
+from classify.runs import storage
 from classify.errors import VerificationError
-from classify.files import atomic_dir, tree_sha256
-from classify.runrecords import write_bytes_atomic
-from classify.storage import Dest
+from classify.runs.files import atomic_dir, tree_sha256
+from classify.runs.records import write_bytes_atomic
+from classify.runs.storage import Dest
 
 SHA256SUMS = "SHA256SUMS"
 EXPORT_STAGING_SUFFIX = ".export-tmp"
@@ -52,7 +52,7 @@ def export_run(run_dir: Path, export_dir: Dest, reuse: dict[str, str] | None = N
     """Copy a finished run folder to ``export_dir`` with a ``SHA256SUMS`` file.
 
     A local copy goes to a temporary sibling folder and is renamed into place, so a partial copy
-    never looks complete. An object-storage copy (``s3://...``, see :mod:`classify.storage`) has
+    never looks complete. An object-storage copy (``s3://...``, see :mod:`classify.runs.storage`) has
     no rename: every file is uploaded first and ``SHA256SUMS`` last, so a copy without
     ``SHA256SUMS`` is incomplete (an interrupted upload) and is cleared and rewritten here, except
     the objects ``reuse`` names with the hash the source file has now: those are already there (a
@@ -113,7 +113,7 @@ def compare_sha256(
 
     Args:
         listed: what the record (``SHA256SUMS``, an adapter card) says.
-        actual: what :func:`classify.files.tree_sha256` (or an equivalent) found.
+        actual: what :func:`classify.runs.files.tree_sha256` (or an equivalent) found.
         list_name: the record's name, for "not listed in ..." messages.
         missing: the words after "<path>: " for a listed file that is absent.
         listed_as: how the recorded hash is named in mismatch messages ("listed", "card").

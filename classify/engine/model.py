@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from classify.config import DEFAULT_BASE_MODEL, ModelConfig
+from classify.config.sections import DEFAULT_BASE_MODEL, ModelConfig
 from classify.errors import EngineError, ModelIntegrityError
-from classify.files import atomic_dir, file_sha256
 from classify.paths import model_cache_dir
+from classify.runs.files import atomic_dir, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ def _dequantize_gguf(gguf: Path, out_dir: Path, dtype: str) -> None:
 def share_readable(folder: Path) -> bool:
     """Make a model-cache folder and its files readable by every user (``0755`` / ``0644``).
 
-    ``tempfile.mkdtemp`` (behind :func:`classify.files.atomic_dir`) creates the folder ``0700`` and
+    ``tempfile.mkdtemp`` (behind :func:`classify.runs.files.atomic_dir`) creates the folder ``0700`` and
     safetensors writes its file ``0600``, whatever the umask; a cache provisioned by root would then be
     unreadable to an image's own user. Folders provisioned before this existed are fixed on reuse when
     this process owns them (else left as they are, with a warning naming the ``chmod`` to run).

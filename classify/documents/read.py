@@ -1,5 +1,5 @@
-"""Document reading for pilot, batch and serve: folders and JSONL (CSV and Parquet: :mod:`classify.tabular`),
-with a reason for every reject (the text rules: :mod:`classify.textcheck`).
+"""Document reading for pilot, batch and serve: folders and JSONL (CSV and Parquet: :mod:`batch.corpus.tabular`),
+with a reason for every reject (the text rules: :mod:`classify.documents.text`).
 
 Nothing is dropped: an unreadable, empty, invisible-only, binary, non-UTF-8 or oversize
 document becomes a :class:`~classify.records.Document` with ``reject_reason`` set, and a
@@ -31,9 +31,15 @@ from pathlib import Path
 
 import msgspec
 
-from classify.files import NotRegularFile, read_regular, special_kind
+from classify.documents.text import (
+    check_bytes,
+    checked_id,
+    escape_surrogates,
+    refuse_wide_file,
+    surrogate_reason,
+)
 from classify.records import Document
-from classify.textcheck import check_bytes, checked_id, escape_surrogates, refuse_wide_file, surrogate_reason
+from classify.runs.files import NotRegularFile, read_regular, special_kind
 
 LABEL_FILES = ("labels.json", "labels.csv")
 
@@ -43,7 +49,7 @@ _JSON_TYPES = {bool: "boolean", float: "number", type(None): "null", list: "arra
 def document_from_bytes(doc_id: str, raw: bytes, max_doc_bytes: int, source: str = "",
                         text: str | None = None) -> Document:
     """Build a :class:`Document` from raw bytes (hashing them, checking them); ``text``: ``raw`` decoded, when
-    the caller encoded ``raw`` from it (:func:`classify.textcheck.check_bytes`)."""
+    the caller encoded ``raw`` from it (:func:`classify.documents.text.check_bytes`)."""
     text, reason = check_bytes(raw, max_doc_bytes, text)
     return Document(
         id=doc_id,
@@ -83,7 +89,7 @@ def read_file_document(doc_id: str, path: Path, max_doc_bytes: int) -> Document:
     """Read one file as a document: rejected (never raised) when it is over ``max_doc_bytes``, unreadable or not text.
 
     Only a regular file is opened (a FIFO, a device, a socket or a folder, or a link to one, is a rejected
-    row naming what it is, never opened: :func:`classify.files.open_regular`), and at most
+    row naming what it is, never opened: :func:`classify.runs.files.open_regular`), and at most
     ``max_doc_bytes + 1`` bytes are read.
 
     Args:
@@ -212,7 +218,7 @@ def _escaped_record(raw_line: bytes) -> dict:
 
 def jsonl_line_fields(raw_line: bytes) -> dict:
     """The fields of one JSONL line whatever its id, for its label: the parsed object, a line that is not
-    UTF-8 read with its bad bytes escaped (:func:`classify.textcheck.escape_surrogates` before writing any of
+    UTF-8 read with its bad bytes escaped (:func:`classify.documents.text.escape_surrogates` before writing any of
     them), ``{}`` for a line that is not a JSON object.
 
     Args:

@@ -1,7 +1,7 @@
 """The ``engine`` section: vLLM engine sizing, one section for every device (``"auto"`` fields chosen per device).
 
 Shared by pilot, batch, training (validation through the engine) and serve; re-exported by
-:mod:`classify.config`.
+:mod:`classify.config.sections`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from classify.configbase import Frozen
+from classify.config.base import Frozen
 from classify.errors import ConfigError
 
 Device = Literal["cpu", "cuda", "rocm"]
@@ -150,7 +150,7 @@ class EngineConfig(Frozen):
         seed: engine sampling seed.
         tensor_parallel_size: GPUs of one node that hold one model copy together (1, 2, 4, 8), or
             ``"auto"``: the smallest that fits one sequence of ``max_model_len`` by the plan's formula
-            (:func:`classify.memory.choose_tensor_parallel`, resolved by the batch driver and the plan
+            (:func:`classify.engine.memory.choose_tensor_parallel`, resolved by the batch driver and the plan
             before the engines start). The batch starts ``GPUs // tp`` engine actors per node, each
             holding ``tp`` GPUs of one node. CPU engines always run with 1 (a set value is warned about).
     """
@@ -196,7 +196,7 @@ class EngineConfig(Frozen):
         the plan, which know the model and the card) is 1.
 
         Args:
-            device: ``cpu``, ``cuda`` or ``rocm`` (``classify.device.detect_device`` finds this machine's).
+            device: ``cpu``, ``cuda`` or ``rocm`` (``classify.engine.args.detect_device`` finds this machine's).
 
         Returns:
             The concrete :class:`EngineSettings`.

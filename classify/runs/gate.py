@@ -20,7 +20,7 @@ from filelock import FileLock
 
 from classify.errors import PilotGateError
 from classify.paths import pilots_dir
-from classify.runrecords import utc_now, write_json_atomic
+from classify.runs.records import utc_now, write_json_atomic
 from classify.usercommand import user_flag
 
 log = logging.getLogger(__name__)
@@ -39,9 +39,9 @@ def combo_key(model_fingerprint: str, adapter_sha256: str | None, classification
     batch in the other.
 
     Args:
-        model_fingerprint: :func:`classify.model.weights_fingerprint` of the base model (not of a merged copy).
+        model_fingerprint: :func:`classify.engine.model.weights_fingerprint` of the base model (not of a merged copy).
         adapter_sha256: the adapter's content hash from its registry card, or ``None`` for the base model alone.
-        classification_sha256: :func:`classify.config.classification_sha256` of the model + classify config.
+        classification_sha256: :func:`classify.config.sections.classification_sha256` of the model + classify config.
         adapter_mode: ``lora`` or ``merged`` (``model.adapter_mode``); ignored without an adapter.
 
     Returns:
@@ -64,15 +64,15 @@ def gate_key(model_fingerprint: str, model_cfg: Any, classify_cfg: Any, adapter_
 
     Args:
         model_fingerprint: the base model's fingerprint (not of a merged copy).
-        model_cfg: the ``model`` section (:class:`classify.config.ModelConfig`).
-        classify_cfg: the ``classify`` section (:class:`classify.config.ClassifyConfig`).
+        model_cfg: the ``model`` section (:class:`classify.config.sections.ModelConfig`).
+        classify_cfg: the ``classify`` section (:class:`classify.config.sections.ClassifyConfig`).
         adapter_sha256: the adapter's content hash (card ``sha256``), ``None`` for the base model alone.
         adapter_mode: ``lora`` or ``merged`` (``None``: ``lora``); counts only with an adapter.
 
     Returns:
-        :func:`combo_key` of the combination, with :func:`classify.config.classification_sha256` of the sections.
+        :func:`combo_key` of the combination, with :func:`classify.config.sections.classification_sha256` of the sections.
     """
-    from classify.config import classification_sha256
+    from classify.config.sections import classification_sha256
 
     return combo_key(model_fingerprint, adapter_sha256, classification_sha256(model_cfg, classify_cfg),
                      adapter_mode or "lora")
@@ -86,7 +86,7 @@ def pipeline_settings(engine_cfg: Any, run_cfg: Any, adapter_mode: str | None) -
     """The pipeline settings a run goes with: engine section, actor count, actor CPUs, core binding, adapter mode.
 
     Args:
-        engine_cfg: the ``engine`` section (:class:`classify.config.EngineConfig`).
+        engine_cfg: the ``engine`` section (:class:`classify.config.sections.EngineConfig`).
         run_cfg: the ``batch`` section (:class:`batch.config.RunConfig`).
         adapter_mode: ``lora``, ``merged`` or ``None`` (no adapter).
 
@@ -133,7 +133,7 @@ def adapter_keys(model_fingerprint: str, adapter_sha256: str, classification_sha
     Args:
         model_fingerprint: the base model's fingerprint.
         adapter_sha256: the adapter's content hash (card ``sha256``).
-        classification_sha256: :func:`classify.config.classification_sha256` of the served config.
+        classification_sha256: :func:`classify.config.sections.classification_sha256` of the served config.
 
     Returns:
         ``(combo_key(..., "lora"), combo_key(..., "merged"))``.

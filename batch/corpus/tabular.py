@@ -1,5 +1,5 @@
 """Tabular corpus readers: CSV (streamed, byte-offset resumable) and Parquet columns, with the text rules of
-:mod:`classify.textcheck` applied to every row through :func:`classify.documents.document_from_text`.
+:mod:`classify.documents.text` applied to every row through :func:`classify.documents.read.document_from_text`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from classify.documents import document_from_bytes, document_from_text
+from classify.documents.read import document_from_bytes, document_from_text
+from classify.documents.text import checked_id, escape_surrogates, refuse_wide_file, surrogate_reason
 from classify.errors import InputError
 from classify.records import Document
-from classify.textcheck import checked_id, escape_surrogates, refuse_wide_file, surrogate_reason
 
 _NOT_UTF8_HINT = "; the file is not UTF-8: convert it, e.g. iconv -f <its encoding> -t UTF-8 IN > OUT"
 
@@ -64,7 +64,8 @@ class CsvRow:
 
     __slots__ = ("index", "doc_id", "values", "end", "where", "error", "text_column")
 
-    def __init__(self, index: int, doc_id: str, values: dict, end: int, where: str, error: str | None, text_column: str):
+    def __init__(self, index: int, doc_id: str, values: dict, *, end: int, where: str, error: str | None,
+                 text_column: str):
         self.index, self.doc_id, self.values, self.end = index, doc_id, values, end
         self.where, self.error, self.text_column = where, error, text_column
 
@@ -220,7 +221,8 @@ def iter_csv_rows(
                 if bad:  # rejected with the byte named; its id (escaped if the bad byte is in it) is kept
                     error = error or _not_utf8_reason(index, bad)
                     bad.clear()
-                yield CsvRow(index, escape_surrogates(doc_id), values, end[0], where, error, text_column)
+                yield CsvRow(index, escape_surrogates(doc_id), values, end=end[0], where=where, error=error,
+                             text_column=text_column)
                 index += 1
         except csv.Error as err:
             raise InputError(f"{path}: malformed CSV in the record starting at line {good_line + 1}: {err} "
@@ -335,7 +337,7 @@ def parquet_text_values(column: Any) -> tuple[list[Any], bool]:
 
 def parquet_id_values(column: Any) -> list[Any]:
     """The values of an id column batch: a string column's bytes decoded as UTF-8 with bad bytes as lone surrogates
-    (the row is then rejected, its id escaped: :func:`classify.textcheck.checked_id`), other types as Arrow gives them."""
+    (the row is then rejected, its id escaped: :func:`classify.documents.text.checked_id`), other types as Arrow gives them."""
     import pyarrow as pa
 
     if _is_string(column.type):
@@ -370,8 +372,8 @@ def parquet_row_id(value: object, index: int, use_ids: bool, prefix: str, where:
 
 def parquet_document(doc_id: str, value: Any, is_bytes: bool, max_doc_bytes: int, where: str) -> Document:
     """The document of one Parquet row's text: a string column's bytes through the text rules of
-    :func:`classify.documents.document_from_bytes` (invalid UTF-8 is a rejected row naming the byte), any other
-    value through :func:`classify.documents.document_from_text` (a non-string is a rejected row naming its type)."""
+    :func:`classify.documents.read.document_from_bytes` (invalid UTF-8 is a rejected row naming the byte), any other
+    value through :func:`classify.documents.read.document_from_text` (a non-string is a rejected row naming its type)."""
     if is_bytes and value is not None:
         return checked_id(document_from_bytes(doc_id, value, max_doc_bytes, where))
     return document_from_text(doc_id, value, max_doc_bytes, where)

@@ -199,14 +199,14 @@ def recheck_export(dest: Any, check: Callable[[Path], list[str]] | None, label: 
     """The one export re-check of pilot and batch: every ``SHA256SUMS`` hash, then the run's own accounting.
 
     Args:
-        dest: the copy (a folder or an object-storage URL, :mod:`classify.storage`).
+        dest: the copy (a folder or an object-storage URL, :mod:`classify.runs.storage`).
         check: recomputes the run's invariants from a local copy (``None``: hashes only).
         label: names the copy in the error (``"export <dest>"``).
 
     Raises:
         VerificationError: ``"<label> failed its re-check: <problem>; ..."``.
     """
-    from classify.export import verify_export
+    from classify.runs.export import verify_export
 
     problems = verify_export(dest, check)
     if problems:
@@ -230,7 +230,7 @@ def export_checked(run_dir: Path, dest: Any, check: Callable[[Path], list[str]] 
     Raises:
         VerificationError: the copy fails its re-check.
     """
-    from classify.export import export_complete, export_run
+    from classify.runs.export import export_complete, export_run
 
     made = not export_complete(dest)
     if made:

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from classify.config import ClassifyConfig
+from classify.config.sections import ClassifyConfig
 
 log = logging.getLogger(__name__)
 

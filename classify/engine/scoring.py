@@ -1,6 +1,6 @@
 """Label scoring: documents to prompts and sampling parameters, vLLM outputs to result records.
 
-:class:`Scorer` is shared by the offline engine (:class:`classify.engine.Classifier`: pilot,
+:class:`Scorer` is shared by the offline engine (:class:`classify.engine.build.Classifier`: pilot,
 Ray batch actors, benchmarks) and the server's async engine (``serve/engine.py``), so a
 document gets the same record on every path.
 
@@ -19,11 +19,11 @@ split by ``make train``). In ``first-token`` mode the score is then ``softmax(lo
 over the categories, taken at the chosen category; T = 1 (no card value, or the base model)
 gives the raw probability, bit for bit. The temperature rides on :class:`AdapterHandle`
 (LoRA mode, pilot, batch and serve alike) or is passed explicitly when the adapter is merged
-into the weights (:meth:`classify.engine.Classifier.classify`'s ``temperature``). ``choice`` scores are
+into the weights (:meth:`classify.engine.build.Classifier.classify`'s ``temperature``). ``choice`` scores are
 left as they are: only the chosen answer's log-prob is known there, not the other categories'.
 
 Long documents (``classify.long_documents: windows``): a document over ``max_doc_tokens`` tokens is scored as
-several windows (:func:`classify.prompt.window_spans`), all sent in the same engine call, and combined here
+several windows (:func:`classify.engine.prompt.window_spans`), all sent in the same engine call, and combined here
 into one record (:meth:`Scorer.result` with one completion per window):
 
 * ``first-token``: each category's log-prob is the MEAN of its per-window first-token log-probs (the
@@ -48,9 +48,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from classify.config import ClassifyConfig
+from classify.config.sections import ClassifyConfig
+from classify.engine.prompt import Prompt, category_first_tokens, prompt_builder
 from classify.errors import EngineError
-from classify.prompt import Prompt, category_first_tokens, prompt_builder
 from classify.records import Document, Result
 
 
@@ -123,7 +123,7 @@ class Scorer:
 
     Raises:
         ConfigError-like ``EngineError``: ``scoring="first-token"`` asked for but first tokens collide, or the
-            model's tokenizer/chat template cannot give token-id prompts (:class:`classify.prompt.PromptBuilder`).
+            model's tokenizer/chat template cannot give token-id prompts (:class:`classify.engine.prompt.PromptBuilder`).
     """
 
     def __init__(self, tokenizer: Any, classify_cfg: ClassifyConfig, max_model_len: int):
@@ -133,7 +133,7 @@ class Scorer:
         firsts = category_first_tokens(tokenizer, classify_cfg.categories)
         if classify_cfg.scoring == "first-token" and firsts is None:
             raise EngineError(
-                "`classify.scoring` is 'first-token' but two categories share a first token; "
+                "`classify.engine.scoring` is 'first-token' but two categories share a first token; "
                 "use 'auto' or 'choice'"
             )
         self.mode = "choice" if classify_cfg.scoring == "choice" or firsts is None else "first-token"
@@ -151,7 +151,7 @@ class Scorer:
     def prompts(self, docs: Sequence[Document]) -> list[Prompt | Result]:
         """Build the prompts (token ids) of many documents in one batched tokenizer call.
 
-        The one prompt path of pilot, batch and serve (:class:`classify.prompt.PromptBuilder`: the
+        The one prompt path of pilot, batch and serve (:class:`classify.engine.prompt.PromptBuilder`: the
         template's ids rendered once, each document tokenized once as plain text and cut).
 
         Args:
@@ -204,7 +204,7 @@ class Scorer:
 
         Args:
             doc: the document.
-            prompt: its prompt(s) (:class:`classify.prompt.Prompt`; ``n_windows`` windows).
+            prompt: its prompt(s) (:class:`classify.engine.prompt.Prompt`; ``n_windows`` windows).
             completion: vLLM's ``CompletionOutput``, or a sequence of them, one per window of ``prompt`` in
                 window order (combined as the module docstring says).
             temperature: score temperature T (first-token mode: ``softmax(logprobs / T)``; 1.0 = raw).

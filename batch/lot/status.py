@@ -2,7 +2,7 @@
 
 Works from any shell while the batch runs (it only reads ``progress.json``, ``manifest.json``
 and the shard files) and after it ended (``summary.json``). ``--follow`` draws the live bar until the
-batch ends and exits with its status (``exit.json``, :mod:`batch.run.detach`); ``--from LOCATION`` reads
+batch ends and exits with its status (``exit.json``, :mod:`docpilot.detach`); ``--from LOCATION`` reads
 the progress mirrored to the export location (:mod:`batch.run.mirror`) from any machine.
 """
 
@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 
 
 def _driver_alive(progress: ProgressFile) -> bool | None:
-    """Whether the driver process is still running (``None`` when it ran on another host): :func:`batch.run.detached.pid_alive`."""
-    from batch.run.detached import pid_alive
+    """Whether the driver process is still running (``None`` when it ran on another host): :func:`classify.runs.detached.pid_alive`."""
+    from classify.runs.detached import pid_alive
 
     return pid_alive(progress.pid, progress.host, progress.pid_started, progress.boot_id)
 
@@ -144,12 +144,12 @@ def export_partial(st: dict[str, Any], dest_root: str) -> Any:
     Raises:
         VerificationError: the copy fails its re-check (names the file).
     """
-    from classify import storage
-    from classify.accounting import recheck_export
-    from classify.export import export_run
+    from classify.runs import storage
+    from classify.runs.accounting import recheck_export
+    from classify.runs.export import export_run
 
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    from classify.export import export_complete
+    from classify.runs.export import export_complete
 
     dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}")
     n = 1
@@ -182,11 +182,11 @@ def remote_status(location: str) -> dict[str, Any]:
 
     Raises:
         InputError: nothing readable there (names every place looked at).
-        StoreUnreachable: the object store did not answer within :func:`classify.storage.store_limits` (exit 6).
+        StoreUnreachable: the object store did not answer within :func:`classify.runs.storage.store_limits` (exit 6).
     """
     from batch.run.mirror import MIRROR_SUFFIX
-    from classify import storage
-    from classify.export import SHA256SUMS
+    from classify.runs import storage
+    from classify.runs.export import SHA256SUMS
 
     dest = storage.as_dest(location)
     text = str(location).rstrip("/")
@@ -243,7 +243,7 @@ def _off_pod(base: Any, progress: ProgressFile) -> dict[str, Any] | None:
     """How many shards are safe at the copy ``base`` (its ``offpod.sha256`` ledger, :mod:`batch.run.offpod`), with the
     copy's lag as last mirrored; ``None`` when ``base`` holds no ledger and the record names no copy."""
     from batch.run.offpod import LEDGER, read_remote_ledger
-    from classify.export import read_sums
+    from classify.runs.export import read_sums
 
     lag = progress.offpod or {}
     safe: int | None = None
@@ -296,8 +296,8 @@ def _print_remote(st: dict[str, Any]) -> None:
 
 
 def _print_detached(run_dir: Path) -> None:
-    """The detached run's log and, once it ended, its exit status (:mod:`batch.run.detach`)."""
-    from batch.run.detached import read_detach, read_exit
+    """The detached run's log and, once it ended, its exit status (:mod:`docpilot.detach`)."""
+    from classify.runs.detached import read_detach, read_exit
 
     detach, ended = read_detach(run_dir), read_exit(run_dir)
     if detach:
@@ -314,7 +314,7 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
     """Draw a batch's progress bar from its run folder until it ends; return its exit status.
 
     The end is the run folder's ``exit.json`` (written by a detached batch's supervisor, or by a
-    foreground ``docpilot batch`` as it returns, :mod:`batch.run.detach`). A batch whose processes are gone
+    foreground ``docpilot batch`` as it returns, :mod:`docpilot.detach`). A batch whose processes are gone
     without that record (SIGKILL, a reboot) ends the follow with 1 and says how to resume.
 
     Args:
@@ -332,8 +332,8 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
     """
     import time
 
-    from batch.run.detached import log_path, pid_alive, read_detach, read_exit
     from batch.run.progress import progress_bar
+    from classify.runs.detached import log_path, pid_alive, read_detach, read_exit
 
     check = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", batch_id)
     run_dir = (root or runs_dir()) / batch_id

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from classify.config import PilotConfig, load_config
-from classify.model import resolve_model
+from classify.config.sections import PilotConfig, load_config
+from classify.engine.model import resolve_model
 
 
 def main(argv: list[str]) -> int:

@@ -2,24 +2,25 @@
 
 :func:`build_engine` is the only place an offline ``vllm.LLM`` is made (pilot, Ray
 batch actors and benchmarks call it); ``serve/`` builds vLLM's async engine from
-the same :func:`classify.device.engine_kwargs`. Documents are turned into prompts and
+the same :func:`classify.engine.args.engine_kwargs`. Documents are turned into prompts and
 vLLM outputs into :class:`~classify.records.Result` records by the shared
-:class:`classify.scoring.Scorer`, so the offline and the async paths score identically.
+:class:`classify.engine.scoring.Scorer`, so the offline and the async paths score identically.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
-from classify.config import ClassifyConfig, EngineConfig, ModelConfig
-from classify.device import engine_kwargs
+from classify.config.sections import ClassifyConfig, EngineConfig, ModelConfig
+from classify.engine.args import engine_env, engine_kwargs
+from classify.engine.model import ModelRef, resolve_model
+from classify.engine.prompt import Prompt
+from classify.engine.scoring import AdapterHandle, Scorer, resolve_temperature
 from classify.errors import EngineError, Interrupted
-from classify.model import ModelRef, resolve_model
-from classify.prompt import Prompt
 from classify.records import Document, Result
-from classify.scoring import AdapterHandle, Scorer, resolve_temperature
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ def build_engine(
     """
     model = model or resolve_model(model_cfg)
     kwargs = engine_kwargs(model, model_cfg, engine_cfg, enable_lora)
+    os.environ.update(engine_env(engine_cfg))
     try:
         from vllm import LLM
 
