@@ -43,6 +43,7 @@ PROGRESS = "progress.json"
 RESULTS = "results.jsonl"
 RESULTS_PARQUET = "results.parquet"
 SUMMARY = "summary.json"
+ENVIRONMENT = "environment.json"  # the pilot's record of the machine: the doctor's findings, the cluster check
 SHARDS = "shards"
 SHARDS_PER_FOLDER = 1000
 RESULT_COLUMNS = (("id", "string"), ("status", "string"), ("category", "string"), ("score", "float64"),

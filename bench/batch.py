@@ -45,11 +45,13 @@ def _corpus(folder: Path, n: int | None) -> Path:
 
 def _offline(corpus: Path) -> dict:
     from batch.config import load_batch_config
-    from batch.corpus.plan import read_corpus
+    from batch.corpus.plan import plan_corpus
     from classify.engine.build import build_engine
 
     cfg = load_batch_config(ROOT / "config" / "docpilot.json")
-    docs = list(read_corpus(cfg.corpus, cfg.classify.max_doc_bytes, corpus).docs)
+    size = cfg.classify.max_doc_bytes
+    plan = plan_corpus(cfg.corpus, 1 << 30, 1 << 62, corpus, size)  # one shard: the whole corpus, read as the batch reads it
+    docs = [d for s in plan.shards for d in plan.read_shard(s, size)]
     t0 = time.monotonic()
     clf = build_engine(cfg.model, cfg.engine, cfg.classify)
     t1 = time.monotonic()

@@ -464,57 +464,6 @@ class PendingShard:
         return self.corpus.shard_payload(self.shard, self.max_doc_bytes)
 
 
-@dataclass(frozen=True)
-class Corpus:
-    """A small corpus read whole into memory (tests, benchmarks, the pilot-sized paths).
-
-    Attributes:
-        path: the corpus file or folder (absolute).
-        format: ``jsonl``, ``csv``, ``parquet`` or ``dir``.
-        docs: one document per distinct id, in first-seen order (duplicates already rejected).
-        input_rows: documents (rows, lines, files) read, duplicates included.
-        fingerprint: ``sha256:<hex>`` over the corpus content.
-    """
-
-    path: str
-    format: str
-    docs: tuple[Document, ...]
-    input_rows: int
-    fingerprint: str
-
-    @property
-    def duplicate_rows(self) -> int:
-        """Input rows folded into an earlier row with the same id (``input_rows - distinct ids``)."""
-        return self.input_rows - len(self.docs)
-
-    def describe(self) -> dict:
-        """A JSON-able summary for the manifest and summary (no document text)."""
-        return {"path": self.path, "format": self.format, "input_rows": self.input_rows,
-                "distinct_ids": len(self.docs), "duplicate_rows": self.duplicate_rows, "fingerprint": self.fingerprint}
-
-
-def read_corpus(cfg: CorpusConfig, max_doc_bytes: int, path: str | Path | None = None) -> Corpus:
-    """Read a whole corpus into memory: every row becomes a document, every distinct id exactly one.
-
-    The batch driver does not use this (it plans and reads shard by shard); it reads through the
-    same :func:`plan_corpus` and :meth:`CorpusPlan.read_shard`, so the documents are the same.
-
-    Args:
-        cfg: the ``corpus`` section of the batch config.
-        max_doc_bytes: size limit per document in bytes (``classify.max_doc_bytes``).
-        path: replaces ``cfg.path`` (the ``--corpus`` option).
-
-    Returns:
-        The :class:`Corpus`.
-
-    Raises:
-        InputError: as :func:`plan_corpus`.
-    """
-    plan = plan_corpus(cfg, 1 << 30, 1 << 62, path, max_doc_bytes)
-    docs = tuple(d for s in plan.shards for d in plan.read_shard(s, max_doc_bytes))
-    return Corpus(plan.path, plan.format, docs, plan.input_rows, plan.fingerprint)
-
-
 def fold_duplicates(plan: CorpusPlan, candidates: list[int], first_seq: list[int], max_doc_bytes: int) -> None:
     """Compare the real ids of the candidate rows; mark each duplicated id's first row rejected and skip the others."""
     by_shard: dict[int, set[int]] = {}

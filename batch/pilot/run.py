@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from batch import layout as mf
 from batch.config import BatchConfig, load_batch_config
 from batch.pilot.decision import VERDICT_VS_DECISION, build_summary, decide, decision_markdown
 from batch.pilot.doctor import blockers, findings_json, run_checks
@@ -136,8 +137,8 @@ class PilotHooks(RunHooks):
             result = {"checked": True, **check_cluster(tp, place_timeout_s, cards=cards)}
             for line in report_lines(result):
                 log.info("pilot cluster check: %s", line)
-        write_json_atomic(self.run_dir / "environment.json",
-                          {**(json_file(self.run_dir / "environment.json") or {}), "cluster": result})
+        write_json_atomic(self.run_dir / mf.ENVIRONMENT,
+                          {**(json_file(self.run_dir / mf.ENVIRONMENT) or {}), "cluster": result})
         if result.get("ok") is False:
             raise EnvironmentCheckError(
                 f"cluster check failed: {'; '.join(result['problems'])} (every card must hold one engine; "
@@ -162,7 +163,7 @@ class PilotHooks(RunHooks):
 
     def summarize(self, summary: dict[str, Any]) -> None:
         """The pilot's checks, measurement and decision files on top of the batch's summary (before the export)."""
-        results = read_results(self.run_dir / "results.jsonl")
+        results = read_results(self.run_dir / mf.RESULTS)
         summary.update(build_summary(results, self.input_ids, self.labels, self.cfg))
         p = self.params
         seconds = (self.last_written - self.first_ready) if self.first_ready and self.last_written else 0.0
@@ -237,7 +238,7 @@ def run_pilot(
         params["pipeline"] = pipeline_settings(bcfg.engine, bcfg.batch, cfg.model.adapter_mode if adapter_ref else None)
         params["batch_config"] = {"corpus": bcfg.corpus.model_dump(mode="json"), "batch": bcfg.batch.model_dump(mode="json")}
         checks = run_checks(cfg, check_model=False)
-        write_json_atomic(run_dir / "environment.json", findings_json(checks))
+        write_json_atomic(run_dir / mf.ENVIRONMENT, findings_json(checks))
         if blockers(checks):
             raise EnvironmentCheckError("; ".join(f"{c.name}: {c.detail}" for c in blockers(checks)))
 
@@ -269,7 +270,7 @@ def run_pilot(
                                lease_ends=lease_ends_at, lots_config=None)
         BatchRun(options, bcfg, where, fmt, model, adapter, gate, run_id, run_dir, t_start, _engine_actor,
                  corpus_plan=plan, labels=labels, hooks=hooks).run()
-        summary = json_file(run_dir / "summary.json")
+        summary = json_file(run_dir / mf.SUMMARY)
     except Exception as err:  # every stage failure is recorded, never lost
         error = err
         log.error("pilot stage %s failed: %s: %s", hooks.current, type(err).__name__, err)
@@ -278,7 +279,7 @@ def run_pilot(
     if error is None:  # written before the export with the stage a verified run ends at: the copy says the same
         decision = json_file(run_dir / "decision.json")
     else:
-        summary = dict(summary or json_file(run_dir / "summary.json") or {})
+        summary = dict(summary or json_file(run_dir / mf.SUMMARY) or {})
         summary.setdefault("checks", [])
         summary["verdict"] = "fail"
         summary["failed_checks"] = [*summary.get("failed_checks", []), f"stage:{stage}"]
@@ -419,7 +420,7 @@ def _write_outcome(run_dir: Path, run_id: str, params: dict, summary: dict, *, s
     what = f"base {params['model']['name'] if params['model'] else '?'}" + (
         f" + adapter {params['adapter']['ref']}" if params["adapter"] else " (no adapter)")
     write_json_atomic(run_dir / "params.json", params)
-    write_json_atomic(run_dir / "summary.json", summary)
+    write_json_atomic(run_dir / mf.SUMMARY, summary)
     write_json_atomic(run_dir / "decision.json", {"run_id": run_id, **decision})
     write_bytes_atomic(run_dir / "decision.md", decision_markdown(run_id, decision, summary if summary.get("checks") else None, what).encode())
     return decision

@@ -55,7 +55,7 @@ def summarize(rows: list[Result], corpus: dict[str, Any], categories: list[str])
 
     Args:
         rows: merged result records.
-        corpus: :meth:`batch.corpus.plan.Corpus.describe`.
+        corpus: :meth:`batch.corpus.plan.CorpusPlan.describe`.
         categories: allowed categories.
 
     Returns:

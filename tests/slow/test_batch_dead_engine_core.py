@@ -54,9 +54,9 @@ def _engine_core(progress: dict):
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["engine-killed", "engine-frozen"])
 def test_real_batch_survives_a_dead_or_frozen_engine_core(tmp_path, bbc_dir, engine, sig):
     from batch.config import load_batch_config
-    from batch.corpus.plan import read_corpus
     from classify.paths import runs_dir
     from classify.runs.records import read_jsonl
+    from tests.support.corpora import read_corpus
 
     spec = make_corpus(tmp_path / "corpus", bbc_dir, 20)
     config = write_config(tmp_path / "batch.json", shard_docs=4, shard_timeout_base_s=30, shard_timeout_per_doc_s=5)

@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support import ROOT
@@ -166,3 +167,42 @@ def long_document(tokenizer, bbc_dir: Path, n_tokens: int) -> str:
         if len(tokenizer(text, add_special_tokens=False)["input_ids"]) == n_tokens:
             return text
     raise AssertionError(f"no prefix of the joined articles re-tokenizes to exactly {n_tokens} ids")
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A small corpus read whole into memory through the batch's own plan and shard reader (tests only).
+
+    Attributes:
+        path: the corpus file or folder (absolute).
+        format: ``jsonl``, ``csv``, ``parquet`` or ``dir``.
+        docs: one document per distinct id, in first-seen order (duplicates already rejected).
+        input_rows: documents (rows, lines, files) read, duplicates included.
+        fingerprint: ``sha256:<hex>`` over the corpus content.
+    """
+
+    path: str
+    format: str
+    docs: tuple
+    input_rows: int
+    fingerprint: str
+
+    @property
+    def duplicate_rows(self) -> int:
+        """Input rows folded into an earlier row with the same id (``input_rows - distinct ids``)."""
+        return self.input_rows - len(self.docs)
+
+    def describe(self) -> dict:
+        """A JSON-able summary for the manifest and summary (no document text)."""
+        return {"path": self.path, "format": self.format, "input_rows": self.input_rows,
+                "distinct_ids": len(self.docs), "duplicate_rows": self.duplicate_rows, "fingerprint": self.fingerprint}
+
+
+def read_corpus(cfg, max_doc_bytes: int, path: str | Path | None = None) -> Corpus:
+    """A whole corpus in memory: :func:`batch.corpus.plan.plan_corpus` in one shard, then its shard read
+    (the batch driver's own plan and read, so the documents are the batch's)."""
+    from batch.corpus.plan import plan_corpus
+
+    plan = plan_corpus(cfg, 1 << 30, 1 << 62, path, max_doc_bytes)
+    docs = tuple(d for s in plan.shards for d in plan.read_shard(s, max_doc_bytes))
+    return Corpus(plan.path, plan.format, docs, plan.input_rows, plan.fingerprint)

@@ -14,8 +14,8 @@ import pytest
 
 from batch.config import CorpusConfig
 from batch.corpus.ids import IdHashBuckets
-from batch.corpus.plan import plan_corpus, read_corpus
-from tests.support.corpora import ROOT, news_rows, write_jsonl
+from batch.corpus.plan import plan_corpus
+from tests.support.corpora import ROOT, news_rows, read_corpus, write_jsonl
 
 
 def test_shards_are_cut_by_bytes_with_a_document_cap(tmp_path):

@@ -12,7 +12,6 @@ import pytest
 
 from batch import layout as mf
 from batch.config import BatchConfig, CorpusConfig, load_batch_config, results_config_sha256
-from batch.corpus.plan import read_corpus
 from batch.lot.status import batch_status
 from batch.lot.status import main as status_main
 from batch.run.merge import check_export, check_results, merge_results
@@ -20,7 +19,7 @@ from batch.runfiles import Manifest
 from classify.config.sections import PilotConfig, load_config
 from classify.errors import ConfigError, InputError, VerificationError
 from classify.records import Result
-from tests.support.corpora import PLANTED, ROOT, make_corpus, planned_shards
+from tests.support.corpora import PLANTED, ROOT, make_corpus, planned_shards, read_corpus
 
 
 def test_batch_config_model_and_classify_equal_pilot_config():

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from batch.config import CorpusConfig
-from batch.corpus.plan import read_corpus
 from batch.corpus.tabular import iter_csv
 from batch.layout import scan_done, write_shard
 from batch.pilot.inputs import read_pilot_set
@@ -32,7 +31,7 @@ from classify.documents.text import check_bytes, check_text
 from classify.errors import InputError
 from classify.records import Result
 from classify.runs.records import read_jsonl, write_json_atomic, write_jsonl_atomic
-from tests.support.corpora import planned_shards
+from tests.support.corpora import planned_shards, read_corpus
 from tests.support.serve_app import AUTH
 from tests.support.serve_app import make_client as make_client  # noqa: F401  (fixture)
 from tests.support.serve_app import registry as registry  # noqa: F401  (fixture)
@@ -312,8 +311,8 @@ def test_document_from_text_is_the_one_rule_for_serve(tmp_path):
 def test_a_csv_row_that_is_not_utf8_is_rejected_by_its_byte_offset_and_the_rest_is_read(tmp_path):
     """One bad byte costs its row (rejected, the byte and its offset named), not the whole corpus; a bad header stops."""
     from batch.config import CorpusConfig
-    from batch.corpus.plan import read_corpus
     from batch.corpus.tabular import csv_header, iter_csv_rows
+    from tests.support.corpora import read_corpus
 
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b'id,text\na,fine\nb,caf\xe9 latin-1\n"c\xff","two\nlines"\nd,"multi\nline \xe9"\ne,ok\n')

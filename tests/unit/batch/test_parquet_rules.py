@@ -7,7 +7,7 @@
 * a damaged file (bad page header) is a clear input error naming the row group, at plan and through the CLI;
 * reads go in bounded batches with a cursor: each row is decoded once whatever the row-group size.
 
-All through the real readers the batch plan and shard reader use (:func:`batch.corpus.plan.read_corpus` is
+All through the real readers the batch plan and shard reader use (:func:`tests.support.corpora.read_corpus` is
 :func:`batch.corpus.plan.plan_corpus` + :meth:`batch.corpus.plan.CorpusPlan.read_shard`).
 """
 
@@ -26,8 +26,9 @@ import pytest
 
 import batch.corpus.scan as _corpus_scan
 from batch.config import CorpusConfig
-from batch.corpus.plan import plan_corpus, read_corpus
+from batch.corpus.plan import plan_corpus
 from classify.errors import InputError
+from tests.support.corpora import read_corpus
 
 ROOT = Path(__file__).resolve().parents[3]
 

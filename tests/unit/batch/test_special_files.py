@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from batch.config import CorpusConfig
-from batch.corpus.plan import locate_corpus, plan_corpus, read_corpus
+from batch.corpus.plan import locate_corpus, plan_corpus
 from batch.corpus.tabular import iter_csv
 from classify.documents.read import iter_directory, iter_jsonl, read_file_document
 from classify.errors import InputError
 from classify.runs.files import NotRegularFile, open_regular, read_regular
+from tests.support.corpora import read_corpus
 
 
 @pytest.fixture(autouse=True)
