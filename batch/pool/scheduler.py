@@ -28,7 +28,7 @@ earliest submitted) is charged the retry and the shard queued behind it is reque
 in flight, the queue and the retry counts) and has one method per rule: :meth:`ShardPool.blame`,
 :meth:`ShardPool.charge`, :meth:`ShardPool.on_failure`, :meth:`ShardPool.drop_slot`,
 :meth:`ShardPool.check_placement`, :meth:`ShardPool.check_deadlines`. It makes every Ray call through
-a :class:`RayCalls`, so the rules are unit-tested with fakes (``tests/unit/batch/test_pool_rules.py``).
+a :class:`RayCalls`, so the rules are unit-tested with fakes (``tests/unit/batch/pool/test_pool_rules.py``).
 :func:`run_pool` is the entry point.
 """
 

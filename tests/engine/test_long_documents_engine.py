@@ -5,7 +5,7 @@ same ``vllm.LLM`` with a :class:`classify.engine.scoring.Scorer` of ``long_docum
 makes for such a config; no second engine starts). Every text is real BBC text from train.csv (never test.csv).
 
 Split by tier: this file holds the engine tests; the others of the same subject are in
-``tests/unit/classify/test_long_documents.py``, ``tests/ray/test_long_documents_ray.py``; the served path's is in
+``tests/unit/classify/engine/test_long_documents.py``, ``tests/ray/test_long_documents_ray.py``; the served path's is in
 ``tests/engine/test_serve_mixed_adapters.py``.
 """
 
@@ -51,7 +51,7 @@ def test_a_short_document_gets_the_same_category_and_score_in_both_modes(engine,
     assert engine.scorer.prompts(docs) == windows.scorer.prompts(docs)  # the same token ids go to the engine
     cut, win = engine.classify(docs), windows.classify(docs)
     # the same rows; the score to the engine's own run-to-run rounding (prefix cache, batch shape: answers.py),
-    # bit for bit where the engine's outputs are the same (tests/unit/classify/test_long_documents.py)
+    # bit for bit where the engine's outputs are the same (tests/unit/classify/engine/test_long_documents.py)
     tol = score_tolerance(pilot_config.model)
     for c, w in zip(cut, win, strict=True):
         assert c.model_copy(update={"score": None}) == w.model_copy(update={"score": None})

@@ -4,7 +4,7 @@ Prices come from the shipped example table in ``config/lots.json``. Memory figur
 hand-computed here from the models' published ``config.json`` numbers; the last tests
 check the formulas against what the real vLLM engine allocated and the real safetensors file.
 
-Split by tier: this file holds the engine tests; the others of the same subject are in ``tests/unit/batch/test_plan.py``.
+Split by tier: this file holds the engine tests; the others of the same subject are in ``tests/unit/batch/plan/test_plan.py``.
 """
 
 from __future__ import annotations

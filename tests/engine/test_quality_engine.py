@@ -4,7 +4,7 @@ Fast tests: a fake tokenizer and fake vLLM outputs drive the real :class:`classi
 through the offline (pilot, batch) and async (serve) classifiers, and the reports run on
 hand-made result rows.
 
-Split by tier: this file holds the engine tests; the others of the same subject are in ``tests/unit/batch/test_quality.py``, ``tests/ray/test_quality_ray.py``.
+Split by tier: this file holds the engine tests; the others of the same subject are in ``tests/unit/batch/report/test_quality.py``, ``tests/ray/test_quality_ray.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The stop tests run the real command in a subprocess with a real local Ray and send it SIGTERM
 (issue 12 item 10); the logging test runs a command that imports vLLM (issue 12, quiet output).
 
-Split by tier: this file holds the process tests; the others of the same subject are in ``tests/unit/batch/test_quiet_and_stop.py``, ``tests/ray/test_quiet_and_stop_ray.py``.
+Split by tier: this file holds the process tests; the others of the same subject are in ``tests/unit/batch/run/test_quiet_and_stop.py``, ``tests/ray/test_quiet_and_stop_ray.py``.
 """
 
 from __future__ import annotations

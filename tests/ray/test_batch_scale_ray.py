@@ -3,7 +3,7 @@
 The run-level tests use the bench-only instant engine (``bench/instant_engine.py``) through the
 real Ray pool and real run folders; the rest need neither Ray nor an engine.
 
-Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/test_batch_scale.py``.
+Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/corpus/test_batch_scale.py``.
 """
 
 from __future__ import annotations

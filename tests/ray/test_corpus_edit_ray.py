@@ -6,7 +6,7 @@ input error naming the shard when that shard is read, before it is classified. T
 driver over real Ray (instant stand-in engine), edits the corpus once the plan is made, and checks that the batch
 stops resumable (exit 3), that no export exists, and that a rerun with the corpus restored finishes exactly once.
 
-Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/test_corpus_edit.py``.
+Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/corpus/test_corpus_edit.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The detach test is the real path: the real command started from a shell in its o
 session killed, real Ray and the real vLLM engine finishing the batch; the mirror-to-S3 test runs the real
 driver and Ray pool with the bench-only instant engine (fast), the local mirror is checked on the real path.
 
-Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/test_detach.py``.
+Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/lot/test_detach.py``.
 """
 
 from __future__ import annotations

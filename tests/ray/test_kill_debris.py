@@ -9,7 +9,7 @@ every file but ``SHA256SUMS``). Then:
 * the rerun removes the killed attempt's temporaries (was: left for good) and finishes exactly once with a
   verified export; ``status`` then says ``done`` and names the export.
 
-Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/test_kill_debris_match.py``.
+Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/run/test_kill_debris_match.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ counted, the run's summary counts windows and cut documents, and ``results.parqu
 
 The real engine's answers over windows are in ``tests/engine/test_long_documents_engine.py``.
 Split by tier: this file holds the ray tests; the others of the same subject are in
-``tests/unit/classify/test_long_documents.py`` and ``tests/unit/batch/test_long_documents_batch.py``.
+``tests/unit/classify/engine/test_long_documents.py`` and ``tests/unit/batch/run/test_long_documents_batch.py``.
 """
 
 from __future__ import annotations

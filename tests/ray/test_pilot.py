@@ -5,7 +5,7 @@ engine actor; the bookkeeping variants (each batch-only part broken in turn, a P
 trace of the shared functions) run the same pipeline over real Ray with a stand-in engine actor
 (:mod:`stand_in_actors`), and the parts broken before classification fail before any engine starts.
 
-Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/test_pilot_units.py``.
+Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/pilot/test_pilot_units.py``.
 """
 
 from __future__ import annotations

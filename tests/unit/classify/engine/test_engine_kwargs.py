@@ -25,7 +25,7 @@ from classify.engine.model import ModelRef
 from classify.errors import ConfigError
 from classify.paths import verbose_logs
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 MODEL = ModelRef(name="m", path="/models/m", fingerprint="sha256:0", source="local")
 BASE = {"model": MODEL.path, "tokenizer": MODEL.path, "max_model_len": 1024, "seed": 0,
         "logprobs_mode": "processed_logprobs", "enable_prefix_caching": True, "use_tqdm_on_load": verbose_logs()}

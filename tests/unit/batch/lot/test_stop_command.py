@@ -14,7 +14,7 @@ from batch.plan.lots import LeaseSection
 from classify.errors import ConfigError
 from tests.support.processes import docpilot_env, run_docpilot
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.mark.parametrize(("argv", "decision", "code", "tail"), [

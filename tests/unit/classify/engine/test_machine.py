@@ -16,7 +16,7 @@ import pytest
 
 from classify.engine import machine
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def _fake_tool(bin_dir: Path, name: str, stdout: str, code: int = 0) -> None:

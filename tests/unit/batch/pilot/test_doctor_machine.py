@@ -15,7 +15,7 @@ import pytest
 
 from batch.pilot import doctor
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from classify.engine.model import (
 )
 from classify.errors import EngineError, ModelIntegrityError
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def _model(tmp_path: Path, listed: bool = True, n_files: int = 2) -> Path:

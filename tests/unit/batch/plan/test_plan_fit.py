@@ -18,7 +18,7 @@ from classify.config.sections import EngineConfig, ModelConfig, parse_config
 from classify.engine.memory import BUILTIN_SHAPES, GIB
 from classify.engine.shape import LINEAR_MODULES, lora_parameter_count
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 LOTS = ROOT / "config" / "lots.json"
 
 

@@ -30,7 +30,7 @@ from classify.engine.memory import (
 from classify.engine.shape import LINEAR_MODULES, lora_parameter_count
 from classify.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 LOTS = ROOT / "config" / "lots.json"
 QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
 

@@ -18,7 +18,7 @@ from classify.errors import ConfigError
 from serve.app import load_server_config
 from serve.settings import load_settings
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 SHIPPED = ROOT / "config" / "docpilot.json"
 TOKEN = "tok-" + "0123456789abcdef" * 2  # a usable token (serve refuses a repeated character)
 
@@ -134,7 +134,7 @@ def test_an_override_into_a_section_that_is_not_an_object_is_a_config_error(tmp_
 
 
 def test_a_bad_command_line_value_is_blamed_on_the_command_line_not_the_file(tmp_path):
-    shipped = Path(__file__).resolve().parents[3] / "config" / "docpilot.json"
+    shipped = Path(__file__).resolve().parents[4] / "config" / "docpilot.json"
     with pytest.raises(ConfigError, match=r"`batch\.cpu_actors` must be greater than or equal to 1, got 0 "
                                            r"\(that value came from the command line, not from .*docpilot\.json\)"):
         load_batch_config(shipped, {"batch.cpu_actors": 0})

@@ -77,6 +77,6 @@ def test_classification_hash_ignores_engine_sizing_and_thresholds():
 def test_shipped_pilot_config_is_valid():
     from pathlib import Path
 
-    cfg = load_config(PilotConfig, Path(__file__).resolve().parents[3] / "config" / "docpilot.json")
+    cfg = load_config(PilotConfig, Path(__file__).resolve().parents[4] / "config" / "docpilot.json")
     assert cfg.thresholds.expected_documents == 12
     assert cfg.classify.categories == ("business", "entertainment", "politics", "sport", "tech")

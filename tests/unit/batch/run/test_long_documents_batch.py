@@ -1,7 +1,7 @@
 """Long documents (issue 41) in the batch's bookkeeping: summaries count cut documents and windows, the pilot
 reports them, ``make plan`` counts the prompts per document (measured by a pilot, else the bound).
 
-Split by tier: the prompt builder and scorer are tested in ``tests/unit/classify/test_long_documents.py``; pilot and
+Split by tier: the prompt builder and scorer are tested in ``tests/unit/classify/engine/test_long_documents.py``; pilot and
 batch over real Ray in ``tests/ray/test_long_documents_ray.py``.
 """
 
@@ -18,7 +18,7 @@ from batch.run.merge import Tally
 from classify.config.sections import ClassifyConfig, ModelConfig, PilotConfig, parse_config
 from classify.records import Result
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 WINDOWS = ClassifyConfig(long_documents="windows")
 
 

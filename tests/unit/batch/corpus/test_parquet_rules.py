@@ -30,7 +30,7 @@ from batch.corpus.plan import plan_corpus
 from classify.errors import InputError
 from tests.support.corpora import read_corpus
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 ODD_IDS = [
     ("binary", pa.array([b"doc-000", b"doc-001"], pa.binary()), "binary b'doc-000'"),

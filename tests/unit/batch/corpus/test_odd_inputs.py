@@ -208,7 +208,7 @@ def test_docpilot_batch_refuses_a_utf16_corpus_before_the_config_model_or_ray(tm
         raise AssertionError("the model was resolved for a UTF-16 corpus")
 
     monkeypatch.setattr(driver, "resolve_model", no_model)
-    config = Path(__file__).resolve().parents[3] / "config" / "docpilot.json"
+    config = Path(__file__).resolve().parents[4] / "config" / "docpilot.json"
     args = driver.parse_args(["--config", str(config), "--corpus", str(corpus), "--batch-id", "wide",
                               "--skip-pilot-gate"])
     with pytest.raises(InputError, match=r"c\.jsonl is UTF-16 LE \(byte-order mark FF FE\), not UTF-8; convert it"):

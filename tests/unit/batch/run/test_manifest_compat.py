@@ -3,7 +3,7 @@ loads, resumes and is written back as the same JSON; a new plan of the same corp
 
 ``data/manifest-67f6d5a.json`` holds one manifest per corpus format, captured from that commit
 (:func:`write_corpora` builds the same corpora, byte for byte; the corpus folder is written ``<root>`` there).
-To capture again, from a checkout of that commit: ``PYTHONPATH=<checkout> python tests/unit/batch/test_manifest_compat.py OUT.json``.
+To capture again, from a checkout of that commit: ``PYTHONPATH=<checkout> python tests/unit/batch/run/test_manifest_compat.py OUT.json``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from batch.run.progress import Progress
 from tests.support.processes import docpilot_env, run_docpilot
 from tests.support.s3server import BUCKET, lease_s3  # noqa: F401 - lease_s3 is a fixture
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_child_argv_drops_only_the_detach_options():

@@ -18,7 +18,7 @@ from classify.errors import VerificationError
 from tests.support.s3server import BUCKET, lease_s3  # noqa: F401 - lease_s3 is a fixture
 from tests.support.transfer import batch_run, flip_object, publish, s3_fs
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.fixture

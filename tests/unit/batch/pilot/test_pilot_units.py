@@ -19,7 +19,7 @@ from batch.pilot.run import main, run_pilot
 from classify.config.sections import PilotConfig, parse_config
 from classify.records import Result
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 PILOT = ROOT / "data" / "pilot"
 """What every batch run folder holds (docs/batch.md): a pilot's holds them too."""
 
