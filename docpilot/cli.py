@@ -66,6 +66,12 @@ def _verbose(argv: list[str]) -> tuple[bool, list[str]]:
     return flag or verbose_logs(), rest
 
 
+def log_lines() -> None:
+    """The one ``logging.basicConfig`` of docpilot: INFO and above to stderr as ``time level logger: message``
+    (every command through :func:`configure_logging`, and the detached run's supervisor)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def configure_logging(verbose: bool) -> None:
     """docpilot's own INFO lines always; vLLM's, Ray's and transformers' only when ``verbose``.
 
@@ -81,7 +87,7 @@ def configure_logging(verbose: bool) -> None:
     else:
         for name, value in QUIET_ENV.items():
             os.environ.setdefault(name, value)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_lines()
     if not verbose:
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.ERROR)

@@ -49,6 +49,7 @@ from classify.runs.detached import (
 )
 from classify.runs.records import utc_now, write_json_atomic
 from classify.usercommand import user_command
+from docpilot.cli import log_lines
 
 log = logging.getLogger("docpilot.detach")
 
@@ -267,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_lines()
     return _supervise(args)
 
 
