@@ -12,8 +12,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from classify.runs import storage
 from classify.errors import VerificationError
+from classify.runs import storage
 from classify.runs.files import atomic_dir, tree_sha256
 from classify.runs.records import write_bytes_atomic
 from classify.runs.storage import Dest
