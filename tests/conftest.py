@@ -5,7 +5,8 @@ heavy subprocess: ``make test-unit``), ``engine/`` (the real session vLLM engine
 local Ray; its one fixture ``local_ray`` is in ``ray/conftest.py``), ``process/`` (``docpilot`` or a
 vLLM import in a subprocess), ``slow/`` (``make test-slow``) and ``images/`` (``make test-images``);
 shared helpers are in ``support/`` (no test module imports another). Tests in ``engine/`` get the ``engine`` mark, tests in ``ray/`` the ``ray`` mark
-and tests in ``slow/`` the ``slow`` mark from their folder (so none of ``slow/`` runs in the default ``make test``); collection fails where a test takes the ``engine`` fixture without the ``engine`` mark,
+and tests in ``slow/`` the ``slow`` mark from their folder (so none of ``slow/`` runs in the default ``make test``;
+a long test that shares its file's helpers elsewhere carries ``@pytest.mark.slow`` itself); collection fails where a test takes the ``engine`` fixture without the ``engine`` mark,
 or where a test in ``unit/`` takes the engine or Ray, or carries their marks. Every test has a
 timeout (``timeout`` in pyproject's pytest options; longer ones are marked where a test needs them).
 

@@ -17,7 +17,9 @@ import pytest
 from classify.errors import EngineError
 from tests.support.servers import AUTH, start_server, stop_server
 
-pytestmark = pytest.mark.timeout(1200)  # the module's server may take up to START_TIMEOUT_S (600 s) to start
+# the module's server may take up to START_TIMEOUT_S (600 s) to start; its own server start makes it a long
+# test (about 45 s on 2 cores): make test-slow
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
 
 
 EXIT_DELAY_S = 5.0

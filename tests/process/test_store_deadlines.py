@@ -56,6 +56,7 @@ def _calls(tmp_path: Path):
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow  # about 36 s of store deadlines run out one by one (make test-slow)
 def test_every_store_call_on_a_stalled_store_ends_in_time_with_one_message(tmp_path):
     with stalled_s3(timeout_s=1.0, attempts=2) as (env, held):
         (tmp_path / "back").mkdir()

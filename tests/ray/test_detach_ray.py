@@ -82,6 +82,7 @@ def _read_until(proc: subprocess.Popen, pattern: str, timeout_s: float) -> str:
 
 
 @pytest.mark.engine
+@pytest.mark.slow  # about 105 s on 2 cores: two batches with their own engines (make test-slow)
 def test_sighup_stops_a_foreground_batch_resumably_then_a_detached_resume_outlives_its_session(tmp_path):
     """SIGHUP to the foreground batch's process group (what a dropped SSH connection sends): exit 130, the advice to
     detach with the batch id, nothing of Ray left. The same batch id resumed with --detach from a shell in its own

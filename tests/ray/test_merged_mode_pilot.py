@@ -42,6 +42,7 @@ def _tiny_lora(model_path: str, out: Path, seed: int, scale: float = 0.1) -> Pat
 
 
 @pytest.mark.engine
+@pytest.mark.slow  # about 100 s on 2 cores: a second engine for the merged model (make test-slow)
 def test_a_merged_mode_pilot_proceeds_and_answers_as_the_lora_mode_pilot(pilot_config, engine, tmp_path):
     """Two pilots through the batch pipeline (real Ray, real vLLM engine actors): lora mode and merged mode."""
     from adapters.registry import Registry
