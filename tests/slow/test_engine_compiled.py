@@ -27,4 +27,9 @@ def test_compiled_engine_answers_like_the_eager_one(engine, pilot_config):
     finally:
         compiled_engine.shutdown()
     assert [r.id for r in compiled] == [r.id for r in eager]
-    assert_same_answers(eager, compiled, score_tolerance(pilot_config.model), min_clear=12)
+    # torch.compile (Inductor) fuses and reorders the bf16 reductions: a further source of drift beside
+    # batch composition. Measured 2026-12-06 on a 2-core Xeon with AMX, in the whole slow tier: a near
+    # tie moved 0.532 -> 0.594 (bbc-test-0005, same category), past batch composition's 0.06; alone the
+    # test passed. So 0.08 in bf16 (float32 keeps its 2e-3); clear-margin categories must still match.
+    tol = score_tolerance(pilot_config.model)
+    assert_same_answers(eager, compiled, tol if tol < 0.01 else 0.08, min_clear=12)
