@@ -65,6 +65,7 @@ def _same(got, want, what, tolerance):
         assert g[2] == pytest.approx(w[2], abs=tolerance), what
 
 
+@pytest.mark.slow  # about 50 s (make test-slow); test_serve_http's base-and-adapter-at-once test stays in make test
 def test_concurrent_base_and_adapter_requests_equal_each_request_alone(mixed, pilot_config):
     clf, handles, docs, loop = mixed
     refs = [None, *handles]

@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from adapters.registry import Registry
 from adapters.train import train
 from tests.support.training import quick_config
 from tests.support.training import train_config as train_config  # noqa: F401  (fixture)
 
 
+@pytest.mark.slow  # about 2 min on 2 cores (make test-slow); CI's make test-images trains, publishes and serves too
 def test_smoke_training_checkpoints_publishes_and_serves_through_vllm(train_config, pilot_config, engine, bbc_dir):
     cfg = quick_config(train_config).model_copy(update={"checks": train_config.checks})
     outcome = train(cfg, smoke=True, classifier=engine)

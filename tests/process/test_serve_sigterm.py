@@ -10,6 +10,7 @@ import pytest
 from tests.support.servers import start_server
 
 
+@pytest.mark.slow  # about 1 min: a server of its own (make test-slow); test_serve_http's SIGTERM test stays in make test
 @pytest.mark.timeout(900)
 def test_sigterm_of_an_idle_server_ends_without_a_traceback(tmp_path):
     log_path = tmp_path / "server.log"

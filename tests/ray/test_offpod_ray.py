@@ -217,6 +217,7 @@ def test_resume_from_refuses_another_corpus(tmp_path, s3):
     assert "cannot resume: corpus changed" in refused.stderr, refused.stderr[-3000:]
 
 
+@pytest.mark.slow  # about 50 s (make test-slow); the pod-loss resume from the S3 copy stays in make test
 def test_a_store_down_for_a_while_slows_only_the_copy(tmp_path, s3):
     from batch.run.merge import check_export
     from batch.runfiles import ProgressFile
