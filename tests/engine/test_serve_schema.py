@@ -16,7 +16,8 @@ from schemathesis import GenerationMode
 
 from tests.support.servers import AUTH, REQUEST_TIMEOUT_S, start_server, stop_server
 
-pytestmark = pytest.mark.timeout(1200)  # the module's server may take up to START_TIMEOUT_S (600 s) to start
+# about 1 min with its own server (make test-slow); the OpenAPI document itself is checked in tests/unit/serve
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]  # the server may take START_TIMEOUT_S (600 s) to start
 
 
 MAX_EXAMPLES = 12
