@@ -107,15 +107,24 @@ def run(quick: bool = False) -> dict[str, Any]:
 def comparison(sections: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """Baseline vs adapter on ``test.csv`` from one bench run's sections (``None`` unless both ran and passed).
 
+    The adapter's test figures come from the ``adapter`` section (LoRA path), else from ``adapter_merged``
+    (the same adapter merged into the base weights, the path pilot and batch take by default).
+
     The adapter's validation accuracy, per-category validation figures, calibration and training
     wall time come from its registry card (written by ``make train``).
     """
     base, tuned = sections.get("baseline", {}).get("figures"), sections.get("adapter", {}).get("figures")
+    merged = sections.get("adapter_merged", {}).get("figures")
+    if (not tuned or "adapter_accuracy" not in tuned) and merged and "accuracy" in merged:
+        # the merged path (pilot's and batch's default) when the LoRA-path module did not run
+        tuned = {"adapter": f"{merged['adapter']} (merged)", "ref": merged["adapter"], "n_articles": merged["n_articles"],
+                 "adapter_accuracy": merged["accuracy"], "adapter_per_category": merged["per_category_accuracy"],
+                 "adapter_docs_per_s": merged["docs_per_s"]}
     if not base or not tuned or "adapter_accuracy" not in tuned:
         return None
     from adapters.registry import Registry
 
-    card = Registry().resolve(tuned["adapter"]).card
+    card = Registry().resolve(tuned.get("ref", tuned["adapter"])).card
     metrics = card.get("metrics", {})
     engine = metrics.get("engine") or {}
     calib = card.get("calibration") or {}

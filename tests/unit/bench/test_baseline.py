@@ -46,6 +46,11 @@ def test_comparison_reads_the_card_and_gives_an_honest_verdict(monkeypatch):
     won = baseline.comparison(_sections(0.988))
     assert won["figures"]["beats_baseline"] is True and "beats or matches" in won["markdown"]
     assert baseline.comparison({"baseline": _sections(0.9)["baseline"]}) is None
+    merged = {"adapter": "bbc-news@9", "n_articles": 334, "accuracy": 0.991,
+              "per_category_accuracy": {"business": 0.98, "sport": 1.0}, "docs_per_s": 6.1}
+    via_merged = baseline.comparison({"baseline": _sections(0.9)["baseline"], "adapter_merged": {"figures": merged}})
+    assert via_merged["figures"]["adapter_test_accuracy"] == 0.991 and via_merged["figures"]["beats_baseline"] is True
+    assert "adapter bbc-news@9 (merged)" in via_merged["markdown"] and "| test business | 97.0% | 98.0% |" in via_merged["markdown"]
 
 
 def test_trials_table_marks_the_best_validation_run(tmp_path):
