@@ -34,10 +34,12 @@ from classify.engine.model import ModelRef
 print("tqdm-on-load", engine_kwargs(ModelRef("m", "/m", "sha256:0", "local"), ModelConfig(dtype="float32"), EngineConfig(), False,
                                     device="cpu")["use_tqdm_on_load"])
 # what vLLM's engine processes print: a fresh interpreter (as its spawned engine core and worker) with a library's
-# FutureWarning and vLLM's c10 NUMA-binding warning
+# FutureWarning and vLLM's c10 NUMA-binding warning. The kernels load as vLLM's worker loads them: the build for
+# this CPU (``vllm._C`` alone is the AVX512-BF16 build, an illegal instruction on an AVX2-only CPU)
 import subprocess
 subprocess.run([sys.executable, "-c", "import warnings; warnings.warn('a-future-warning', FutureWarning); "
-                "import torch, vllm._C; torch.ops._C.init_cpu_memory_env([0])"], check=True)
+                "import torch; from vllm.platforms.cpu import CpuPlatform; CpuPlatform.import_kernels(); "
+                "torch.ops._C.init_cpu_memory_env([0])"], check=True)
 """
 
 
