@@ -212,7 +212,7 @@ NESTED_OR_REPEATED = [
 def test_deep_nesting_and_repeated_keys_have_documented_answers(registry, body, status, kind, start):  # noqa: F811
     from tests.support.serve_app import make_client  # noqa: F401
 
-    with serving(registry) as (url, _):
+    with serving(registry, SlowEngine(hold_s=0.0)) as (url, _):  # no hold: the answers, not the wait, are tested
         resp = httpx.post(f"{url}/v1/classify", content=body, headers={**AUTH, "Content-Type": "application/json"},
                           timeout=60)
         error = resp.json()["error"]

@@ -3,17 +3,16 @@
 :func:`classify.engine.model.verify_model` re-hashes a model folder's weights against the fingerprint it is known by,
 before a pilot, a batch and a server start. Altered bytes of the same size, a truncated, missing or extra weight
 file are a :class:`~classify.errors.ModelIntegrityError` (exit 5) naming the file; nothing is recorded under the
-verified fingerprint. The CLI cases run the real ``docpilot batch`` and ``docpilot pilot`` on a tampered copy of
-the real default model.
+verified fingerprint.
+
+Split by tier: this file holds the unit tests; the CLI cases (the real ``docpilot batch`` and ``docpilot pilot`` on
+a tampered copy of the real default model) are in ``tests/process/test_model_integrity_cli.py``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from classify.engine.model import (
     weights_fingerprint,
 )
 from classify.errors import EngineError, ModelIntegrityError
+from tests.support.tamper import flip_byte
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -44,22 +44,14 @@ def _model(tmp_path: Path, listed: bool = True, n_files: int = 2) -> Path:
     return folder
 
 
-def _flip(path: Path, at: int) -> None:
-    with path.open("r+b") as fh:
-        fh.seek(at)
-        byte = fh.read(1)
-        fh.seek(at)
-        fh.write(bytes([byte[0] ^ 0xFF]))
-
-
 def _truncate(path: Path, at: int) -> None:
     with path.open("r+b") as fh:
         fh.truncate(at)
 
 
 TAMPERINGS = [
-    ("flip first byte", lambda f: _flip(f / "model-00000.safetensors", 0), "model-00000.safetensors", "altered"),
-    ("flip last byte", lambda f: _flip(f / "model-00001.safetensors", 16383), "model-00001.safetensors", "altered"),
+    ("flip first byte", lambda f: flip_byte(f / "model-00000.safetensors", 0), "model-00000.safetensors", "altered"),
+    ("flip last byte", lambda f: flip_byte(f / "model-00001.safetensors", 16383), "model-00001.safetensors", "altered"),
     ("truncated", lambda f: _truncate(f / "model-00001.safetensors", 100), "model-00001.safetensors", "truncated"),
     ("emptied", lambda f: _truncate(f / "model-00000.safetensors", 0), "model-00000.safetensors", "truncated"),
     ("grown", lambda f: (f / "model-00000.safetensors").open("ab").write(b"x"), "model-00000.safetensors", "changed in size"),
@@ -99,57 +91,3 @@ def test_hub_id_and_unreadable_marker(tmp_path):
     (folder / FINGERPRINT_FILE).write_text("{not json")
     with pytest.raises(ModelIntegrityError, match="fingerprint.json is unreadable"):
         verify_model(ref)
-
-
-@pytest.fixture(scope="module")
-def tampered_default(tmp_path_factory):
-    """A copy of the real default model with one byte of its weights altered in place (same size)."""
-    src = resolve_model(__import__("classify.config.sections", fromlist=["ModelConfig"]).ModelConfig())
-    dst = tmp_path_factory.mktemp("tampered") / "smollm2"
-    shutil.copytree(src.path, dst)
-    weights = dst / "model.safetensors"
-    size = weights.stat().st_size
-    _flip(weights, size // 2)
-    assert weights.stat().st_size == size
-    return dst
-
-
-def _config(tmp_path: Path, model: Path) -> Path:
-    data = json.loads((ROOT / "config" / "docpilot.json").read_text())
-    data["model"]["base_model"] = str(model)
-    out = tmp_path / "cfg.json"
-    out.write_text(json.dumps(data))
-    return out
-
-
-def _docpilot(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "docpilot", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env=os.environ.copy())
-
-
-def test_batch_on_altered_weights_exits_5_naming_the_file_before_ray(tmp_path, tampered_default):
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": "Shares rose today."}) + "\n" for i in range(5)))
-    proc = _docpilot("batch", "--config", str(_config(tmp_path, tampered_default)), "--corpus", str(corpus),
-                     "--batch-id", "tampered", "--skip-pilot-gate", "--no-progress")
-    assert proc.returncode == 5, proc.stderr[-2000:]
-    # a cache provisioned with per-file records names the altered file; an older one (no list) the fingerprint
-    assert ("was altered: sha256" in proc.stderr or "weights do not match fingerprint" in proc.stderr), proc.stderr[-2000:]
-    assert str(tampered_default / "model.safetensors") in proc.stderr
-    assert "Traceback" not in proc.stderr
-    from classify.paths import runs_dir
-
-    assert not (runs_dir() / "tampered").exists()  # nothing ran, nothing recorded
-
-
-def test_pilot_on_altered_weights_exits_5_and_records_no_gate(tmp_path, tampered_default, bbc_dir):
-    from classify.paths import pilots_dir
-
-    def records():
-        return sorted((p.name, p.read_bytes()) for p in pilots_dir().glob("*.json")) if pilots_dir().is_dir() else []
-
-    before = records()
-    proc = _docpilot("pilot", "--config", str(_config(tmp_path, tampered_default)))
-    assert proc.returncode == 5, proc.stderr[-2000:]
-    assert str(tampered_default / "model.safetensors") in proc.stderr and "Traceback" not in proc.stderr
-    assert records() == before  # never joined the verified model's gate history
