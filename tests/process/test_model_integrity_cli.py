@@ -10,22 +10,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from classify.config.sections import ModelConfig
 from classify.engine.model import resolve_model
+from tests.support import ROOT
+from tests.support.processes import run_docpilot
 from tests.support.tamper import flip_byte
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def tampered_default(tmp_path_factory):
     """A copy of the real default model with one byte of its weights altered in place (same size)."""
-    src = resolve_model(__import__("classify.config.sections", fromlist=["ModelConfig"]).ModelConfig())
+    src = resolve_model(ModelConfig())
     dst = tmp_path_factory.mktemp("tampered") / "smollm2"
     shutil.copytree(src.path, dst)
     weights = dst / "model.safetensors"
@@ -43,16 +42,11 @@ def _config(tmp_path: Path, model: Path) -> Path:
     return out
 
 
-def _docpilot(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "docpilot", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env=os.environ.copy())
-
-
 def test_batch_on_altered_weights_exits_5_naming_the_file_before_ray(tmp_path, tampered_default):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": "Shares rose today."}) + "\n" for i in range(5)))
-    proc = _docpilot("batch", "--config", str(_config(tmp_path, tampered_default)), "--corpus", str(corpus),
-                     "--batch-id", "tampered", "--skip-pilot-gate", "--no-progress")
+    proc = run_docpilot("batch", "--config", str(_config(tmp_path, tampered_default)), "--corpus", str(corpus),
+                        "--batch-id", "tampered", "--skip-pilot-gate", "--no-progress", env=os.environ.copy(), timeout=300)
     assert proc.returncode == 5, proc.stderr[-2000:]
     # a cache provisioned with per-file records names the altered file; an older one (no list) the fingerprint
     assert ("was altered: sha256" in proc.stderr or "weights do not match fingerprint" in proc.stderr), proc.stderr[-2000:]
@@ -70,7 +64,7 @@ def test_pilot_on_altered_weights_exits_5_and_records_no_gate(tmp_path, tampered
         return sorted((p.name, p.read_bytes()) for p in pilots_dir().glob("*.json")) if pilots_dir().is_dir() else []
 
     before = records()
-    proc = _docpilot("pilot", "--config", str(_config(tmp_path, tampered_default)))
+    proc = run_docpilot("pilot", "--config", str(_config(tmp_path, tampered_default)), env=os.environ.copy(), timeout=300)
     assert proc.returncode == 5, proc.stderr[-2000:]
     assert str(tampered_default / "model.safetensors") in proc.stderr and "Traceback" not in proc.stderr
     assert records() == before  # never joined the verified model's gate history
