@@ -79,6 +79,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "base_docs_per_s": round(len(docs) / base_s, 2),
         "adapter_docs_per_s": round(len(docs) / tuned_s, 2),
         "adapter_rejected": sum(r.status != "accepted" for r in tuned),
+        "adapter_wrong_ids": sorted(r.id for r in tuned if r.category != labels[r.id]),
         "training": {
             "train_rows": card.get("training", {}).get("data", {}).get("train_rows"),
             "steps": metrics.get("steps"), "tokens": metrics.get("tokens"),

@@ -47,6 +47,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "n_articles": len(results),
         "accuracy": round(accuracy(results, labels), 4),
         "per_category_accuracy": per_cat,
+        "wrong_ids": sorted(r.id for r in results if r.category != labels[r.id]),
         "docs_per_s": round(len(results) / seconds, 2),
         "tokens_per_s": round(sum(r.n_tokens for r in results) / seconds, 1),
         "training": {k: adapter.card.get(k) for k in ("metrics", "training") if k in adapter.card},

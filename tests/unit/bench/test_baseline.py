@@ -21,13 +21,26 @@ def test_fit_score_counts_errors_and_per_category():
     assert out["rows"] == 3 and out["train_rows"] == 12 and out["variant"] == {"sublinear_tf": True}
     assert out["errors"] == 1 and out["accuracy"] == pytest.approx(0.6667)
     assert out["per_category"] == {"business": 0.5, "sport": 1.0}
-    assert out["fit_s"] >= 0 and out["docs_per_s"] > 0
+    assert out["fit_s"] >= 0 and out["docs_per_s"] > 0 and "wrong_ids" not in out
+    named = baseline._fit_score(train, labels, ["market shares", "match goal", "profit team goal"],
+                                ["business", "sport", "business"], CATS, {"sublinear_tf": True}, ids=["a", "b", "c"])
+    assert named["wrong_ids"] == ["c"]
+
+
+def test_mcnemar_p_counts_only_the_discordant_documents():
+    # exact two-sided binomial on the discordant pairs: 0 vs 6 -> 2 / 2**6, 0 vs 5 -> 2 / 2**5
+    assert baseline.mcnemar_p(set(), {"a", "b", "c", "d", "e", "f"}) == pytest.approx(0.0312, abs=1e-4)
+    assert baseline.mcnemar_p({"x"}, {"x", "a", "b", "c", "d", "e"}) == pytest.approx(0.0625)
+    # one article each way, or shared errors only: no evidence of a difference
+    assert baseline.mcnemar_p({"a", "s"}, {"b", "s"}) == 1.0 and baseline.mcnemar_p({"s"}, {"s"}) == 1.0
+    assert baseline.mcnemar_p({"a"}, {"b", "c"}) == 1.0  # P[X <= 1 | n=3] = 4/8, doubled, capped
 
 
 def _sections(adapter_accuracy: float) -> dict:
     fig = {"rows": 334, "accuracy": 0.985, "errors": 5, "per_category": {"business": 0.97, "sport": 1.0},
            "fit_s": 3.0, "docs_per_s": 900.0, "train_rows": 1557}
     return {"baseline": {"figures": {"test": fig, "validation": {**fig, "rows": 200, "accuracy": 0.98}}},
+            # no test_same_rows / wrong_ids: a bench result of before 2026-12-06 still compares
             "adapter": {"figures": {"adapter": "bbc-news@9", "n_articles": 334, "adapter_accuracy": adapter_accuracy,
                                     "adapter_per_category": {"business": 0.96, "sport": 1.0}, "adapter_docs_per_s": 4.2}}}
 
@@ -51,6 +64,35 @@ def test_comparison_reads_the_card_and_gives_an_honest_verdict(monkeypatch):
     via_merged = baseline.comparison({"baseline": _sections(0.9)["baseline"], "adapter_merged": {"figures": merged}})
     assert via_merged["figures"]["adapter_test_accuracy"] == 0.991 and via_merged["figures"]["beats_baseline"] is True
     assert "adapter bbc-news@9 (merged)" in via_merged["markdown"] and "| test business | 97.0% | 98.0% |" in via_merged["markdown"]
+    assert via_merged["figures"]["mcnemar_p_all_rows"] is None and via_merged["figures"]["beats_baseline_same_rows"] is None
+
+
+def test_comparison_sets_the_adapter_against_both_baseline_fits_with_mcnemar(monkeypatch):
+    import adapters.registry
+
+    card = {"training": {"data": {"train_rows": 1357}}, "metrics": {"engine": {"accuracy": 0.98, "rows": 200}}}
+    monkeypatch.setattr(adapters.registry, "Registry", lambda: SimpleNamespace(resolve=lambda ref: SimpleNamespace(card=card)))
+    ids = [f"bbc-test-{i:04d}" for i in range(334)]
+    pc = {"business": 0.97, "sport": 1.0}
+    all_rows = {"rows": 334, "accuracy": 0.985, "errors": 5, "per_category": pc, "fit_s": 2.2, "docs_per_s": 1500.0,
+                "train_rows": 1557, "wrong_ids": ids[:5]}
+    same_rows = {**all_rows, "accuracy": 0.979, "errors": 7, "train_rows": 1357, "wrong_ids": ids[:4] + ids[10:13]}
+    merged = {"adapter": "bbc-news@2", "n_articles": 334, "accuracy": 0.982, "per_category_accuracy": pc,
+              "docs_per_s": 0.8, "wrong_ids": ids[:3] + ids[20:23]}
+    out = baseline.comparison({"baseline": {"figures": {"test": all_rows, "test_same_rows": same_rows,
+                                                        "validation": {**all_rows, "rows": 200, "accuracy": 0.98}}},
+                               "adapter_merged": {"figures": merged}})
+    f = out["figures"]
+    assert f["beats_baseline"] is False and f["beats_baseline_same_rows"] is True
+    assert (f["adapter_train_rows"], f["baseline_same_rows_train_rows"], f["baseline_train_rows"]) == (1357, 1357, 1557)
+    # adapter alone wrong on 3 (ids 20-22), same-rows baseline alone on 4 (id 3, ids 10-12): p = 1.0
+    assert f["mcnemar_p_same_rows"] == 1.0 and f["mcnemar_p_all_rows"] == 1.0
+    md = out["markdown"]
+    assert "beats or matches the TF-IDF + LinearSVC baseline fitted on the same 1357 training rows (98.2% vs 97.9%)" in md
+    assert "3 articles wrong for the adapter alone, 4 for the baseline alone, exact McNemar p = 1.00, not a significant" in md
+    assert "does NOT reach the TF-IDF + LinearSVC baseline fitted on all 1557 rows of train.csv (98.2% vs 98.5%)" in md
+    header = next(line for line in md.splitlines() if line.startswith("| |"))
+    assert header.count("|") == 5 and all(line.count("|") == 5 for line in md.splitlines() if line.startswith("| "))
 
 
 def test_trials_table_marks_the_best_validation_run(tmp_path):
