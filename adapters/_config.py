@@ -8,9 +8,9 @@ same :func:`classify.engine.prompt.build_training_example` the engine's prompt c
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
 from classify.config.sections import ClassifyConfig, CommandConfig, EngineConfig, Frozen, ModelConfig
 from classify.engine.shape import LINEAR_MODULES
@@ -96,7 +96,8 @@ class TrainingSection(Frozen):
         weight_decay: AdamW weight decay.
         max_grad_norm: gradient clipping norm (0 = off).
         max_steps: optimizer steps; exactly one of ``max_steps`` and ``epochs`` is set.
-        epochs: passes over the training rows (converted to steps, rounded up).
+        epochs: passes over the training rows, a fraction allowed (``0.5``: half of them); converted
+            to optimizer steps, rounded up. A number, not a string or ``true``.
         seed: seeds the data order, LoRA init and dropout.
         checkpoint_every_steps: write a checkpoint every N optimizer steps (and at the end).
         checkpoint_every_s: also write one when this many seconds of wall time passed since the last
@@ -116,8 +117,9 @@ class TrainingSection(Frozen):
     warmup_steps: int = Field(10, ge=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, ge=0)
-    max_steps: int | None = Field(None, ge=1)
-    epochs: float | None = Field(None, gt=0, le=100)
+    # strict: `true` or `"2"` is a mistake in the file, not 1 epoch or 2 (an int is still a float here)
+    max_steps: Annotated[int, Strict()] | None = Field(None, ge=1)
+    epochs: Annotated[float, Strict()] | None = Field(None, gt=0, le=100)
     seed: int = 0
     checkpoint_every_steps: int = Field(20, ge=1)
     checkpoint_every_s: float | None = Field(600.0, gt=0)
@@ -167,7 +169,8 @@ class TrainingSection(Frozen):
     def _steps_or_epochs(self) -> TrainingSection:
         if (self.max_steps is None) == (self.epochs is None):
             raise ValueError(
-                f"exactly one of `max_steps` and `epochs` must be set, got max_steps={self.max_steps}, epochs={self.epochs}"
+                f"exactly one of `max_steps` and `epochs` must be set, got max_steps={self.max_steps}, "
+                f"epochs={'None' if self.epochs is None else format(self.epochs, 'g')}"
             )
         return self
 

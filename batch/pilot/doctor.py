@@ -5,7 +5,8 @@ torch version and build (cpu/cuda/rocm), visible accelerators, a real compute ch
 on each device (a matrix product compared with a float64 CPU reference: relative
 error and time; an import is not proof), vLLM version and platform, Ray version,
 a C++ compiler for torch.compile (CPU machines), free disk and memory against what the
-configured model needs. Writes JSON, prints a table, exits non-zero on a blocker.
+configured model needs, and whether the config file's other commands (``train``, ``batch``)
+would accept their sections. Writes JSON, prints a table, exits non-zero on a blocker.
 """
 
 from __future__ import annotations
@@ -416,6 +417,34 @@ def print_table(checks: list[Check]) -> None:
     Console(stderr=True).print(table)
 
 
+def config_check(path: str | Path) -> Check:
+    """Would ``make train`` and ``make batch`` accept ``path``? The doctor reads the pilot's view only.
+
+    A section the pilot does not read (``train``, ``corpus``, ``batch``) is validated as its command
+    will; an invalid one is a warning (the pilot and serve still run), naming the command and the
+    field, so a broken ``train.training`` is found before a lot is rented, not when training starts.
+
+    Returns:
+        The ``config`` finding; its data maps each command to ``"ok"`` or the error text.
+    """
+    from adapters._config import TrainConfig
+    from batch.config import BatchConfig
+    from classify.errors import ConfigError
+
+    verdicts: dict[str, str] = {}
+    for command, cls in (("train", TrainConfig), ("batch", BatchConfig)):
+        try:
+            load_config(cls, path)
+            verdicts[command] = "ok"
+        except ConfigError as err:
+            verdicts[command] = str(err)
+    bad = {k: v for k, v in verdicts.items() if v != "ok"}
+    if bad:
+        return Check("config", "warn", "; ".join(f"`make {k}` would refuse it: {v}" for k, v in bad.items()),
+                     {"path": str(path), **verdicts})
+    return Check("config", "ok", f"{path}: the pilot, train and batch sections are valid", {"path": str(path), **verdicts})
+
+
 def main(argv: list[str]) -> int:
     """``docpilot doctor [--config F] [--json OUT|-]``: the table, and the findings as JSON in a file (its path printed):
     ``OUT``, by default ``<DOCPILOT_HOME>/doctor.json``; ``--json -`` prints the JSON instead of the table.
@@ -430,7 +459,7 @@ def main(argv: list[str]) -> int:
                              "standard output, instead of the table)")
     args = parser.parse_args(argv)
     cfg = load_config(PilotConfig, args.config)
-    checks = run_checks(cfg)
+    checks = [*run_checks(cfg), config_check(args.config)]
     doc = findings_json(checks)
     if args.json_out == "-":
         print(json.dumps(doc, indent=2))

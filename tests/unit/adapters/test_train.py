@@ -35,7 +35,8 @@ def test_train_config_classify_section_equals_the_pilot_config(train_config: Tra
     ("patch", "message"),
     [
         ({"lora": {"rank": 32}}, r"`lora.rank` must be <= engine.max_lora_rank \(16\), got 32"),
-        ({"training": {"max_steps": 5, "epochs": 1}}, r"`training` exactly one of `max_steps` and `epochs` must be set, got max_steps=5, epochs=1.0"),
+        ({"training": {"max_steps": 5, "epochs": 1}}, r"`training` exactly one of `max_steps` and `epochs` must be set, got max_steps=5, epochs=1$"),
+        ({"training": {"epochs": 0.5, "max_steps": 7}}, r"got max_steps=7, epochs=0.5$"),
         ({"lora": {"target_modules": ["qkv"]}}, r"`lora.target_modules` must be a non-empty subset of \['q_proj', .*\], got \['qkv'\]"),
         ({"training": {"max_steps": 5, "batch_size": 0}}, r"`training.batch_size` must be greater than or equal to 1, got 0"),
         ({"training": {"max_steps": 5, "lr": 1}}, r"`training.lr` is not a known field"),

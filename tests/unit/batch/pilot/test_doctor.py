@@ -29,7 +29,7 @@ def test_findings_and_json(tmp_path, capsys):
     assert f"choose {actors['data']['recommended_cpu_actors']} CPU actor(s) here" in actors["detail"]
     names = [c["name"] for c in doc["checks"]]
     for expected in ("python", "virtualenv", "torch", "accelerators", "compute cpu float32", "vllm", "c++ compiler", "ray", "disk",
-                     "memory"):
+                     "memory", "config"):
         assert expected in names
     cxx = next(c for c in doc["checks"] if c["name"] == "c++ compiler")
     assert cxx["status"] == "ok" and cxx["data"]["command"] == "g++"  # this machine compiles long CPU batches
@@ -116,3 +116,17 @@ def test_memory_of_a_hub_model_id_is_sized_without_its_weights(monkeypatch):
     assert "not counted: not a local folder" in formula
     monkeypatch.setattr(doctor, "_mem_available_bytes", lambda: 64 * 2**30)
     assert next(c for c in doctor.run_checks(cfg) if c.name == "memory").status == "ok"
+
+
+def test_the_config_finding_names_a_train_section_make_train_would_refuse(tmp_path):
+    from tests.support import ROOT
+
+    assert doctor.config_check(ROOT / "config" / "docpilot.json").status == "ok"
+    data = json.loads((ROOT / "config" / "docpilot.json").read_text())
+    data["train"]["training"]["max_steps"] = 400  # beside the shipped `epochs`: train refuses, the pilot reads on
+    bad = tmp_path / "docpilot.json"
+    bad.write_text(json.dumps(data))
+    check = doctor.config_check(bad)
+    assert check.status == "warn" and check.data["batch"] == "ok"
+    assert "`make train` would refuse it" in check.detail and "exactly one of `max_steps` and `epochs`" in check.detail
+    assert "max_steps=400, epochs=2" in check.data["train"]

@@ -107,7 +107,12 @@ def test_old_per_command_files_are_refused_with_the_migration_message(tmp_path):
         # a model validator's own message: named once, its value shown once (no "`(root)`", no second ", got dict")
         (TrainConfig, {"train": {"lora": {"rank": 32}}}, r"`lora.rank` must be <= engine.max_lora_rank \(16\), got 32$"),
         (TrainConfig, {"train": {"training": {"max_steps": 5, "epochs": 1}}},
-         r"`train.training` exactly one of `max_steps` and `epochs` must be set, got max_steps=5, epochs=1.0$"),
+         r"`train.training` exactly one of `max_steps` and `epochs` must be set, got max_steps=5, epochs=1$"),
+        # strict numbers: `true` is not 1 epoch, "2" is not 2 (pydantic's lax mode would take both)
+        (TrainConfig, {"train": {"training": {"max_steps": None, "epochs": True}}},
+         r"`train.training.epochs` must be a valid number, got true$"),
+        (TrainConfig, {"train": {"training": {"max_steps": "400", "epochs": None}}},
+         r"`train.training.max_steps` must be a valid integer, got \"400\"$"),
     ],
 )
 def test_errors_name_the_field_as_written_in_the_file(tmp_path, cls, data, message):
