@@ -178,8 +178,8 @@ def comparison(sections: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     wrong = tuned.get("adapter_wrong_ids")
 
     def paired(fig: dict[str, Any] | None) -> float | None:
-        if fig is None or wrong is None or fig.get("wrong_ids") is None:
-            return None
+        if fig is None or wrong is None or fig.get("wrong_ids") is None or fig["rows"] != n:
+            return None  # no ids, or not the same documents (a --quick adapter run scores 40 of them)
         return mcnemar_p(set(wrong), set(fig["wrong_ids"]))
 
     cats = list(bt["per_category"])

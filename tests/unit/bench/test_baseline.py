@@ -91,6 +91,9 @@ def test_comparison_sets_the_adapter_against_both_baseline_fits_with_mcnemar(mon
     assert "beats or matches the TF-IDF + LinearSVC baseline fitted on the same 1357 training rows (98.2% vs 97.9%)" in md
     assert "3 articles wrong for the adapter alone, 4 for the baseline alone, exact McNemar p = 1.00, not a significant" in md
     assert "does NOT reach the TF-IDF + LinearSVC baseline fitted on all 1557 rows of train.csv (98.2% vs 98.5%)" in md
+    quick = baseline.comparison({"baseline": {"figures": {"test": all_rows, "validation": all_rows}},
+                                 "adapter_merged": {"figures": {**merged, "n_articles": 40, "wrong_ids": ids[:1]}}})
+    assert quick["figures"]["mcnemar_p_all_rows"] is None  # 40 articles against 334: not paired
     header = next(line for line in md.splitlines() if line.startswith("| |"))
     assert header.count("|") == 5 and all(line.count("|") == 5 for line in md.splitlines() if line.startswith("| "))
 
