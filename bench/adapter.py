@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import accuracy, bbc_test, per_category_accuracy
+from bench.common import accuracy, bbc_test, per_category_accuracy, wrong_ids
 from classify.config.sections import PilotConfig, load_config
 
 RESULTS_DIR = Path("bench/results")  # PNGs beside the results files of bench.run
@@ -79,7 +79,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "base_docs_per_s": round(len(docs) / base_s, 2),
         "adapter_docs_per_s": round(len(docs) / tuned_s, 2),
         "adapter_rejected": sum(r.status != "accepted" for r in tuned),
-        "adapter_wrong_ids": sorted(r.id for r in tuned if r.category != labels[r.id]),
+        "adapter_wrong_ids": wrong_ids(tuned, labels),
         "training": {
             "train_rows": card.get("training", {}).get("data", {}).get("train_rows"),
             "steps": metrics.get("steps"), "tokens": metrics.get("tokens"),

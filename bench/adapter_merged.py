@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any
 
-from bench.common import accuracy, bbc_test, merged_registry_adapter, per_category_accuracy
+from bench.common import accuracy, bbc_test, merged_registry_adapter, per_category_accuracy, wrong_ids
 from classify.config.sections import PilotConfig, load_config
 
 
@@ -47,7 +47,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "n_articles": len(results),
         "accuracy": round(accuracy(results, labels), 4),
         "per_category_accuracy": per_cat,
-        "wrong_ids": sorted(r.id for r in results if r.category != labels[r.id]),
+        "wrong_ids": wrong_ids(results, labels),
         "docs_per_s": round(len(results) / seconds, 2),
         "tokens_per_s": round(sum(r.n_tokens for r in results) / seconds, 1),
         "training": {k: adapter.card.get(k) for k in ("metrics", "training") if k in adapter.card},

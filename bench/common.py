@@ -79,6 +79,11 @@ def accuracy(results: list[Any], labels: dict[str, str]) -> float:
     return sum(r.category == labels[r.id] for r in results) / len(results)
 
 
+def wrong_ids(results: list[Any], labels: dict[str, str]) -> list[str]:
+    """Sorted ids of the ``results`` whose ``category`` is not ``labels[id]`` (for paired tests across sections)."""
+    return sorted(r.id for r in results if r.category != labels[r.id])
+
+
 def per_category_accuracy(results: list[Any], labels: dict[str, str], categories: tuple[str, ...]) -> dict[str, float | None]:
     """Accuracy (0-1, 4 decimals) on the articles of each labelled category; ``None`` for a category with none."""
     out: dict[str, float | None] = {}
