@@ -145,7 +145,7 @@ def comparison(sections: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
 
     Returns:
         ``{"title", "figures", "markdown"}``; figures include ``adapter_test_accuracy``,
-        ``baseline_test_accuracy`` and ``beats_baseline`` (all of ``train.csv``),
+        ``baseline_test_accuracy`` and ``beats_baseline`` (strictly higher; all of ``train.csv``),
         ``baseline_same_rows_test_accuracy`` and ``beats_baseline_same_rows``, ``mcnemar_p_all_rows``
         and ``mcnemar_p_same_rows`` (``None`` without the ids).
     """
@@ -170,10 +170,14 @@ def comparison(sections: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     errors = round((1 - tuned["adapter_accuracy"]) * n)
     wrong = tuned.get("adapter_wrong_ids")
 
-    def paired(fig: dict[str, Any] | None) -> float | None:
+    def paired(fig: dict[str, Any] | None) -> tuple[int, int, float] | None:
+        """(wrong for the adapter alone, wrong for the baseline alone, McNemar p), or None."""
         if fig is None or wrong is None or fig.get("wrong_ids") is None or fig["rows"] != n:
             return None  # no ids, or not the same documents (a --quick adapter run scores 40 of them)
-        return mcnemar_p(set(wrong), set(fig["wrong_ids"]))
+        a, b = set(wrong), set(fig["wrong_ids"])
+        return len(a - b), len(b - a), mcnemar_p(a, b)
+
+    pair_same, pair_all = paired(bs), paired(bt)
 
     cats = list(bt["per_category"])
     figures = {"test_rows": n, "baseline_test_accuracy": bt["accuracy"], "adapter_test_accuracy": tuned["adapter_accuracy"],
@@ -183,9 +187,10 @@ def comparison(sections: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
                "baseline_validation_accuracy": bv["accuracy"], "adapter_validation_accuracy": engine.get("accuracy"),
                "adapter_validation_rows": engine.get("rows"), "training_wall_s": metrics.get("wall_s"),
                "training_run_wall_s": metrics.get("run_wall_s"), "calibration": calib or None,
-               "beats_baseline": tuned["adapter_accuracy"] >= bt["accuracy"],
-               "beats_baseline_same_rows": tuned["adapter_accuracy"] >= bs["accuracy"] if bs else None,
-               "mcnemar_p_all_rows": paired(bt), "mcnemar_p_same_rows": paired(bs)}
+               "beats_baseline": tuned["adapter_accuracy"] > bt["accuracy"],
+               "beats_baseline_same_rows": tuned["adapter_accuracy"] > bs["accuracy"] if bs else None,
+               "mcnemar_p_all_rows": pair_all[2] if pair_all else None,
+               "mcnemar_p_same_rows": pair_same[2] if pair_same else None}
     vpc = engine.get("per_category") or {}
     cols = [(f"baseline, fitted on the adapter's rows ({bs['train_rows']})", bs)] if bs else []
     cols.append((f"baseline, fitted on all of train.csv ({bt['train_rows']})", bt))
@@ -212,18 +217,19 @@ def comparison(sections: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         lines.append(f"| score calibration (validation) |{blank} T = {calib['temperature']}, {nll}ECE {calib['ece_before']:.2%} -> "
                      f"{calib['ece_after']:.2%} ({calib['fitted_on']}) |")
 
-    def verdict(fig: dict[str, Any], p: float | None, what: str) -> str:
-        word = "beats or matches" if tuned["adapter_accuracy"] >= fig["accuracy"] else "does NOT reach"
-        text = f"The adapter {word} the TF-IDF + LinearSVC baseline {what} ({tuned['adapter_accuracy']:.1%} vs {fig['accuracy']:.1%})"
-        if p is None:
+    def verdict(fig: dict[str, Any], pair: tuple[int, int, float] | None, what: str) -> str:
+        acc, other = tuned["adapter_accuracy"], fig["accuracy"]
+        word = "beats" if acc > other else "matches" if acc == other else "does NOT reach"
+        text = f"The adapter {word} the TF-IDF + LinearSVC baseline {what} ({acc:.1%} vs {other:.1%})"
+        if pair is None:
             return text + "."
-        only_a, only_b = len(set(wrong) - set(fig["wrong_ids"])), len(set(fig["wrong_ids"]) - set(wrong))
+        only_a, only_b, p = pair
         sig = "a significant difference at 5%" if p < 0.05 else "not a significant difference"
         return (text + f": {only_a} articles wrong for the adapter alone, {only_b} for the baseline alone, "
                 f"exact McNemar p = {p:.2f}, {sig}.")
 
-    said = ([verdict(bs, figures["mcnemar_p_same_rows"], f"fitted on the same {bs['train_rows']} training rows")] if bs else [])
-    said.append(verdict(bt, figures["mcnemar_p_all_rows"], f"fitted on all {bt['train_rows']} rows of train.csv"))
+    said = [verdict(bs, pair_same, f"fitted on the same {bs['train_rows']} training rows")] if bs else []
+    said.append(verdict(bt, pair_all, f"fitted on all {bt['train_rows']} rows of train.csv"))
     md = "\n".join([*(f"- {s}" for s in said), "", *lines])
     return {"title": "Baseline vs adapter on test.csv (settings chosen on the validation split)", "figures": figures,
             "markdown": md}

@@ -57,7 +57,9 @@ def test_comparison_reads_the_card_and_gives_an_honest_verdict(monkeypatch):
     assert lost["figures"]["training_run_wall_s"] == 1150.0 and lost["figures"]["adapter_validation_accuracy"] == 0.975
     assert "T = 1.5" in lost["markdown"] and "44/46" in lost["markdown"] and "(9 errors)" in lost["markdown"]
     won = baseline.comparison(_sections(0.988))
-    assert won["figures"]["beats_baseline"] is True and "beats or matches" in won["markdown"]
+    assert won["figures"]["beats_baseline"] is True and "The adapter beats the" in won["markdown"]
+    tie = baseline.comparison(_sections(0.985))  # the same accuracy is a tie, not a win
+    assert tie["figures"]["beats_baseline"] is False and "The adapter matches the" in tie["markdown"]
     assert baseline.comparison({"baseline": _sections(0.9)["baseline"]}) is None
     merged = {"adapter": "bbc-news@9", "n_articles": 334, "accuracy": 0.991,
               "per_category_accuracy": {"business": 0.98, "sport": 1.0}, "docs_per_s": 6.1}
@@ -88,7 +90,7 @@ def test_comparison_sets_the_adapter_against_both_baseline_fits_with_mcnemar(mon
     # adapter alone wrong on 3 (ids 20-22), same-rows baseline alone on 4 (id 3, ids 10-12): p = 1.0
     assert f["mcnemar_p_same_rows"] == 1.0 and f["mcnemar_p_all_rows"] == 1.0
     md = out["markdown"]
-    assert "beats or matches the TF-IDF + LinearSVC baseline fitted on the same 1357 training rows (98.2% vs 97.9%)" in md
+    assert "beats the TF-IDF + LinearSVC baseline fitted on the same 1357 training rows (98.2% vs 97.9%)" in md
     assert "3 articles wrong for the adapter alone, 4 for the baseline alone, exact McNemar p = 1.00, not a significant" in md
     assert "does NOT reach the TF-IDF + LinearSVC baseline fitted on all 1557 rows of train.csv (98.2% vs 98.5%)" in md
     quick = baseline.comparison({"baseline": {"figures": {"test": all_rows, "validation": all_rows}},
