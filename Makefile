@@ -15,6 +15,9 @@ LOTS_CONFIG ?= config/lots.json
 # the file `make model` provisions the base model of: CONFIG, or the file of the command that needs it
 MODEL_CONFIG ?= $(CONFIG)
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` and `make test-unit` (auto: one per core; 0 runs in this process, as `-s` or pdb need).
+# `make test` keeps every test outside tests/unit on one worker, in order (tests/conftest.py HEAVY_GROUP).
+PYTEST_WORKERS ?= auto
 # every docpilot command knows make started it, so its hints use make's words (SKIP_PILOT_GATE=1, BATCH=...)
 DOCPILOT    := DOCPILOT_VIA_MAKE=1 $(BIN)/docpilot
 
@@ -138,11 +141,11 @@ cluster-check: setup
 	$(DOCPILOT) cluster-check --config $(BATCH_CONFIG)
 
 test: model
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The unit tier (tests/unit, mirroring the packages): no vLLM engine, no Ray, no heavy subprocess.
 test-unit: model
-	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 test-slow: model
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)

@@ -30,6 +30,17 @@ TESTS = ROOT / "tests"
 FOLDER_MARKS = {"engine": "engine", "ray": "ray", "slow": "slow"}  # tier folder -> the mark its tests get
 HEAVY_MARKS = ("engine", "ray", "slow", "images")  # none of these in unit/
 HEAVY_FIXTURES = ("engine", "local_ray")  # nor these
+HEAVY_GROUP = "heavy"
+"""The xdist work unit of every test outside ``unit/``: with ``-n N --dist loadgroup`` (``make test``) one worker runs
+them all, in collection order and one at a time as without xdist (one vLLM engine, one local Ray, the timings they
+assert), while the other workers run the unit tier beside them (:func:`pytest_xdist_make_scheduler`)."""
+SIDE_GROUP = "side"
+SIDE_FILES = frozenset(f"tests/process/{name}.py" for name in (
+    "test_train_resume_inputs", "test_train_disk_cli", "test_quiet_logs", "test_corpus_store", "test_transfer_interrupted",
+    "test_model_integrity_cli", "test_make_words", "test_detach_identity"))
+"""Process-tier files that assert no timing tighter than tens of seconds and start no engine of the session: one work
+unit, ``SIDE_GROUP``, run beside ``HEAVY_GROUP`` by another worker (a ``docpilot`` subprocess each, on a free port or
+its own tmpfs where they need one). The deadline tests (stalled stores, slow clients) stay in ``HEAVY_GROUP``."""
 
 
 def _tier(item: pytest.Item) -> str:
@@ -46,6 +57,27 @@ def _takes_fixture(item: pytest.Item, name: str) -> bool:
     defs = getattr(item, "_fixtureinfo", None)
     defs = defs.name2fixturedefs.get(name, ()) if defs else ()
     return any(Path(d.func.__code__.co_filename).resolve().is_relative_to(TESTS) for d in defs)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """With ``--dist loadgroup`` (``make test``): the tests outside ``tests/unit/`` are two work units, ``SIDE_GROUP``
+    (``SIDE_FILES``) and ``HEAVY_GROUP`` (all the others); each unit test is a unit of its own.
+
+    xdist's own ``loadgroup`` reads ``xdist_group`` marks by rewriting ``item._nodeid``, which pytest 9.2's nodes no
+    longer read, so the grouping is done here, on the node ids, with xdist's public scheduler hook.
+    """
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class HeavyOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith("tests/unit/"):
+                return nodeid
+            return SIDE_GROUP if nodeid.split("::", 1)[0] in SIDE_FILES else HEAVY_GROUP
+
+    return HeavyOnOneWorker(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -160,6 +160,7 @@ def test_bad_inputs_each_get_a_clear_outcome_and_nothing_is_dropped(local_ray, i
 
 
 @pytest.mark.engine
+@pytest.mark.slow  # ~55 s (a pilot's own Ray and engine start); make test stops a batch in its engine start instead
 def test_sigterm_during_engine_start_still_records_where_the_pilot_stopped(tmp_path):
     """A real ``docpilot pilot`` process is stopped with SIGTERM while its engine actor's vLLM starts: the run
     folder gets its summary and a decision, the exit status is 130, the pilot gate is untouched, no Ray or
