@@ -16,7 +16,8 @@ LOTS_CONFIG ?= config/lots.json
 MODEL_CONFIG ?= $(CONFIG)
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test` and `make test-unit` (auto: one per core; 0 runs in this process, as `-s` or pdb need).
-# `make test` keeps every test outside tests/unit on one worker, in order (tests/conftest.py HEAVY_GROUP).
+# `make test` keeps the engine, Ray and process tests on one worker, in order, with a few process files and the unit
+# tier on the others (tests/conftest.py: HEAVY_GROUP, SIDE_FILES).
 PYTEST_WORKERS ?= auto
 # every docpilot command knows make started it, so its hints use make's words (SKIP_PILOT_GATE=1, BATCH=...)
 DOCPILOT    := DOCPILOT_VIA_MAKE=1 $(BIN)/docpilot

@@ -73,11 +73,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     class HeavyOnOneWorker(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith("tests/unit/"):
-                return nodeid
-            return SIDE_GROUP if nodeid.split("::", 1)[0] in SIDE_FILES else HEAVY_GROUP
+            return xdist_scope(nodeid)
 
     return HeavyOnOneWorker(config, log)
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The xdist work unit of the test ``nodeid`` under ``make test``: itself in ``tests/unit/``, else ``SIDE_GROUP``
+    or ``HEAVY_GROUP``."""
+    if nodeid.startswith("tests/unit/"):
+        return nodeid
+    return SIDE_GROUP if nodeid.split("::", 1)[0] in SIDE_FILES else HEAVY_GROUP
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -82,3 +82,17 @@ def test_the_default_run_selects_nothing_under_tests_slow():
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/slow"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "no tests collected" in out.stdout and "deselected" in out.stdout, out.stdout[-2000:]
+
+
+def test_make_test_keeps_the_heavy_tiers_on_one_worker_and_side_files_need_no_engine_or_ray():
+    """`make test`'s xdist grouping (tests/conftest.py): unit tests each alone, the side files together, all else in one unit."""
+    import importlib
+
+    root = importlib.import_module("tests.conftest")
+    assert root.xdist_scope("tests/unit/bench/test_baseline.py::test_x") == "tests/unit/bench/test_baseline.py::test_x"
+    assert root.xdist_scope("tests/process/test_make_words.py::test_y[a]") == root.SIDE_GROUP
+    for heavy in ("tests/engine/test_engine.py::t", "tests/ray/test_pilot.py::t", "tests/process/test_store_deadlines.py::t"):
+        assert root.xdist_scope(heavy) == root.HEAVY_GROUP
+    for name in root.SIDE_FILES:  # a renamed file would silently go back to the heavy worker; one that took the
+        text = (ROOT / name).read_text()  # session engine or a local Ray would run beside the heavy worker's
+        assert not re.search(r"def test_\w+\([^)]*\b(engine|local_ray)\b", text), name
