@@ -74,7 +74,7 @@ def test_sigterm_while_ray_starts_leaves_no_ray_process(tiny_batch):
     _sigterm_leaves_nothing(tiny_batch, "ray::RuntimeEnvAgent", watch_s=120, exit_s=60)
 
 
-@pytest.mark.engine  # about 30 s: an engine start to interrupt (its pilot twin, ~55 s, is in make test-slow)
+@pytest.mark.engine  # about 45 s: an engine start to interrupt (its pilot twin, ~55 s, is in make test-slow)
 def test_sigterm_during_engine_start_leaves_no_ray_or_engine_process(tiny_batch):
     """SIGTERM once the actor's ``VLLM::EngineCore`` exists: exit 130, no worker or engine core survives."""
     _sigterm_leaves_nothing(tiny_batch, "VLLM::EngineCore", watch_s=240, exit_s=150)
