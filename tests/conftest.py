@@ -31,9 +31,9 @@ FOLDER_MARKS = {"engine": "engine", "ray": "ray", "slow": "slow"}  # tier folder
 HEAVY_MARKS = ("engine", "ray", "slow", "images")  # none of these in unit/
 HEAVY_FIXTURES = ("engine", "local_ray")  # nor these
 HEAVY_GROUP = "heavy"
-"""The xdist work unit of every test outside ``unit/``: with ``-n N --dist loadgroup`` (``make test``) one worker runs
-them all, in collection order and one at a time as without xdist (one vLLM engine, one local Ray, the timings they
-assert), while the other workers run the unit tier beside them (:func:`pytest_xdist_make_scheduler`)."""
+"""The xdist work unit of every test outside ``unit/`` but ``SIDE_FILES``: with ``-n N --dist loadgroup`` (``make test``)
+one worker runs them all, in collection order and one at a time as without xdist (one vLLM engine, one local Ray, the
+timings they assert), while the other workers run ``SIDE_GROUP`` and the unit tier beside them (:func:`xdist_scope`)."""
 SIDE_GROUP = "side"
 SIDE_FILES = frozenset(f"tests/process/{name}.py" for name in (
     "test_train_resume_inputs", "test_train_disk_cli", "test_quiet_logs", "test_corpus_store", "test_transfer_interrupted",

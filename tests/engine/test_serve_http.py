@@ -29,6 +29,7 @@ pytestmark = pytest.mark.timeout(1200)  # the module's server may take up to STA
 MAX_DOCUMENTS = 8
 MAX_DOC_BYTES = 60_000
 MAX_IN_FLIGHT = 16
+ADAPTER_ARTICLES = 3  # the articles a test sends through the adapter: an unmerged LoRA costs ~3 s each on the 2-core CPU engine
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +111,7 @@ def test_classify_one_document_base_model(client, pilot_config, bbc_docs):
 
 @pytest.mark.parametrize("adapter", [None, "tiny-lora@1"])
 def test_many_documents_equal_the_offline_engine(client, engine, published, bbc_docs, adapter, pilot_config):
-    # three articles with an adapter: an unmerged LoRA costs ~3 s a document on the 2-core CPU engine, served and offline
-    articles = bbc_docs if adapter is None else bbc_docs[:3]
+    articles = bbc_docs if adapter is None else bbc_docs[:ADAPTER_ARTICLES]
     documents = articles + [{"id": "blank", "text": "   \n"}, {"id": "binary", "text": "\x01\x02\x03\x04 x"}]
     resp = _classify(client, documents, adapter)
     assert resp.status_code == 200, resp.text
@@ -129,7 +129,7 @@ def test_many_documents_equal_the_offline_engine(client, engine, published, bbc_
 
 
 def test_base_and_adapter_served_at_once(client, bbc_docs, pilot_config):
-    bbc_docs = bbc_docs[:3]  # an unmerged LoRA costs ~3 s a document on the 2-core CPU engine
+    bbc_docs = bbc_docs[:ADAPTER_ARTICLES]
     refs = (None, "tiny-lora@1")
     alone = {ref: _classify(client, bbc_docs, ref).json()["results"] for ref in refs}
     with ThreadPoolExecutor(len(refs)) as pool:
