@@ -148,7 +148,9 @@ def test_registry_bytes_replaced_or_truncated_after_first_use_are_never_served(m
     from classify.errors import AdapterIntegrityError
 
     clf, handles, docs, loop = mixed
-    docs = docs[:3]  # an unmerged LoRA costs ~3 s a document on the 2-core CPU engine; every answer below is compared
+    # an unmerged LoRA costs ~3 s a 256-token document on the 2-core CPU engine and every answer below is computed
+    # afresh (the prefix cache is emptied each round): three article openings, about 130 tokens each
+    docs = [document_from_text(d.id, d.text[:600], 200_000, "bbc") for d in docs[:3]]
     reg, model, stranger = registry_pair
     tolerance = score_tolerance(pilot_config.model)
     service = _service(reg, model, pilot_config)
@@ -170,6 +172,9 @@ def test_registry_bytes_replaced_or_truncated_after_first_use_are_never_served(m
         for round_ in range(2):  # three other adapters through two slots: both tamper-* are evicted and reloaded
             for handle in handles:
                 loop.run_until_complete(clf.classify(docs[:1], handle))
+            # vLLM's prefix cache keys blocks by adapter name and path, both unchanged here: emptied, every
+            # token of the answer below is computed with the weights loaded now, not reused from the first use
+            assert loop.run_until_complete(clf.llm.reset_prefix_cache())
             for ref in ("tamper-a@1", "tamper-b@1"):
                 served = service.resolve(ref)  # the same server: the verified copy, the same identity
                 got = _answers(loop.run_until_complete(clf.classify(docs, served.handle())))
