@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-_FOLLOWING: dict[str, pytest.Item | None] = {}
-"""The test that runs after the one being torn down (pytest's ``nextitem``), for :func:`local_ray`'s teardown."""
+_FOLLOWING: dict[str, object] = {}
+"""``item``: the test that runs after the one being torn down (pytest's ``nextitem``); ``kept``: :func:`local_ray`
+left Ray running for it."""
 
 
 @pytest.hookimpl(wrapper=True)
@@ -61,8 +62,9 @@ def local_ray(request: pytest.FixtureRequest):
     pilot or batch run inside the test joins this Ray (as it joins ``RAY_ADDRESS``). Yields the ``ray``
     module. After the module's last test Ray is shut down, unless the next test (pytest's ``nextitem``)
     takes ``local_ray`` too and no actor or placement group still holds a CPU or GPU: then that module
-    takes over the same Ray, saving a start (~6 s on 2 cores); a test that takes no ``local_ray`` (one
-    that starts its own Ray, or counts Ray's processes) never sees it running.
+    takes over the same Ray, saving a start (~6 s on 2 cores). A module none of whose tests takes
+    ``local_ray`` (one that starts its own Ray, or counts Ray's processes) never sees it running; within a
+    module, the tests after the first that takes it run beside it, as before.
     """
     import ray
     from ray import cloudpickle
