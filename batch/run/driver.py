@@ -263,14 +263,35 @@ def _driver_lock(batch_id: str, run_dir: Path, watch: str) -> FileLock:
     return lock
 
 
+def _attempt_recorded_here(run_dir: Path) -> bool:
+    """Whether this process recorded an attempt in ``run_dir``'s manifest (its last attempt has this pid and host).
+
+    A resume refused before its attempt began (a changed config or corpus, an earlier layout) and the re-check of a
+    complete batch record none: the folder keeps the status of the attempt that last ran in it.
+    """
+    import json
+    import os
+    import socket
+
+    from batch.layout import MANIFEST
+
+    try:
+        attempts = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8")).get("attempts") or []
+        last = attempts[-1]
+        return last.get("pid") == os.getpid() and last.get("host") == socket.gethostname()
+    except (OSError, ValueError, AttributeError, IndexError, TypeError):
+        return False
+
+
 def _record_foreground_exit(batch_id: str, code: int) -> None:
-    """Write the run folder's ``exit.json`` for ``docpilot status --follow``, unless another driver holds the folder
-    (a batch refused as "already running" must not write into the running one's folder)."""
+    """Write the run folder's ``exit.json`` for ``docpilot status --follow`` when this process ran an attempt there
+    (:func:`_attempt_recorded_here`), unless another driver holds the folder (a batch refused as "already running"
+    must not write into the running one's folder)."""
     from classify.runs.detached import record_exit
 
     run_dir = runs_dir() / batch_id
-    if not run_dir.is_dir():
-        return  # nothing was started (dropped, or refused before the folder existed)
+    if not run_dir.is_dir() or not _attempt_recorded_here(run_dir):
+        return  # nothing was started (dropped, refused before the folder existed, or before its attempt began)
     lock = FileLock(str(run_dir / ".driver.lock"))
     try:
         lock.acquire(timeout=0)
