@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import ValidationError
+from pydantic import ValidationError, model_validator
 
 from classify.config.base import Frozen, format_validation_error
 from classify.errors import ConfigError
@@ -57,6 +57,18 @@ class CommandConfig(Frozen):
     """
 
     file_section: ClassVar[str | None] = None
+
+    @model_validator(mode="after")
+    def _documents_fit_a_prompt(self) -> CommandConfig:
+        """``classify.max_doc_tokens`` below ``model.max_model_len``: else every longer document is rejected, at run time."""
+        model, classify = getattr(self, "model", None), getattr(self, "classify", None)
+        if model is not None and classify is not None and classify.max_doc_tokens >= model.max_model_len:
+            raise ValueError(
+                f"`classify.max_doc_tokens` must be below `model.max_model_len` ({model.max_model_len}): a prompt holds "
+                "the instructions, the categories and the answer besides the document's tokens, so every document "
+                "longer than that would be rejected once the engine runs; lower it or raise `model.max_model_len`, "
+                f"got {classify.max_doc_tokens}")
+        return self
 
 
 def own_fields(cls: type[CommandConfig]) -> list[str]:

@@ -154,3 +154,17 @@ def test_a_bad_command_line_value_is_blamed_on_the_command_line_not_the_file(tmp
 def test_a_folder_given_as_the_config_file_is_named_as_a_folder(tmp_path):
     with pytest.raises(ConfigError, match=r"config file .* is a folder; give the JSON file"):
         load_config(PilotConfig, tmp_path)
+
+
+@pytest.mark.parametrize("cls", [PilotConfig, BatchConfig, TrainConfig])
+def test_every_command_refuses_max_doc_tokens_that_leave_no_room_in_a_prompt(tmp_path, cls):
+    data = json.loads(SHIPPED.read_text())
+    data["classify"]["max_doc_tokens"] = data["model"]["max_model_len"]
+    with pytest.raises(ConfigError) as err:
+        load_config(cls, _write(tmp_path, data))
+    assert str(err.value) == (
+        f"{tmp_path / 'docpilot.json'}: `classify.max_doc_tokens` must be below `model.max_model_len` (1024): a prompt "
+        "holds the instructions, the categories and the answer besides the document's tokens, so every document "
+        "longer than that would be rejected once the engine runs; lower it or raise `model.max_model_len`, got 1024")
+    data["classify"]["max_doc_tokens"] = data["model"]["max_model_len"] - 1  # the template's own length is the engine's to check
+    assert load_config(cls, _write(tmp_path, data)).classify.max_doc_tokens == 1023
