@@ -58,6 +58,7 @@ class QualityTally:
         self.review: Counter[str] = Counter()
         self.confusion: Counter[tuple[str, str]] = Counter()
         self.odd_labels: Counter[str] = Counter()
+        self.outside = 0  # rows whose label is outside the categories (every kind, where odd_labels keeps 20)
         self.unlabelled = 0
         self.side = {True: [0, 0], False: [0, 0]}  # below threshold? -> [labelled accepted, correct]
 
@@ -123,7 +124,9 @@ class QualityTally:
         unlabelled = pc.fill_null(pc.equal(label, ""), True)
         self.unlabelled += pc.sum(unlabelled).as_py() or 0
         allowed = pc.fill_null(pc.is_in(label, value_set=pa.array([*self.categories, REJECT_LABEL], pa.string())), False)
-        for item in pc.value_counts(pc.filter(label, pc.and_(pc.invert(unlabelled), pc.invert(allowed)))).to_pylist():
+        outside = pc.and_(pc.invert(unlabelled), pc.invert(allowed))
+        self.outside += pc.sum(outside).as_py() or 0
+        for item in pc.value_counts(pc.filter(label, outside)).to_pylist():
             if len(self.odd_labels) < MAX_ODD_LABELS or item["values"] in self.odd_labels:
                 self.odd_labels[item["values"]] += item["counts"]
         for item in pc.value_counts(pc.filter(pc.binary_join_element_wise(label, predicted, "\x00"), allowed)).to_pylist():
@@ -161,6 +164,8 @@ class QualityTally:
             ``"review": {"below_score", "flagged", "by_category"}`` when the threshold is set, and
             ``"labelled": {...}`` (accuracy, ``per_category``, ``confusion``, ``by_review``) only when
             at least one document has a label among the categories; an unlabelled run has no accuracy.
+            ``"labels_outside_categories": {"rows", "labels"}`` when some rows carry a label that is none
+            of the categories (and not ``reject``): not scored, and counted, whether or not others are.
         """
         order = [*self.categories, REJECTED]
         out: dict[str, Any] = {
@@ -174,6 +179,8 @@ class QualityTally:
                              "by_category": {c: self.review.get(c, 0) for c in self.categories}}
         if self.labelled:
             out["labelled"] = self._labelled_report(order)
+        if self.outside:
+            out["labels_outside_categories"] = {"rows": self.outside, "labels": dict(self.odd_labels)}
         return out
 
     def _labelled_report(self, order: list[str]) -> dict[str, Any]:
@@ -314,6 +321,11 @@ def quality_table(report: Mapping[str, Any]) -> str:
         if by:
             text += (f"score >= {by['below_score']}: {_pct(by['above']['accuracy'])} of {by['above']['documents']}; "
                      f"below (review): {_pct(by['below']['accuracy'])} of {by['below']['documents']}\n")
+    outside = report.get("labels_outside_categories")
+    if outside:
+        kinds = ", ".join(f"{k!r}: {n}" for k, n in outside["labels"].items())
+        text += (f"{outside['rows']} rows with a label outside the categories, not scored ({kinds}"
+                 f"{', ...' if sum(outside['labels'].values()) < outside['rows'] else ''})\n")
     if review is not None:
         text += f"review flags (score < {report['review']['below_score']}): {report['review']['flagged']}\n"
     return text

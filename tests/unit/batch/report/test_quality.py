@@ -352,7 +352,7 @@ def test_a_results_table_is_counted_in_slices_as_a_whole(threshold):
     """``add_table`` (Arrow kernels) gives the same report over any slicing of the rows, and the counts by hand."""
     import pyarrow as pa
 
-    from batch.report.quality import QualityTally
+    from batch.report.quality import QualityTally, quality_table
 
     cats = ["business", "sport", "tech"]
     rows = [
@@ -381,9 +381,15 @@ def test_a_results_table_is_counted_in_slices_as_a_whole(threshold):
     lab = rep["labelled"]
     assert (lab["documents"], lab["correct"], lab["unlabelled"], lab["labels_outside_categories"]) == (5, 1, 1, {"odd": 1})
     assert lab["confusion"]["counts"][3] == [0, 1, 0, 0] and lab.get("planned_rejects") == 1  # reject -> sport
+    assert rep["labels_outside_categories"] == {"rows": 1, "labels": {"odd": 1}}
+    assert "1 rows with a label outside the categories, not scored ('odd': 1)" in quality_table(rep)
     if threshold is not None:  # b flagged by its record; d (no score), e, g and h (scores under 0.6) by the threshold
         assert rep["review"]["flagged"] == 5
         assert lab["by_review"]["above"]["documents"] + lab["by_review"]["below"]["documents"] == 4
+    only_odd = QualityTally(cats, threshold)
+    only_odd.add_rows(rows[:2], ["mixed", "mixed"])  # no label among the categories: no accuracy, yet counted
+    assert "labelled" not in only_odd.report()
+    assert "2 rows with a label outside the categories, not scored ('mixed': 2)" in quality_table(only_odd.report())
     odd = pa.Table.from_pylist([{"id": "x", "status": "accepted", "category": "tech", "score": 1.5},
                                 {"id": "y", "status": "accepted", "category": "tech", "score": float("nan")}])
     out = QualityTally(cats, threshold)
