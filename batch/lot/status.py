@@ -57,7 +57,7 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
     run_dir = (root or runs_dir()) / batch_id
     manifest = mf.read_manifest(run_dir) if run_dir.is_dir() else None
     if manifest is None:
-        known = sorted(p.name for p in (root or runs_dir()).glob("*") if (p / mf.MANIFEST).is_file())
+        known = [st["batch_id"] for st in list_batches(root)]
         raise InputError(f"no batch {batch_id!r} under {run_dir.parent} (batches there: {known[-5:] or 'none'})")
     progress = ProgressFile.read(run_dir / mf.PROGRESS)
     sizes = {s.index: s.n_docs for s in manifest.shards}
@@ -72,7 +72,7 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
         state = "done" if export is not None else ("classified, not exported: the results are merged but no verified "
                                                    "export exists yet; rerun the same command to export and re-check it")
     return {
-        "batch_id": batch_id, "run_dir": str(run_dir), "state": state,
+        "batch_id": batch_id, "run_dir": str(run_dir), "created_at": manifest.created_at, "state": state,
         "done": sum(sizes[i] for i in complete), "total": manifest.corpus.get("distinct_ids"),
         "accepted": progress.accepted, "rejected": progress.rejected,
         "docs_per_s": progress.docs_per_s, "eta_s": progress.eta_s,
@@ -95,7 +95,8 @@ def _resume(batch_id: str, manifest: Any) -> str:
 
 
 def list_batches(root: Path | None = None) -> list[dict[str, Any]]:
-    """The batches under the runs folder (pilots left out), oldest first: what ``docpilot status`` without an id lists.
+    """The batches under the runs folder (pilots left out), oldest first (by the manifest's ``created_at``; a batch id
+    is a name the user may choose, so its order says nothing): what ``docpilot status`` without an id lists.
 
     Args:
         root: parent of run folders (default :func:`classify.paths.runs_dir`).
@@ -111,7 +112,7 @@ def list_batches(root: Path | None = None) -> list[dict[str, Any]]:
             out.append(batch_status(run_dir.name, root))
         except (InputError, EarlierRunFolder, OSError, ValueError) as err:
             out.append({"batch_id": run_dir.name, "state": f"unreadable: {err}", "done": None, "total": None})
-    return out
+    return sorted(out, key=lambda st: (st.get("created_at") or "", st["batch_id"]))
 
 
 def _print_batches(root: Path) -> int:

@@ -17,6 +17,7 @@ from batch.pilot.decision import VERDICT_VS_DECISION, decision_markdown
 from batch.run.driver import warn_pipeline
 from batch.run.lease import lease_check
 from classify.config.sections import EngineConfig
+from classify.errors import InputError
 from classify.runs.gate import pipeline_settings
 from classify.usercommand import VIA_MAKE_ENV
 from tests.support import ROOT
@@ -24,7 +25,7 @@ from tests.support import ROOT
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 
 
-def _batch(root, batch_id, total=2000, done=1000, override=False):
+def _batch(root, batch_id, total=2000, done=1000, override=False, created_at=None):
     run = root / batch_id
     shards = [{"index": i, "row": i * 1000, "n_rows": 1000, "n_docs": 1000} for i in range(total // 1000)]
     mf.write_manifest(
@@ -35,6 +36,7 @@ def _batch(root, batch_id, total=2000, done=1000, override=False):
             "shards": shards,
             "pilot_gate": {"override": override},
             "attempts": [],
+            **({"created_at": created_at} if created_at else {}),
         },
     )
     for i in range(done // 1000):
@@ -70,6 +72,13 @@ def test_status_without_an_id_lists_the_batches_there_are(tmp_path, monkeypatch,
     )
     assert "pilot-cccc" not in out
     assert "`make status BATCH=20261202T000000Z-batch-bbbb`" in out
+    # a chosen batch id sorts by name before the generated ones; listed by when it was created, it comes last
+    _batch(tmp_path, "bk1", created_at="2026-12-04T05:06:00Z")
+    assert status_main([]) == 0
+    out = capsys.readouterr().out
+    assert out.index("batch-bbbb") < out.index("bk1") and "`make status BATCH=bk1`" in out
+    with pytest.raises(InputError, match=r"batches there: \['20261201T000000Z-batch-aaaa', '20261202T000000Z-batch-bbbb', 'bk1'\]"):
+        status_main(["nope"])  # the same batches, pilots left out, in the same order
 
 
 @pytest.mark.parametrize("via_make", [True, False])
