@@ -235,6 +235,7 @@ class BatchRun:
             self._merge(manifest, write=False)
             summary = json.loads((self.run_dir / mf.SUMMARY).read_text(encoding="utf-8"))
             summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export_batch(self.run_dir, dest, self.hooks))
+            summary["rechecked_only"] = True  # for the caller's lines: this_attempt is the last attempt's, not this call's
             if manifest.attempts and not any(a.get("export_verified_at") for a in manifest.attempts):  # an older run folder
                 manifest.attempts[-1].update(exported_to=redact(dest), export_verified_at=utc_now())
                 mf.write_manifest(self.run_dir, manifest)

@@ -389,10 +389,15 @@ def main(argv: list[str] | None = None) -> int:
         raise
     _record_foreground_exit(args.batch_id, 0)
     t = summary["this_attempt"]
-    print(f"batch {summary['batch_id']}: {summary['total']} ids = {summary['accepted']} accepted + "
-          f"{summary['rejected']} rejected ({summary['input_rows']} input rows, {summary['duplicate_rows']} duplicate rows); "
-          f"this attempt {t['processed_docs']} docs at {t['docs_per_s']} docs/s in {t['wall_s']} s (engine start included)")
-    if t.get("steady_docs_per_s"):
+    counts = (f"batch {summary['batch_id']}: {summary['total']} ids = {summary['accepted']} accepted + "
+              f"{summary['rejected']} rejected ({summary['input_rows']} input rows, {summary['duplicate_rows']} duplicate rows)")
+    if summary.get("rechecked_only"):
+        print(f"{counts}; complete already: re-checked, nothing run (the last attempt: {t['processed_docs']} docs at "
+              f"{t['docs_per_s']} docs/s)")
+    else:
+        print(f"{counts}; this attempt {t['processed_docs']} docs at {t['docs_per_s']} docs/s in {t['wall_s']} s "
+              "(engine start included)")
+    if t.get("steady_docs_per_s") and not summary.get("rechecked_only"):
         print(f"steady rate after the first shard: {t['steady_docs_per_s']} docs/s, {t['steady_tokens_per_s']} tokens/s "
               "(the rate to size a lease by)")
     print(f"results: {summary['run_dir']}/results.jsonl  summary: {summary['run_dir']}/summary.json")

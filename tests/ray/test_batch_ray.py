@@ -149,6 +149,7 @@ def test_batch_end_to_end_real_ray_and_engine(tmp_path, bbc_dir, pilot_config):
     again = _docpilot("batch", "--config", str(config), "--corpus", str(spec["path"]), "--batch-id", "e2e", "--no-progress")
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"batch e2e is already complete: {len(manifest['shards'])} shards; re-checking it, writing nothing" in again.stderr
+    assert "complete already: re-checked, nothing run (the last attempt: " in again.stdout and "this attempt" not in again.stdout
     assert json.loads((run / "summary.json").read_text()) == summary
     assert len(read_jsonl(run / "results.jsonl")) == len(spec["ids"])
 
