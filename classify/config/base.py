@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from classify.errors import ConfigError
 
@@ -32,10 +32,24 @@ _REPHRASE = (
 )
 
 
+_NUMBERS = (int, float, int | None, float | None)
+
+
 class Frozen(BaseModel):
-    """Base of every docpilot config section: immutable (``frozen``) and refusing unknown fields (``extra="forbid"``)."""
+    """Base of every docpilot config section: immutable (``frozen``) and refusing unknown fields (``extra="forbid"``).
+
+    A JSON ``true``/``false`` given for a number is refused (pydantic's lax mode would read ``true`` as 1: a
+    ``"cpu_actors": true`` meant as "on" would silently start one actor).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name and cls.model_fields[info.field_name].annotation in _NUMBERS:
+            raise ValueError(f"must be a number, got {json.dumps(value)}")
+        return value
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -168,3 +168,12 @@ def test_every_command_refuses_max_doc_tokens_that_leave_no_room_in_a_prompt(tmp
         "longer than that would be rejected once the engine runs; lower it or raise `model.max_model_len`, got 1024")
     data["classify"]["max_doc_tokens"] = data["model"]["max_model_len"] - 1  # the template's own length is the engine's to check
     assert load_config(cls, _write(tmp_path, data)).classify.max_doc_tokens == 1023
+
+
+@pytest.mark.parametrize(("section", "field", "value"), [("batch", "cpu_actors", True), ("classify", "max_doc_tokens", False),
+                                                         ("engine", "gpu_memory_utilization", True)])
+def test_a_boolean_for_a_number_is_refused_not_read_as_one(tmp_path, section, field, value):
+    data = json.loads(SHIPPED.read_text())
+    data[section][field] = value
+    with pytest.raises(ConfigError, match=rf"`{section}.{field}` must be a number, got {json.dumps(value)}$"):
+        load_batch_config(_write(tmp_path, data))
