@@ -96,8 +96,9 @@ def configure_logging(verbose: bool) -> None:
 
 
 def _usage() -> str:
-    lines = ["usage: docpilot [--verbose] COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines = ["usage: docpilot [--verbose] COMMAND [ARGS...]  (docpilot --version: the installed version)", "", "commands:"]
+    width = max(map(len, COMMANDS))
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += ["", "--verbose (or DOCPILOT_VERBOSE=1): show vLLM's, Ray's and transformers' own log lines"]
     return "\n".join(lines)
 
@@ -137,6 +138,11 @@ def _main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from importlib.metadata import version
+
+        print(f"docpilot {version('docpilot')}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"error: unknown command {name!r} (allowed: {', '.join(COMMANDS)})", file=sys.stderr)

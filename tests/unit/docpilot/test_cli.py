@@ -27,7 +27,9 @@ def test_python_m_docpilot_is_the_same_command():
     out = subprocess.run([sys.executable, "-m", "docpilot", "--help"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("usage: docpilot [--verbose] COMMAND")
-    assert all(f"  {name:<10} " in out.stdout for name in COMMANDS) and "submit" in COMMANDS
+    listed = [line for line in out.stdout.splitlines() if line.startswith("  ")]
+    assert [line.split()[0] for line in listed] == list(COMMANDS) and "submit" in COMMANDS
+    assert len({len(line) - len(line[2:].split(maxsplit=1)[1]) for line in listed}) == 1  # the help texts line up
     bad = subprocess.run([sys.executable, "-m", "docpilot", "nope"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "error: unknown command 'nope'" in bad.stderr
@@ -66,3 +68,11 @@ def test_option_help_texts_are_plain_text_without_markdown_backquotes():
                     found += [f"{path.relative_to(ROOT)}:{kw.value.lineno}" for kw in node.keywords
                               if kw.arg == "help" and "`" in (ast.get_source_segment(source, kw.value) or "")]
     assert found == []
+
+
+def test_version_is_the_installed_packages(capsys):
+    from importlib.metadata import version
+
+    assert main(["--version"]) == 0 and main(["-V"]) == 0
+    assert capsys.readouterr().out == f"docpilot {version('docpilot')}\n" * 2
+    assert version("docpilot") in (ROOT / "pyproject.toml").read_text()  # the editable install is this tree's
