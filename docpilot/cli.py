@@ -48,7 +48,6 @@ QUIET_ENV: dict[str, str] = {
     "VLLM_LOGGING_LEVEL": "ERROR",  # vllm/envs.py; read when vllm is first imported, here and in engine processes
     "TRANSFORMERS_VERBOSITY": "error",
     "RAY_LOGGER_LEVEL": "error",  # the `ray` Python loggers (ray_constants.LOGGER_LEVEL)
-    "RAY_BACKEND_LOG_LEVEL": "error",  # raylet, GCS and core worker C++ logs
     "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10 warnings printed as "[W... file.cpp:N] Warning: ..." (vLLM's NUMA binding note)
     "PYTHONWARNINGS": "ignore::FutureWarning",  # libraries' deprecation notices, in the engine's child processes too
 }
