@@ -141,6 +141,7 @@ def test_batch_end_to_end_real_ray_and_engine(tmp_path, bbc_dir, pilot_config):
     export = exports_dir() / "e2e"
     assert (export / "SHA256SUMS").is_file() and verify_export(export, check_export) == []
     assert "export (SHA256SUMS verified)" in proc.stdout
+    assert "logging.cc" not in proc.stderr and "Token authentication" not in proc.stderr  # Ray's own lines: --verbose only
 
     status = _docpilot("status", "e2e", "--json")
     st = json.loads(status.stdout)
