@@ -154,7 +154,7 @@ def require_id_column(cfg: CorpusConfig, where: Path | StoreObject, fmt: str) ->
             header = parquet_columns(where, cfg.text_column, None)[0].schema_arrow.names
     except InputError:
         return  # unreadable, or no text column: the plan refuses it with the same message
-    if cfg.id_column not in header:
+    if header and cfg.id_column not in header:  # an empty file: the plan refuses it, saying so
         raise InputError(f"corpus {where}: `corpus.id_column` is {cfg.id_column!r}, but the {fmt.upper()} header has "
                          f"no such column (its columns: {header}); name the id column it has, or set "
                          "`id_column: null` to generate ids <id_prefix>-<row, 4 digits>")

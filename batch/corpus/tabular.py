@@ -190,6 +190,9 @@ def iter_csv_rows(
         raise InputError(f"{path}: cannot read CSV: {err}{_NOT_UTF8_HINT if isinstance(err, UnicodeDecodeError) else ''}") from None
     assert header is not None
     with fh:
+        if not header:
+            raise InputError(f"{path}: the file is empty: a CSV corpus starts with a header row naming its text column "
+                             f"({text_column!r})")
         if text_column not in header:
             raise InputError(f"{path}: text column {text_column!r} not in header {header}")
         use_ids = id_column is not None and id_column in header

@@ -70,6 +70,10 @@ def test_csv_generated_ids_are_stable(tmp_path):
     assert [d.id for d, _ in iter_csv(path, 1000, id_column=None, id_prefix="bbc-test")] == ids
     with pytest.raises(InputError, match=r"text column 'body' not in header \['text', 'category'\]"):
         list(iter_csv(path, 1000, text_column="body"))
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    with pytest.raises(InputError, match=r"empty.csv: the file is empty: a CSV corpus starts with a header row naming its text column \('text'\)"):
+        list(iter_csv(empty, 1000))
 
 
 def test_csv_with_an_unclosed_quote_is_refused_naming_the_line(tmp_path):
