@@ -97,3 +97,13 @@ def user_flag(flag: str, value: str | None = None) -> str:
     if started_by_make() and flag in MAKE_VARS:
         return f"{MAKE_VARS[flag]}={'1' if value is None else value}"
     return flag if value is None else f"{flag} {value}"
+
+
+def cli_description(doc: str | None) -> str:
+    """A command's ``--help`` description from its module docstring: the first line, without reST's literal quotes.
+
+    >>> cli_description('''``docpilot doctor``: can this machine run the configured model?\\n\\nMore.''')
+    'docpilot doctor: can this machine run the configured model?'
+    """
+    lines = (doc or "").strip().splitlines()
+    return lines[0].replace("``", "") if lines else ""

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic_settings import CliSettingsSource
 
 from classify.errors import EngineError
-from classify.usercommand import user_flag
+from classify.usercommand import cli_description, user_flag
 from serve.settings import ServeSettings, load_settings
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, CliSettingsSource[argparse.
         ``(parser, source)``: the argparse parser (for ``--help``) and the pydantic-settings source
         that turns ``argv`` into the values given on the command line.
     """
-    parser = argparse.ArgumentParser(prog="docpilot serve", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="docpilot serve", description=cli_description(__doc__))
     source = CliSettingsSource(ServeSettings, root_parser=parser, add_argument_method=_add_argument)
     return parser, source
 

@@ -26,7 +26,7 @@ from classify.config.sections import PilotConfig, load_config
 from classify.engine.args import cpp_compiler
 from classify.engine.memory import Estimate
 from classify.paths import state_dir
-from classify.usercommand import user_flag
+from classify.usercommand import cli_description, user_flag
 
 MATMUL_N = 512
 """Side of the square matrices of the compute check (n x n, 2 n^3 flops)."""
@@ -452,8 +452,8 @@ def main(argv: list[str]) -> int:
     Returns:
         6 on a blocker, else 0.
     """
-    parser = argparse.ArgumentParser(prog="docpilot doctor", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="config/docpilot.json")
+    parser = argparse.ArgumentParser(prog="docpilot doctor", description=cli_description(__doc__))
+    parser.add_argument("--config", default="config/docpilot.json", help="the config file to check (default: %(default)s)")
     parser.add_argument("--json", dest="json_out", metavar="OUT",
                         help="write the findings as JSON to this file (default <DOCPILOT_HOME>/doctor.json; - : "
                              "standard output, instead of the table)")

@@ -49,6 +49,7 @@ from classify.runs.records import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from classify.usercommand import cli_description
 
 log = logging.getLogger(__name__)
 
@@ -433,8 +434,8 @@ def main(argv: list[str]) -> int:
         0 when the trial ran through and recorded its decision (any decision; with
         ``--require-proceed`` only ``proceed``, else 10); the error's exit code when a stage failed.
     """
-    parser = argparse.ArgumentParser(prog="docpilot pilot", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="config/docpilot.json")
+    parser = argparse.ArgumentParser(prog="docpilot pilot", description=cli_description(__doc__))
+    parser.add_argument("--config", default="config/docpilot.json", help="the config file: model, engine, classify and pilot sections (default: %(default)s)")
     parser.add_argument("--input", default=str(DEFAULT_INPUT), help="pilot folder (documents/ + labels.json), .jsonl, .csv or .parquet (default data/pilot)")
     parser.add_argument("--adapter", help="adapter from the registry: name@version or name@latest")
     parser.add_argument("--export-dir", help="parent of the export copy: a folder or a URL such as s3://bucket/pilots "

@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from classify.errors import EnvironmentCheckError
+from classify.usercommand import cli_description
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     from classify.engine.args import detect_device
     from classify.engine.memory import resolve_tensor_parallel
 
-    p = argparse.ArgumentParser(prog="docpilot cluster-check", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="docpilot cluster-check", description=cli_description(__doc__))
     p.add_argument("--config", default="config/docpilot.json", help="the job's config (its engine.tensor_parallel_size)")
     p.add_argument("--timeout-s", type=float, default=120.0, help="seconds to wait for the probes (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

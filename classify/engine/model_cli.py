@@ -7,11 +7,12 @@ import json
 
 from classify.config.sections import PilotConfig, load_config
 from classify.engine.model import resolve_model
+from classify.usercommand import cli_description
 
 
 def main(argv: list[str]) -> int:
     """Resolve (and for the default model, de-quantize once) the base model; print its ref as JSON."""
-    parser = argparse.ArgumentParser(prog="docpilot model", description=__doc__)
+    parser = argparse.ArgumentParser(prog="docpilot model", description=cli_description(__doc__))
     parser.add_argument("--config", default="config/docpilot.json", help="config whose model section to use")
     args = parser.parse_args(argv)
     cfg = load_config(PilotConfig, args.config)

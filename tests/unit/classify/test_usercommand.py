@@ -69,3 +69,12 @@ def test_the_gate_refusal_names_the_override_in_the_users_form(
         require_pilot("k" * 64, "base model m (no adapter)", folder=tmp_path)
     assert words in str(err.value) and not_words not in str(err.value)
     assert user_flag("--skip-pilot-gate") == ("SKIP_PILOT_GATE=1" if via_make else "--skip-pilot-gate")
+
+
+def test_help_descriptions_are_the_docstrings_first_line_without_rest_quotes():
+    from batch.pilot import doctor
+    from classify.usercommand import cli_description
+
+    assert cli_description(doctor.__doc__) == "docpilot doctor: can this machine run the configured model? " \
+        "The pilot runs these checks first (all but memory)."
+    assert cli_description(None) == cli_description("  ") == ""
