@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ from filelock import FileLock, Timeout
 
 from batch.config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
 from batch.corpus.plan import corpus_settings_for, locate_corpus, require_id_column
+from batch.layout import read_manifest
 from batch.run.adapter import resolve_adapter
 from batch.run.attempt import BatchRun
 from batch.run.options import BatchOptions as BatchOptions  # the options' home; imported here by name
@@ -269,18 +272,12 @@ def _attempt_recorded_here(run_dir: Path) -> bool:
     A resume refused before its attempt began (a changed config or corpus, an earlier layout) and the re-check of a
     complete batch record none: the folder keeps the status of the attempt that last ran in it.
     """
-    import json
-    import os
-    import socket
-
-    from batch.layout import MANIFEST
-
     try:
-        attempts = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8")).get("attempts") or []
-        last = attempts[-1]
-        return last.get("pid") == os.getpid() and last.get("host") == socket.gethostname()
-    except (OSError, ValueError, AttributeError, IndexError, TypeError):
+        manifest = read_manifest(run_dir)
+    except (InputError, OSError):  # damaged, of an earlier layout (EarlierRunFolder) or unreadable: not this run's
         return False
+    last = manifest.attempts[-1] if manifest is not None and manifest.attempts else {}
+    return last.get("pid") == os.getpid() and last.get("host") == socket.gethostname()
 
 
 def _record_foreground_exit(batch_id: str, code: int) -> None:
@@ -397,9 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{counts}; this attempt {t['processed_docs']} docs at {t['docs_per_s']} docs/s in {t['wall_s']} s "
               "(engine start included)")
-    if t.get("steady_docs_per_s") and not summary.get("rechecked_only"):
-        print(f"steady rate after the first shard: {t['steady_docs_per_s']} docs/s, {t['steady_tokens_per_s']} tokens/s "
-              "(the rate to size a lease by)")
+        if t.get("steady_docs_per_s"):
+            print(f"steady rate after the first shard: {t['steady_docs_per_s']} docs/s, {t['steady_tokens_per_s']} "
+                  "tokens/s (the rate to size a lease by)")
     print(f"results: {summary['run_dir']}/results.jsonl  summary: {summary['run_dir']}/summary.json")
     if summary.get("accuracy") is not None:
         lab = summary["quality"]["labelled"]
