@@ -45,6 +45,7 @@ from classify.runs.detached import (
     log_path,
     process_identity,
     read_detach,
+    read_exit,
     record_exit,
 )
 from classify.runs.records import utc_now, write_json_atomic
@@ -137,6 +138,7 @@ def _take_detach_lock(run_id: str, run_dir: Path) -> int:
 
 def _start(kind: str, run_id: str, run_dir: Path, argv: list[str], *, lock_fd: int, stop_when_done: bool,
            wrap_up_to: str | None, lots_config: str | None) -> int:
+    previous = read_exit(run_dir)  # the attempt that last ran: kept if this start is refused before its own begins
     (run_dir / EXIT_RECORD).unlink(missing_ok=True)  # a resumed run's earlier record: follow waits for this one
     logfile = log_path(run_dir, kind)
     command = [sys.executable, "-m", "docpilot", kind, *argv]
@@ -157,7 +159,7 @@ def _start(kind: str, run_id: str, run_dir: Path, argv: list[str], *, lock_fd: i
         "kind": kind, "run_id": run_id, "supervisor_pid": proc.pid, "supervisor_started": ident["pid_started"],
         "boot_id": ident["boot_id"], "child_pid": None, "child_started": None, "host": socket.gethostname(),
         "command": shown, "log": str(logfile), "started_at": utc_now(), "stop_when_done": stop_when_done,
-        "wrap_up_to": redact(wrap_up_to) if wrap_up_to else wrap_up_to})
+        "wrap_up_to": redact(wrap_up_to) if wrap_up_to else wrap_up_to, "previous_exit": previous})
     what = "batch" if kind == "batch" else "training job"
     print(f"{what} {run_id} detached (pid {proc.pid}, its own session: closing this terminal does not stop it)")
     print(f"log:    {logfile}")
@@ -213,11 +215,33 @@ def _supervise(args: argparse.Namespace) -> int:
     code = child.wait()
     if code < 0:
         code = 128 - code  # killed by signal N: 128 + N, as a shell reports it
-    record_exit(run_dir, code, command=args.command, stop_when_done=bool(args.stop_when_done))
+    _record_child_exit(run_dir, args, code, child.pid, (read_detach(run_dir) or {}).get("previous_exit"))
     print(f"--- {utc_now()} {args.kind} exited {code}", flush=True)
     if args.stop_when_done:
         stop_when_done(run_dir, args.kind, code, args.wrap_up_to, args.lots_config)
     return code
+
+
+def _record_child_exit(run_dir: Path, args: argparse.Namespace, code: int, child_pid: int,
+                       previous: dict[str, Any] | None) -> None:
+    """Write ``exit.json`` for the child that ended with ``code``.
+
+    A batch start that recorded no attempt of its own (a resume refused before it began: a changed config or corpus;
+    the re-check of a complete batch; a stop during its start) must not pass for the batch's status: the record of
+    the attempt that last ran is written back, with this start under ``last_start``
+    (``{exit_code, ended_at, attempt: false, command}``), as a foreground ``docpilot batch`` leaves it
+    (:func:`batch.run.driver.attempt_recorded_by`). ``docpilot status --follow`` returns ``last_start``'s code.
+    """
+    if args.kind == "batch" and previous:
+        from batch.run.driver import attempt_recorded_by
+
+        if not attempt_recorded_by(run_dir, child_pid, socket.gethostname()):
+            kept = {k: v for k, v in previous.items() if k != "last_start"}
+            kept["last_start"] = {"exit_code": int(code), "ended_at": utc_now(), "attempt": False,
+                                  "command": args.command}
+            write_json_atomic(run_dir / EXIT_RECORD, kept)
+            return
+    record_exit(run_dir, code, command=args.command, stop_when_done=bool(args.stop_when_done))
 
 
 def stop_when_done(run_dir: Path, kind: str, code: int, dest: str | None, lots_config: str | None) -> dict[str, Any]:

@@ -305,6 +305,15 @@ def _print_detached(run_dir: Path) -> None:
         print(f"  detached  pid {detach.get('supervisor_pid')} on {detach.get('host')}, log {detach.get('log')}")
     if ended:
         print(f"  exit      {ended.get('exit_code')} at {ended.get('ended_at')}")
+        if ended.get("last_start"):
+            print(f"  last      {_last_start_line(ended['last_start'], ended.get('exit_code'))}")
+
+
+def _last_start_line(last: dict[str, Any], attempt_code: Any) -> str:
+    """The words for a detached start that ended before an attempt of its own (``exit.json``'s ``last_start``)."""
+    how = ("re-checked the complete batch, nothing run" if last.get("exit_code") == 0 else
+           f"exit {last.get('exit_code')} before an attempt began (refused or stopped; the reason ends the log)")
+    return f"the last start, at {last.get('ended_at')}: {how}; the attempt that last ran ended with exit {attempt_code}"
 
 
 FOLLOW_POLL_S = 2.0
@@ -388,13 +397,17 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
     finally:
         if bar is not None:
             bar.close()
-    code = int(ended.get("exit_code", 1))
+    last = ended.get("last_start")  # this start ran no attempt: its own status, the batch's is kept beside it
+    code = int((last or ended).get("exit_code", 1))
     detach = read_detach(run_dir)
     where = f"; log: {detach['log']}" if detach else ""
     what = "training job" if detach and detach.get("kind") == "train" else "batch"
     if code != 0 and detach and Path(detach["log"]).is_file():  # the error is at the end of the log
         tail = Path(detach["log"]).read_text(encoding="utf-8", errors="replace").splitlines()[-4:]
         print("\n".join(f"  | {line}" for line in tail), file=sys.stderr)
+    if last:
+        print(f"{what} {batch_id}: {_last_start_line(last, ended.get('exit_code'))}{where}", file=sys.stderr)
+        return code
     print(f"{what} {batch_id} ended: exit {code} ({'done' if code == 0 else 'failed or stopped'}){where}", file=sys.stderr)
     return code
 

@@ -266,28 +266,32 @@ def _driver_lock(batch_id: str, run_dir: Path, watch: str) -> FileLock:
     return lock
 
 
-def _attempt_recorded_here(run_dir: Path) -> bool:
-    """Whether this process recorded an attempt in ``run_dir``'s manifest (its last attempt has this pid and host).
+def attempt_recorded_by(run_dir: Path, pid: int, host: str) -> bool:
+    """Whether the process ``pid`` on ``host`` recorded the last attempt in ``run_dir``'s manifest.
 
     A resume refused before its attempt began (a changed config or corpus, an earlier layout) and the re-check of a
-    complete batch record none: the folder keeps the status of the attempt that last ran in it.
+    complete batch record none: the folder keeps the status of the attempt that last ran in it (a foreground batch's
+    own check, :func:`_record_foreground_exit`, and a detached batch's supervisor's, :mod:`docpilot.detach`).
+
+    Returns:
+        ``False`` also for a folder without a readable manifest (damaged, of an earlier layout, not planned yet).
     """
     try:
         manifest = read_manifest(run_dir)
     except (InputError, OSError):  # damaged, of an earlier layout (EarlierRunFolder) or unreadable: not this run's
         return False
     last = manifest.attempts[-1] if manifest is not None and manifest.attempts else {}
-    return last.get("pid") == os.getpid() and last.get("host") == socket.gethostname()
+    return last.get("pid") == pid and last.get("host") == host
 
 
 def _record_foreground_exit(batch_id: str, code: int) -> None:
     """Write the run folder's ``exit.json`` for ``docpilot status --follow`` when this process ran an attempt there
-    (:func:`_attempt_recorded_here`), unless another driver holds the folder (a batch refused as "already running"
+    (:func:`attempt_recorded_by`), unless another driver holds the folder (a batch refused as "already running"
     must not write into the running one's folder)."""
     from classify.runs.detached import record_exit
 
     run_dir = runs_dir() / batch_id
-    if not run_dir.is_dir() or not _attempt_recorded_here(run_dir):
+    if not run_dir.is_dir() or not attempt_recorded_by(run_dir, os.getpid(), socket.gethostname()):
         return  # nothing was started (dropped, refused before the folder existed, or before its attempt began)
     lock = FileLock(str(run_dir / ".driver.lock"))
     try:

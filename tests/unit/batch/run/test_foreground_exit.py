@@ -1,4 +1,5 @@
-"""``exit.json`` of a foreground batch: written by the attempt that ran, never by a resume refused before it began."""
+"""``exit.json`` of a foreground or detached batch: the status of the attempt that ran, never replaced by a resume
+refused before it began (a detached one's refusal is kept beside it, for ``status --follow``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from batch.run.manifest import build_manifest
 from classify.engine.model import resolve_model
 from classify.errors import InputError
 from tests.support.corpora import ROOT, make_corpus
+from tests.support.processes import docpilot_env, run_docpilot
 
 
 @pytest.fixture
@@ -60,3 +62,24 @@ def test_the_attempt_this_process_recorded_gets_its_exit_status(finished):
     _record_foreground_exit("b1", 130)
     record = json.loads((run_dir / "exit.json").read_text())
     assert record["exit_code"] == 130 and record["detached"] is False
+
+
+def test_a_refused_detached_resume_keeps_the_batchs_exit_and_follow_reports_the_refusal(finished, tmp_path):
+    run_dir, spec = finished
+    data = json.loads((ROOT / "config" / "docpilot.json").read_text())
+    data["classify"]["max_doc_tokens"] = 128
+    (tmp_path / "changed.json").write_text(json.dumps(data))
+    env = docpilot_env(tmp_path)
+    started = run_docpilot("batch", "--config", str(tmp_path / "changed.json"), "--corpus", str(spec["path"]),
+                           "--batch-id", "b1", "--skip-pilot-gate", "--detach", env=env)
+    assert started.returncode == 0, started.stderr
+    followed = run_docpilot("status", "b1", "--follow", env=env)
+    assert followed.returncode == 3, followed.stderr  # this start's own status: it was refused
+    assert "config changed: classify.max_doc_tokens: 256 -> 128" in followed.stderr  # the log's tail
+    assert "exit 3 before an attempt began" in followed.stderr and "last ran ended with exit 0" in followed.stderr
+    record = json.loads((run_dir / "exit.json").read_text())
+    assert record["exit_code"] == 0 and record["ended_at"] == "2026-12-07T00:05:00Z"  # was 3: the batch read as failed
+    assert record["last_start"]["exit_code"] == 3 and record["last_start"]["attempt"] is False
+    assert len(json.loads((run_dir / "manifest.json").read_text())["attempts"]) == 1
+    shown = run_docpilot("status", "b1", env=env)
+    assert "exit      0 at 2026-12-07T00:05:00Z" in shown.stdout and "exit 3 before an attempt began" in shown.stdout
