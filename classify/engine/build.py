@@ -69,6 +69,7 @@ class Classifier:
             else:
                 pending.append((i, rendered))
         if pending:
+            self._abort_leftovers()
             try:
                 outputs = self.llm.generate(
                     [w for _, p in pending for w in p.engine_inputs()],  # every window, token ids, one call
@@ -77,9 +78,14 @@ class Classifier:
                     lora_request=adapter.lora_request() if adapter else None,
                 )
             except Interrupted:
+                self._abort_leftovers()
                 raise
             except Exception as err:  # vLLM raises many types; keep the first error whole
+                self._abort_leftovers()
                 raise EngineError(f"vLLM generate failed: {type(err).__name__}: {err}") from err
+            except BaseException:  # KeyboardInterrupt, a test's timeout: the engine stays usable
+                self._abort_leftovers()
+                raise
             t = resolve_temperature(adapter, temperature)
             if len(outputs) != sum(p.n_windows for _, p in pending):
                 raise EngineError(f"vLLM returned {len(outputs)} outputs for {sum(p.n_windows for _, p in pending)} prompts")
@@ -88,6 +94,22 @@ class Classifier:
                 results[i] = self.scorer.result(docs[i], prompt, [o.outputs[0] for o in outputs[at: at + prompt.n_windows]], t)
                 at += prompt.n_windows
         return [r for r in results if r is not None]
+
+    def _abort_leftovers(self) -> int:
+        """Abort the requests an interrupted call left in the engine; return how many.
+
+        vLLM's ``LLM.generate`` does not abort its own requests when it is interrupted (a signal, an exception in
+        its loop): they stay queued, and the next call would return their outputs with its own. Called before
+        every ``generate`` and when one is interrupted, so a call only ever gets its own outputs.
+        """
+        engine = getattr(self.llm, "llm_engine", None)
+        states = getattr(getattr(engine, "output_processor", None), "request_states", None)
+        if not states:
+            return 0
+        left = list(states)
+        log.warning("aborting %d request(s) an interrupted engine call left queued", len(left))
+        engine.abort_request(left, internal=True)
+        return len(left)
 
     def compiled(self) -> bool | None:
         """Whether vLLM runs this engine's model through torch.compile, as vLLM itself decided.

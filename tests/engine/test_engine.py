@@ -71,3 +71,36 @@ def test_adapter_needs_a_lora_engine(engine):
 def test_first_token_collision_refused_when_forced(engine):
     with pytest.raises(EngineError, match="two categories share a first token"):
         Scorer(engine.scorer.tokenizer, ClassifyConfig(categories=("sport", "sports"), scoring="first-token"), 1024)
+
+
+class _Stop(BaseException):
+    """Raised by the test's SIGALRM handler inside ``generate``, as a KeyboardInterrupt would be."""
+
+
+def test_an_interrupted_call_leaves_no_request_for_the_next_one(engine, bbc_dir):
+    """vLLM's ``generate`` keeps the requests of a call interrupted in its loop; the next call must not get them."""
+    import csv
+    import itertools
+    import signal
+
+    with open(bbc_dir / "train.csv", newline="", encoding="utf-8") as f:
+        texts = [row["text"][:1500] for row in itertools.islice(csv.DictReader(f), 24)]
+    docs = [document_from_text(f"t{i}", t, 10_000) for i, t in enumerate(texts)]
+    queued = []
+
+    def stop(signum, frame):
+        queued.append(engine.llm.llm_engine.get_num_unfinished_requests())
+        raise _Stop
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(_Stop):
+            engine.classify(docs)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert queued and queued[0] > 0  # the signal landed while the call's requests were in the engine
+    assert engine.llm.llm_engine.get_num_unfinished_requests() == 0
+    again = engine.classify(docs[:2])  # was: EngineError "vLLM returned 24 outputs for 2 prompts"
+    assert [r.id for r in again] == ["t0", "t1"] and all(r.status == "accepted" for r in again)

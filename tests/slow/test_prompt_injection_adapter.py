@@ -13,7 +13,8 @@ import pytest
 from bench.injection import N_ARTICLES, injected, injection_docs
 from bench.injection_adapter import BENCH_STEPS, BENCH_VALIDATION_ROWS, train_adapter
 
-pytestmark = [pytest.mark.slow, pytest.mark.engine]  # about 10 min on the 2-core CPU (80 training steps, 100-row engine check)
+pytestmark = [pytest.mark.slow, pytest.mark.engine, pytest.mark.timeout(1800)]  # about 10 min on the 2-core CPU (80 training
+# steps, 100-row engine check): over the 10-minute default on a loaded machine
 
 TEST_STEPS = BENCH_STEPS
 """Optimizer steps of the test's adapter (batch 4): the bench's 80, with its 100 validation rows (the same adapter).
