@@ -43,6 +43,9 @@ SWITCHES = frozenset(
 )
 """Flags without a value: ``VAR=1`` in the make form."""
 
+CONFIG_VARS: dict[str, str] = {"batch": "BATCH_CONFIG", "train": "TRAIN_CONFIG", "pilot": "CONFIG", "doctor": "CONFIG"}
+"""The make variable that passes ``--config``, by target (``make batch BATCH_CONFIG=...``; the others default to ``CONFIG``)."""
+
 POSITIONAL: dict[str, str] = {"status": "BATCH"}
 """Commands whose positional argument a make variable passes (``docpilot status ID`` = ``make status BATCH=ID``)."""
 
@@ -75,6 +78,9 @@ def user_command(cli: str) -> str:
         word = words[i]
         if word in SWITCHES:
             out.append(f"{MAKE_VARS[word]}=1")
+        elif word == "--config" and target in CONFIG_VARS and i + 1 < len(words):
+            out.append(f"{CONFIG_VARS[target]}={words[i + 1]}")
+            i += 1
         elif word in MAKE_VARS and i + 1 < len(words):
             out.append(f"{MAKE_VARS[word]}={words[i + 1]}")
             i += 1

@@ -90,8 +90,9 @@ def _resume(batch_id: str, manifest: Any) -> str:
     from batch.run.resume import corpus_to_name, resume_command
 
     corpus = corpus_to_name(manifest.corpus.get("path"), (manifest.full_config or {}).get("corpus"))
+    config = next((a["config"] for a in reversed(manifest.attempts or []) if a.get("config")), None)
     return resume_command(batch_id, corpus, manifest.adapter,
-                          bool((manifest.pilot_gate or {}).get("override")))
+                          bool((manifest.pilot_gate or {}).get("override")), config)
 
 
 def list_batches(root: Path | None = None) -> list[dict[str, Any]]:

@@ -241,6 +241,7 @@ class BatchRun:
                 mf.write_manifest(self.run_dir, manifest)
             return summary
         attempt = {"started_at": utc_now(), "pid": os.getpid(), "host": socket.gethostname(),
+                   "config": _config_file(self.options.config),
                    "pilot_gate": self.gate_record, "cpu_actors": self.cfg.batch.cpu_actors,
                    "lease_ends_at": self.lease_ends_at.isoformat() if self.lease_ends_at else None}
         manifest.add_attempt(attempt)
@@ -506,3 +507,11 @@ def _engine_for_workload(engine: Any, per_engine: int, *, lora: bool) -> Any:
                  "engine start takes a minute or two longer, every step after it is faster", per_engine,
                  COMPILE_MIN_DOCS_PER_ENGINE)
     return engine_cfg
+
+
+def _config_file(config: str) -> str:
+    """The config file as a resume hint names it (``docpilot status`` may run elsewhere): absolute, unless it is
+    the default (:data:`batch.run.resume.DEFAULT_CONFIG`)."""
+    from batch.run.resume import DEFAULT_CONFIG, is_default_config
+
+    return DEFAULT_CONFIG if is_default_config(config) else str(Path(config).resolve())

@@ -213,8 +213,8 @@ def _drop_empty_run(run_dir: Path) -> None:
 
 
 def _resume_command(options: BatchOptions) -> str:
-    """The command that resumes this batch (:func:`batch.run.resume.resume_command`): its id, its corpus unless
-    it is the config's own, its adapter, and the pilot-gate override if given."""
+    """The command that resumes this batch (:func:`batch.run.resume.resume_command`): its id, its config file unless
+    it is the default, its corpus unless it is the config's own, its adapter, and the pilot-gate override if given."""
     from batch.run.resume import corpus_to_name, resume_command
 
     corpus_cfg = None
@@ -224,7 +224,7 @@ def _resume_command(options: BatchOptions) -> str:
         except Exception as err:  # noqa: BLE001 - a hint only: the corpus is then named
             log.debug("cannot read %s for the resume hint: %s", options.config, err)
     return resume_command(options.batch_id, corpus_to_name(options.corpus, corpus_cfg), options.adapter,
-                          options.skip_pilot_gate)
+                          options.skip_pilot_gate, options.config)
 
 
 def _say_if_new(batch_id: str) -> None:

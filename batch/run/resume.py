@@ -1,8 +1,9 @@
 """The command that resumes a stopped batch, in the user's form (``make batch BATCH=ID CORPUS=...`` or CLI flags).
 
 Said where a batch stops (Ctrl-C, SIGTERM: :func:`batch.run.driver.main`) and by ``docpilot status`` of a batch
-that failed or was interrupted. It names what a resume must repeat: the batch id, the corpus when it is not the
-config's own ``corpus.path``, the adapter, and ``--skip-pilot-gate`` when the batch ran with it.
+that failed or was interrupted. It names what a resume must repeat: the batch id, the config file when it is not
+the default (:data:`DEFAULT_CONFIG`), the corpus when it is not the config's own ``corpus.path``, the adapter, and
+``--skip-pilot-gate`` when the batch ran with it.
 """
 
 from __future__ import annotations
@@ -16,17 +17,24 @@ from classify.usercommand import user_command
 log = logging.getLogger("docpilot.batch")
 
 
+DEFAULT_CONFIG = "config/docpilot.json"
+"""``docpilot batch``'s default ``--config`` (and the Makefile's ``BATCH_CONFIG``): a resume need not name it."""
+
+
 def resume_command(batch_id: str, corpus: str | Path | None = None, adapter: str | None = None,
-                   skip_pilot_gate: bool = False) -> str:
-    """``docpilot batch --batch-id ID [--corpus C] [--adapter A] [--skip-pilot-gate]`` in the user's form.
+                   skip_pilot_gate: bool = False, config: str | Path | None = None) -> str:
+    """``docpilot batch --batch-id ID [--config F] [--corpus C] [--adapter A] [--skip-pilot-gate]`` in the user's form.
 
     Args:
         batch_id: the batch.
         corpus: the corpus it ran on, ``None`` for the config's own.
         adapter: the adapter it ran with, ``None`` for none.
         skip_pilot_gate: it ran with ``--skip-pilot-gate``.
+        config: the config file it ran with; ``None`` or the default (:data:`DEFAULT_CONFIG`) is not named.
     """
     cli = f"docpilot batch --batch-id {batch_id}"
+    if config is not None and not is_default_config(config):
+        cli += f" --config {config}"
     if corpus is not None:
         cli += f" --corpus {corpus}"
     if adapter:
@@ -57,3 +65,13 @@ def corpus_to_name(corpus: str | Path | None, corpus_cfg: Any) -> str | Path | N
     except Exception as err:  # noqa: BLE001 - a hint only: name the corpus rather than fail
         log.debug("cannot compare corpus %s with the configured one: %s", corpus, err)
         return corpus
+
+
+def is_default_config(config: str | Path) -> bool:
+    """Whether ``config`` names :data:`DEFAULT_CONFIG` (as given, or the same file from here)."""
+    if Path(config) == Path(DEFAULT_CONFIG):
+        return True
+    try:
+        return Path(config).resolve() == Path(DEFAULT_CONFIG).resolve()
+    except OSError:
+        return False

@@ -104,7 +104,9 @@ def test_a_batch_past_its_lease_end_says_so_in_progress_and_manifest(local_ray, 
     run = tmp_path / "runs" / "lease"
     lease = json.loads((run / mf.PROGRESS).read_text())["lease"]
     assert lease["fits"] is False and lease["short"] == "lease: ENDED" and "the lease ENDED" in lease["message"]
-    assert mf.read_manifest(run).attempts[-1]["lease_ends_at"] == "2020-01-01T00:00:00+00:00"
+    attempt = mf.read_manifest(run).attempts[-1]
+    assert attempt["lease_ends_at"] == "2020-01-01T00:00:00+00:00"
+    assert attempt["config"] == str((tmp_path / "lease.json").resolve())  # what a resume hint repeats
 
 
 def _dropping_actor():

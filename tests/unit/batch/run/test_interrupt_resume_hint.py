@@ -13,6 +13,7 @@ from batch.run import driver
 from batch.run.progress import closing_on_error, progress_bar
 from classify.errors import Interrupted
 from classify.usercommand import VIA_MAKE_ENV
+from tests.support import ROOT
 
 
 def _stopped(monkeypatch, tmp_path, argv):
@@ -41,6 +42,20 @@ def test_the_configured_corpus_is_not_named_and_the_cli_form_outside_make(monkey
     assert msg.splitlines()[-1].strip() == "docpilot batch --batch-id bk-int"
 
 
+def test_a_config_file_of_its_own_is_named_in_the_hint(monkeypatch, tmp_path):
+    """Resuming without the config the batch ran with is refused ("config changed"): the hint must repeat it."""
+    cfg = tmp_path / "mine.json"
+    cfg.write_text((ROOT / "config" / "docpilot.json").read_text())
+    monkeypatch.delenv(VIA_MAKE_ENV, raising=False)
+    msg = _stopped(monkeypatch, tmp_path, ["--batch-id", "bk-int", "--config", str(cfg), "--corpus", "/tmp/c.csv"])
+    assert msg.splitlines()[-1].strip() == f"docpilot batch --batch-id bk-int --config {cfg} --corpus /tmp/c.csv"
+    monkeypatch.setenv(VIA_MAKE_ENV, "1")
+    msg = _stopped(monkeypatch, tmp_path, ["--batch-id", "bk-int", "--config", str(cfg), "--corpus", "/tmp/c.csv"])
+    assert msg.splitlines()[-1].strip() == f"make batch BATCH=bk-int BATCH_CONFIG={cfg} CORPUS=/tmp/c.csv"
+    msg = _stopped(monkeypatch, tmp_path, ["--batch-id", "bk-int", "--config", "config/docpilot.json"])
+    assert msg.splitlines()[-1].strip() == "make batch BATCH=bk-int"  # the default is not named
+
+
 def test_status_of_an_interrupted_batch_shows_the_resume_command(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path))
     monkeypatch.setenv(VIA_MAKE_ENV, "1")
@@ -56,6 +71,12 @@ def test_status_of_an_interrupted_batch_shows_the_resume_command(monkeypatch, tm
     assert status_main(["bk-int"]) == 0
     out = capsys.readouterr().out
     assert "`make batch BATCH=bk-int CORPUS=/tmp/c200.csv SKIP_PILOT_GATE=1`" in out
+    manifest = json.loads((run / mf.MANIFEST).read_text())
+    manifest["attempts"] = [{"started_at": "2026-12-07T00:00:00Z", "config": "/srv/lot/mine.json"}]
+    (run / mf.MANIFEST).write_text(json.dumps(manifest))
+    assert status_main(["bk-int"]) == 0  # the config file the last attempt ran with (``attempts[].config``)
+    assert "`make batch BATCH=bk-int BATCH_CONFIG=/srv/lot/mine.json CORPUS=/tmp/c200.csv SKIP_PILOT_GATE=1`" in \
+        capsys.readouterr().out
 
 
 def test_a_stopped_bar_ends_its_line_before_the_error():
