@@ -26,7 +26,7 @@ from batch.corpus.source import StoreObject
 from batch.pool import local_ray as _ray_local
 from batch.run.adapter import BatchAdapter
 from batch.run.debris import remove_stale_temporaries
-from batch.run.disk import full_disk_is_environment
+from batch.run.disk import FULL_ERRNOS, full_disk_is_environment
 from batch.run.manifest import build_manifest
 from batch.run.merge import check_export, merge_results
 from batch.run.mirror import progress_mirror
@@ -36,7 +36,7 @@ from batch.runfiles import Manifest
 from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
 from classify.engine.args import cpp_compiler
 from classify.engine.model import ModelRef
-from classify.errors import InputError, VerificationError
+from classify.errors import EnvironmentCheckError, InputError, VerificationError
 from classify.paths import exports_dir, verbose_logs
 from classify.runs import storage
 from classify.runs.accounting import recheck_export
@@ -122,6 +122,28 @@ STAGES = ("doctor", "read-inputs", "plan", "start-pool", "load-model", "load-ada
 """The stages of one run, in the words a failed pilot reports (``stage_reached``); the pilot adds ``doctor``."""
 
 
+def check_export_root(dest: storage.Dest) -> None:
+    """Make sure a local export copy can be written: its parent folder is made (as the copy would) and a file is
+    created and removed there. A URL is checked by the copy itself (:mod:`batch.run.offpod` while the batch runs).
+
+    Raises:
+        EnvironmentCheckError: the folder cannot be made or written (a path under a file, a read-only or
+            virtual file system, no permission), exit 6 naming it.
+    """
+    if not isinstance(dest, Path):
+        return
+    import tempfile
+
+    root = dest.parent
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".docpilot-probe-"):
+            pass
+    except OSError as err:
+        raise EnvironmentCheckError(f"the export folder {root} cannot be written: {err.strerror or err}; "
+                                    "choose another with --export-dir (or batch.export_dir)") from err
+
+
 def export_batch(run_dir: Path, dest: storage.Dest, hooks: RunHooks | None = None,
                  reuse: dict[str, str] | None = None) -> storage.Dest:
     """Copy the finished run with SHA256SUMS and re-check the copy (an earlier attempt's copy is re-checked, not overwritten).
@@ -145,7 +167,14 @@ def export_batch(run_dir: Path, dest: storage.Dest, hooks: RunHooks | None = Non
     if export_complete(dest):
         log.info("export %s exists (an earlier attempt); re-checking it", dest)
     else:
-        export_run(run_dir, dest, reuse)
+        try:
+            export_run(run_dir, dest, reuse)
+        except OSError as err:
+            if not isinstance(dest, Path) or isinstance(err, EnvironmentCheckError) or err.errno in FULL_ERRNOS:
+                raise  # a store's own error kind, or a full disk (batch.run.disk says which folder)
+            raise EnvironmentCheckError(f"cannot write the export copy {dest}: {err.strerror or err}; the run folder "
+                                        f"{run_dir} is complete: run the same command again with a writable "
+                                        "--export-dir") from err
     hooks.stage("verify")
     recheck_export(dest, check_export, f"export {dest}")
     return dest
@@ -219,6 +248,7 @@ class BatchRun:
         from batch.plan.plan import lease_end
 
         self.lease_ends_at = lease_end(self.options.lots_config, self.options.lease_ends)
+        check_export_root(self._export_dest())  # before any work: a bad --export-dir is found now, not at the end
         remove_stale_temporaries(self.run_dir, self._export_dest())  # a killed attempt's debris (this process holds the lock)
         self._stage("plan")
         old = mf.read_manifest(self.run_dir, "resume")  # an earlier layout is refused (EarlierRunFolder)
