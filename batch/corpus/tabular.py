@@ -224,6 +224,9 @@ def iter_csv_rows(
                 if bad:  # rejected with the byte named; its id (escaped if the bad byte is in it) is kept
                     error = error or _not_utf8_reason(index, bad)
                     bad.clear()
+                if len(fields) > width or values[text_column] is None:  # never a silently dropped or missing text
+                    error = error or (f"row {index} has {len(fields)} field{'s' * (len(fields) != 1)} where the header has {width} "
+                                      f"({', '.join(header)}): an unquoted comma, or a missing `{text_column}`?")
                 yield CsvRow(index, escape_surrogates(doc_id), values, end=end[0], where=where, error=error,
                              text_column=text_column)
                 index += 1

@@ -399,3 +399,21 @@ def test_a_stray_utf16_mark_at_the_start_of_a_utf8_jsonl_costs_only_its_line(tmp
     wide.write_bytes('{"id": "w", "text": "x"}\n'.encode("utf-16"))  # with its mark
     with pytest.raises(InputError, match=r"UTF-16 LE \(byte-order mark FF FE\), not UTF-8"):
         list(iter_jsonl(wide, 1000))
+
+
+def test_csv_rows_of_the_wrong_width_are_rejected_rows_never_a_silent_cut(tmp_path):
+    """A row with more fields than the header (an unquoted comma) lost text silently, one without its text column
+    was rejected as an empty document; a short row that has its text is read, the missing trailing fields empty."""
+    path = tmp_path / "c.csv"
+    path.write_text("doc_id,text,category\n"
+                    "ok,The striker scored twice.,sport\n"
+                    "m1,too,many,fields,here\n"
+                    "m2\n"
+                    "short,Shares fell 5% after the results.\n", encoding="utf-8")
+    corpus = read_corpus(CorpusConfig(path=str(path), id_column="doc_id"), 1000)
+    reasons = {d.id: d.reject_reason for d in corpus.docs}
+    assert list(reasons) == ["ok", "m1", "m2", "short"]  # every row once, in order
+    assert reasons["ok"] is None and reasons["short"] is None
+    assert reasons["m1"] == ("row 1 has 5 fields where the header has 3 (doc_id, text, category): an unquoted comma, "
+                             "or a missing `text`?")
+    assert reasons["m2"].startswith("row 2 has 1 field where the header has 3")
