@@ -57,8 +57,13 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
     run_dir = (root or runs_dir()) / batch_id
     manifest = mf.read_manifest(run_dir) if run_dir.is_dir() else None
     if manifest is None:
-        known = [st["batch_id"] for st in list_batches(root)]
-        raise InputError(f"no batch {batch_id!r} under {run_dir.parent} (batches there: {known[-5:] or 'none'})")
+        known = batch_ids(root)
+        shown = (f"the {len(known[-5:])} newest of {len(known)}: {', '.join(known[-5:])}; "
+                 f"`{user_command('docpilot status')}` lists them all" if len(known) > 5 else ", ".join(known) or "none")
+        if run_dir.is_dir():
+            raise InputError(f"{run_dir} holds no {mf.MANIFEST}: not a batch (a pilot, training job or plan folder), "
+                             f"or a batch refused before it planned (batches there: {shown})")
+        raise InputError(f"no batch {batch_id!r} under {run_dir.parent} (batches there: {shown})")
     progress = ProgressFile.read(run_dir / mf.PROGRESS)
     sizes = {s.index: s.n_docs for s in manifest.shards}
     complete = mf.complete_shard_indexes(run_dir, manifest)
@@ -93,6 +98,22 @@ def _resume(batch_id: str, manifest: Any) -> str:
     config = next((a["config"] for a in reversed(manifest.attempts or []) if a.get("config")), None)
     return resume_command(batch_id, corpus, manifest.adapter,
                           bool((manifest.pilot_gate or {}).get("override")), config)
+
+
+def batch_ids(root: Path | None = None) -> list[str]:
+    """The batch ids under the runs folder, oldest first, as :func:`list_batches` orders them, from each manifest's
+    ``created_at`` alone (no status is worked out: what an unknown id's message names)."""
+    root = root or runs_dir()
+    found = []
+    for run_dir in root.glob("*"):
+        if "-pilot-" in run_dir.name or not (run_dir / mf.MANIFEST).is_file():
+            continue
+        try:
+            created = json.loads((run_dir / mf.MANIFEST).read_text(encoding="utf-8")).get("created_at") or ""
+        except (OSError, ValueError, AttributeError):
+            created = ""
+        found.append((str(created), run_dir.name))
+    return [name for _, name in sorted(found)]
 
 
 def list_batches(root: Path | None = None) -> list[dict[str, Any]]:

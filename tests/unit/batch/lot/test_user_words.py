@@ -77,8 +77,15 @@ def test_status_without_an_id_lists_the_batches_there_are(tmp_path, monkeypatch,
     assert status_main([]) == 0
     out = capsys.readouterr().out
     assert out.index("batch-bbbb") < out.index("bk1") and "`make status BATCH=bk1`" in out
-    with pytest.raises(InputError, match=r"batches there: \['20261201T000000Z-batch-aaaa', '20261202T000000Z-batch-bbbb', 'bk1'\]"):
+    with pytest.raises(InputError, match=r"batches there: 20261201T000000Z-batch-aaaa, 20261202T000000Z-batch-bbbb, bk1\)"):
         status_main(["nope"])  # the same batches, pilots left out, in the same order
+    (tmp_path / "20261203T000000Z-trainjob-dddd").mkdir()
+    with pytest.raises(InputError, match=r"trainjob-dddd holds no manifest.json: not a batch \(a pilot"):
+        status_main(["20261203T000000Z-trainjob-dddd"])
+    for day in range(4, 8):
+        _batch(tmp_path, f"2026120{day}T000000Z-batch-x", created_at=f"2026-12-0{day}T09:00:00Z")
+    with pytest.raises(InputError, match=r"batches there: the 5 newest of 7: bk1, .*-batch-x; `make status` lists them all"):
+        status_main(["nope"])  # a cut list says so
 
 
 @pytest.mark.parametrize("via_make", [True, False])
