@@ -12,13 +12,13 @@ import argparse
 import datetime as dt
 import json
 import logging
-import re
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from batch import layout as mf
+from batch.config import BATCH_ID_RE
 from batch.run.lease import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check
 from batch.runfiles import EarlierRunFolder, ProgressFile
 from classify.errors import InputError, StoreUnreachable
@@ -52,7 +52,7 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
         InputError: no such batch, or a folder that is not a batch run.
         EarlierRunFolder: a run folder made by an earlier docpilot (:func:`batch.runfiles.earlier_run_folder`).
     """
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", batch_id):  # the batch-id rule of `docpilot batch`
+    if not BATCH_ID_RE.match(batch_id):  # the batch-id rule of `docpilot batch`
         raise InputError(f"batch id must be a run folder name (letters, digits, '.', '_', '-'), got {batch_id!r}")
     run_dir = (root or runs_dir()) / batch_id
     manifest = mf.read_manifest(run_dir) if run_dir.is_dir() else None
@@ -367,7 +367,7 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
     from batch.run.progress import progress_bar
     from classify.runs.detached import log_path, pid_alive, read_detach, read_exit
 
-    check = re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", batch_id)
+    check = BATCH_ID_RE.match(batch_id)
     run_dir = (root or runs_dir()) / batch_id
     if not check or not run_dir.is_dir():
         raise InputError(f"no run folder {batch_id!r} under {run_dir.parent}")

@@ -328,6 +328,15 @@ def test_bad_batch_id_is_refused(tmp_path, bbc_dir):
         run_batch(early)
 
 
+def test_a_bad_batch_id_is_refused_before_any_line_says_it_starts(tmp_path, monkeypatch, caplog):
+    from batch.run.driver import main
+
+    monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
+    with caplog.at_level("INFO"), pytest.raises(InputError, match=r"`--batch-id` must match .*, got '../evil'"):
+        main(["--batch-id", "../evil", "--corpus", str(tmp_path / "c.csv"), "--skip-pilot-gate"])
+    assert "starting a new batch" not in caplog.text
+
+
 @pytest.mark.parametrize("n, cpus, expected", [
     (2, [0, 1], ["0", "1"]),  # this machine: one core per engine
     (2, list(range(16)), ["1,2,3,4,5,6,7", "9,10,11,12,13,14,15"]),  # first core of each half kept for its front end
