@@ -418,8 +418,10 @@ def _write_outcome(run_dir: Path, run_id: str, params: dict, summary: dict, *, s
     summary["stage_reached"] = stage
     summary["first_error"] = decision["first_error"]
     summary["decision"], summary["verdict_vs_decision"] = decision["decision"], VERDICT_VS_DECISION
-    what = f"base {params['model']['name'] if params['model'] else '?'}" + (
-        f" + adapter {params['adapter']['ref']}" if params["adapter"] else " (no adapter)")
+    loaded = params["model"]  # None when a stage before load-model failed: the configured model is named
+    what = f"base {loaded['name'] if loaded else params['config']['model']['base_model']}" + (
+        f" + adapter {params['adapter']['ref']}" if params["adapter"] else " (no adapter)") + (
+        "" if loaded else "; not loaded: the run stopped before load-model")
     write_json_atomic(run_dir / "params.json", params)
     write_json_atomic(run_dir / mf.SUMMARY, summary)
     write_json_atomic(run_dir / "decision.json", {"run_id": run_id, **decision})

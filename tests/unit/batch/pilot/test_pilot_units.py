@@ -55,6 +55,8 @@ def test_bad_pilot_input_stops_at_read_inputs(pilot_config, tmp_path, make_input
 
     assert re.search(message, outcome.summary["first_error"]["message"])
     assert json.loads((outcome.run_dir / "decision.json").read_text())["decision"] == "revisit-configuration"
+    assert (f"Piloted: base {pilot_config.model.base_model} (no adapter); not loaded: the run stopped before load-model"
+            in (outcome.run_dir / "decision.md").read_text())  # was "base ?"
 
 
 def _jsonl(folder: Path, n: int, dup: bool = False) -> Path:
