@@ -38,17 +38,20 @@ _NUMBERS = (int, float, int | None, float | None)
 class Frozen(BaseModel):
     """Base of every docpilot config section: immutable (``frozen``) and refusing unknown fields (``extra="forbid"``).
 
-    A JSON ``true``/``false`` given for a number is refused (pydantic's lax mode would read ``true`` as 1: a
-    ``"cpu_actors": true`` meant as "on" would silently start one actor).
+    A JSON ``true``/``false`` or a string given for a number is refused (pydantic's lax mode would read ``true``
+    as 1, so a ``"cpu_actors": true`` meant as "on" would silently start one actor, and ``"10"`` as 10: a config
+    file is JSON, its numbers are written as numbers).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        if isinstance(value, bool) and info.field_name and cls.model_fields[info.field_name].annotation in _NUMBERS:
-            raise ValueError(f"must be a number, got {json.dumps(value)}")
+    def _no_booleans_or_strings_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if (isinstance(value, bool | str) and info.field_name
+                and cls.model_fields[info.field_name].annotation in _NUMBERS):
+            hint = f" (a string: write {value} without quotes)" if isinstance(value, str) else ""
+            raise ValueError(f"must be a number, got {json.dumps(value)}{hint}")
         return value
 
 

@@ -177,3 +177,13 @@ def test_a_boolean_for_a_number_is_refused_not_read_as_one(tmp_path, section, fi
     data[section][field] = value
     with pytest.raises(ConfigError, match=rf"`{section}.{field}` must be a number, got {json.dumps(value)}$"):
         load_batch_config(_write(tmp_path, data))
+
+
+@pytest.mark.parametrize(("section", "field", "value"), [("batch", "shard_docs", "10"), ("classify", "max_doc_tokens", "256"),
+                                                         ("engine", "gpu_memory_utilization", "0.9")])
+def test_a_string_for_a_number_is_refused_not_converted(tmp_path, section, field, value):
+    data = json.loads(SHIPPED.read_text())
+    data[section][field] = value
+    with pytest.raises(ConfigError, match=rf"`{section}.{field}` must be a number, got \"{value}\" \(a string: write "
+                                          rf"{value} without quotes\)$"):
+        load_batch_config(_write(tmp_path, data))
