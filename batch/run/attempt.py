@@ -40,7 +40,7 @@ from classify.errors import EnvironmentCheckError, InputError, VerificationError
 from classify.paths import exports_dir, verbose_logs
 from classify.runs import storage
 from classify.runs.accounting import recheck_export
-from classify.runs.export import export_complete, export_run
+from classify.runs.export import SHA256SUMS, export_complete, export_run
 from classify.runs.records import utc_now, write_bytes_atomic, write_json_atomic
 
 if TYPE_CHECKING:
@@ -124,11 +124,13 @@ STAGES = ("doctor", "read-inputs", "plan", "start-pool", "load-model", "load-ada
 
 def check_export_root(dest: storage.Dest) -> None:
     """Make sure a local export copy can be written: its parent folder is made (as the copy would) and a file is
-    created and removed there. A URL is checked by the copy itself (:mod:`batch.run.offpod` while the batch runs).
+    created and removed there, and nothing but an earlier complete copy (with its ``SHA256SUMS``, re-checked at the
+    end) is where the copy goes. A URL is checked by the copy itself (:mod:`batch.run.offpod` while the batch runs).
 
     Raises:
         EnvironmentCheckError: the folder cannot be made or written (a path under a file, a read-only or
-            virtual file system, no permission), exit 6 naming it.
+            virtual file system, no permission), or ``dest`` holds something else (a file, a folder without
+            ``SHA256SUMS``), exit 6 naming it.
     """
     if not isinstance(dest, Path):
         return
@@ -142,6 +144,9 @@ def check_export_root(dest: storage.Dest) -> None:
     except OSError as err:
         raise EnvironmentCheckError(f"the export folder {root} cannot be written: {err.strerror or err}; "
                                     "choose another with --export-dir (or batch.export_dir)") from err
+    if (dest.exists() or dest.is_symlink()) and not (dest / SHA256SUMS).is_file():  # a finished copy has its sums
+        raise EnvironmentCheckError(f"{dest} exists and is not an export copy (no {SHA256SUMS}): the batch's copy "
+                                    "goes there; move it away, or choose another --export-dir (or batch.export_dir)")
 
 
 def export_batch(run_dir: Path, dest: storage.Dest, hooks: RunHooks | None = None,

@@ -40,3 +40,17 @@ def test_a_copy_that_fails_midway_names_the_destination_and_keeps_the_run(tmp_pa
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(EnvironmentCheckError, match=r"cannot write the export copy .*a-file/b1: .*the run folder .*run is complete"):
         export_batch(run, tmp_path / "a-file" / "b1")
+
+
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_something_else_where_the_copy_goes_is_refused_before_any_work(tmp_path, kind):
+    """A folder without SHA256SUMS counted as an earlier export: the batch ran, then failed its re-check (exit 8) on
+    every rerun."""
+    dest = tmp_path / "exports" / "b1"
+    dest.parent.mkdir()
+    dest.mkdir() if kind == "folder" else dest.write_text("x")
+    with pytest.raises(EnvironmentCheckError, match=r"exports/b1 exists and is not an export copy \(no SHA256SUMS\)"):
+        check_export_root(dest)
+    if kind == "folder":
+        (dest / "SHA256SUMS").write_text("")  # an earlier complete copy: re-checked at the end, not refused here
+        check_export_root(dest)
