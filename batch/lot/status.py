@@ -69,7 +69,7 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
     complete = mf.complete_shard_indexes(run_dir, manifest)
     state = progress.state
     if state == "running" and _driver_alive(progress) is False:
-        state = f"interrupted (driver gone; resume with {user_flag('--batch-id', batch_id)})"
+        state = "interrupted (driver gone; resume it with the command under `resume`)"
     export = next(({"to": a.get("exported_to"), "verified_at": a["export_verified_at"]}
                    for a in reversed(manifest.attempts) if a.get("export_verified_at")), None)
     classified = (run_dir / mf.SUMMARY).is_file()
@@ -409,9 +409,10 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
                 if time.monotonic() - gone_since > 3 * poll_s:  # the exit record may land just after the process ends
                     if bar is not None:
                         bar.close()
+                    again = (st or {}).get("resume") or user_command(f"docpilot batch --batch-id {batch_id}")
                     print(f"batch {batch_id}: its processes are gone without an exit status (killed: SIGKILL, out of "
                           f"memory, a reboot? or the folder names another machine or a process id now reused); complete shards are kept: resume with "
-                          f"`{user_command(f'docpilot batch --batch-id {batch_id} --detach')}`" + (f"; log: {log_path(run_dir, 'batch')}" if detach else ""), file=sys.stderr)
+                          f"`{again}` (with {user_flag('--detach')} to outlive this terminal)" + (f"; log: {log_path(run_dir, 'batch')}" if detach else ""), file=sys.stderr)
                     return 1
             else:
                 gone_since = None
