@@ -11,6 +11,7 @@ the one form that works.
 from __future__ import annotations
 
 import os
+import shlex
 
 VIA_MAKE_ENV = "DOCPILOT_VIA_MAKE"
 """Set to ``1`` by the Makefile on every ``docpilot`` command line."""
@@ -70,8 +71,13 @@ def user_command(cli: str) -> str:
         >>> os.environ[VIA_MAKE_ENV] = "1"; user_command("docpilot batch --batch-id b1 --detach")
         'make batch BATCH=b1 DETACH=1'
     """
-    words = cli.split()
-    if not started_by_make() or len(words) < 2 or words[0] != "docpilot":
+    if not started_by_make():
+        return cli
+    try:
+        words = shlex.split(cli)  # a quoted path with a space is one word
+    except ValueError:
+        return cli
+    if len(words) < 2 or words[0] != "docpilot":
         return cli
     target, out, i = words[1], ["make", words[1]], 2
     while i < len(words):
@@ -79,10 +85,10 @@ def user_command(cli: str) -> str:
         if word in SWITCHES:
             out.append(f"{MAKE_VARS[word]}=1")
         elif word == "--config" and target in CONFIG_VARS and i + 1 < len(words):
-            out.append(f"{CONFIG_VARS[target]}={words[i + 1]}")
+            out.append(f"{CONFIG_VARS[target]}={shlex.quote(words[i + 1])}")
             i += 1
         elif word in MAKE_VARS and i + 1 < len(words):
-            out.append(f"{MAKE_VARS[word]}={words[i + 1]}")
+            out.append(f"{MAKE_VARS[word]}={shlex.quote(words[i + 1])}")
             i += 1
         elif word == "..." or (not word.startswith("-") and target in POSITIONAL):
             out.append(word if word == "..." else f"{POSITIONAL[target]}={word}")

@@ -9,6 +9,7 @@ the default (:data:`DEFAULT_CONFIG`), the corpus when it is not the config's own
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,9 @@ def resume_command(batch_id: str, corpus: str | Path | None = None, adapter: str
     """
     cli = f"docpilot batch --batch-id {batch_id}"
     if config is not None and not is_default_config(config):
-        cli += f" --config {config}"
+        cli += f" --config {shlex.quote(str(config))}"  # a path with a space stays one word when pasted
     if corpus is not None:
-        cli += f" --corpus {corpus}"
+        cli += f" --corpus {shlex.quote(str(corpus))}"
     if adapter:
         cli += f" --adapter {adapter}"
     if skip_pilot_gate:

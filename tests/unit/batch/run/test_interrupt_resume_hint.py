@@ -54,6 +54,13 @@ def test_a_config_file_of_its_own_is_named_in_the_hint(monkeypatch, tmp_path):
     assert msg.splitlines()[-1].strip() == f"make batch BATCH=bk-int BATCH_CONFIG={cfg} CORPUS=/tmp/c.csv"
     msg = _stopped(monkeypatch, tmp_path, ["--batch-id", "bk-int", "--config", "config/docpilot.json"])
     assert msg.splitlines()[-1].strip() == "make batch BATCH=bk-int"  # the default is not named
+    spaced = tmp_path / "sp ace.json"
+    spaced.write_text(cfg.read_text())
+    msg = _stopped(monkeypatch, tmp_path, ["--batch-id", "bk-int", "--config", str(spaced), "--corpus", "/tmp/a b.csv"])
+    assert msg.splitlines()[-1].strip() == f"make batch BATCH=bk-int BATCH_CONFIG='{spaced}' CORPUS='/tmp/a b.csv'"
+    monkeypatch.delenv(VIA_MAKE_ENV)
+    msg = _stopped(monkeypatch, tmp_path, ["--batch-id", "bk-int", "--config", str(spaced), "--corpus", "/tmp/a b.csv"])
+    assert msg.splitlines()[-1].strip() == f"docpilot batch --batch-id bk-int --config '{spaced}' --corpus '/tmp/a b.csv'"
 
 
 def test_status_of_an_interrupted_batch_shows_the_resume_command(monkeypatch, tmp_path, capsys):
