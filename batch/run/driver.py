@@ -364,11 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.detach or args.stop_when_done:
         raise InputError(f"--detach and --stop-when-done are taken by the docpilot command: run "
                          f"`{user_command('docpilot batch --detach ...')}`")
+    if args.batch_id is not None and not args.resume_from:
+        check_batch_id(args.batch_id)  # refused before any line says it starts or records anything (``../x``)
     if args.skip_pilot_gate:
         log.warning("!!! %s given: the pilot gate is OVERRIDDEN for this batch; recorded in manifest.json",
                     user_flag("--skip-pilot-gate"))
     if args.batch_id is not None and not args.resume_from:
-        check_batch_id(args.batch_id)  # refused before any line says it starts (``../x``)
         _say_if_new(args.batch_id)
     args = args.model_copy(update={"batch_id": args.batch_id or _new_batch_id()})
     try:

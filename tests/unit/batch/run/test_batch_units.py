@@ -334,7 +334,7 @@ def test_a_bad_batch_id_is_refused_before_any_line_says_it_starts(tmp_path, monk
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
     with caplog.at_level("INFO"), pytest.raises(InputError, match=r"`--batch-id` must match .*, got '../evil'"):
         main(["--batch-id", "../evil", "--corpus", str(tmp_path / "c.csv"), "--skip-pilot-gate"])
-    assert "starting a new batch" not in caplog.text
+    assert "starting a new batch" not in caplog.text and "OVERRIDDEN" not in caplog.text
 
 
 @pytest.mark.parametrize("n, cpus, expected", [
