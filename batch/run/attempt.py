@@ -253,8 +253,9 @@ class BatchRun:
         from batch.plan.plan import lease_end
 
         self.lease_ends_at = lease_end(self.options.lots_config, self.options.lease_ends)
-        check_export_root(self._export_dest())  # before any work: a bad --export-dir is found now, not at the end
-        remove_stale_temporaries(self.run_dir, self._export_dest())  # a killed attempt's debris (this process holds the lock)
+        dest = self._export_dest()
+        check_export_root(dest)  # before any work: a bad --export-dir is found now, not at the end
+        remove_stale_temporaries(self.run_dir, dest)  # a killed attempt's debris (this process holds the lock)
         self._stage("plan")
         old = mf.read_manifest(self.run_dir, "resume")  # an earlier layout is refused (EarlierRunFolder)
         corpus = self.corpus_plan or plan_or_reuse(self.cfg, self.corpus_path, self.corpus_format, old, self.batch_id)
@@ -264,7 +265,6 @@ class BatchRun:
                  self.batch_id, corpus.distinct_ids, corpus.input_rows, len(manifest.shards), self.run_dir)
         done = mf.scan_done(self.run_dir, manifest)
         pending = [s.index for s in manifest.shards if s.index not in done]
-        dest = self._export_dest()
         if not pending and (self.run_dir / mf.SUMMARY).is_file() and export_complete(dest):
             log.info("batch %s is already complete: %d shards; re-checking it, writing nothing", self.batch_id, len(done))
             self._merge(manifest, write=False)
@@ -546,7 +546,8 @@ def _engine_for_workload(engine: Any, per_engine: int, *, lora: bool) -> Any:
 
 def _config_file(config: str) -> str:
     """The config file as a resume hint names it (``docpilot status`` may run elsewhere): absolute, unless it is
-    the default (:data:`batch.run.resume.DEFAULT_CONFIG`)."""
-    from batch.run.resume import DEFAULT_CONFIG, is_default_config
+    the default (:data:`classify.config.file.DEFAULT_CONFIG`)."""
+    from batch.run.resume import is_default_config
+    from classify.config.file import DEFAULT_CONFIG
 
     return DEFAULT_CONFIG if is_default_config(config) else str(Path(config).resolve())

@@ -2,7 +2,7 @@
 
 Said where a batch stops (Ctrl-C, SIGTERM: :func:`batch.run.driver.main`) and by ``docpilot status`` of a batch
 that failed or was interrupted. It names what a resume must repeat: the batch id, the config file when it is not
-the default (:data:`DEFAULT_CONFIG`), the corpus when it is not the config's own ``corpus.path``, the adapter, and
+the default (:data:`classify.config.file.DEFAULT_CONFIG`), the corpus when it is not the config's own ``corpus.path``, the adapter, and
 ``--skip-pilot-gate`` when the batch ran with it.
 """
 
@@ -13,13 +13,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from classify.config.file import DEFAULT_CONFIG
 from classify.usercommand import user_command
 
 log = logging.getLogger("docpilot.batch")
-
-
-DEFAULT_CONFIG = "config/docpilot.json"
-"""``docpilot batch``'s default ``--config`` (and the Makefile's ``BATCH_CONFIG``): a resume need not name it."""
 
 
 def resume_command(batch_id: str, corpus: str | Path | None = None, adapter: str | None = None,

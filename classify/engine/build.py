@@ -77,14 +77,10 @@ class Classifier:
                     use_tqdm=progress,
                     lora_request=adapter.lora_request() if adapter else None,
                 )
-            except Interrupted:
+            except BaseException as err:  # whatever ended the call (a signal too), the engine stays usable
                 self._abort_leftovers()
-                raise
-            except Exception as err:  # vLLM raises many types; keep the first error whole
-                self._abort_leftovers()
-                raise EngineError(f"vLLM generate failed: {type(err).__name__}: {err}") from err
-            except BaseException:  # KeyboardInterrupt, a test's timeout: the engine stays usable
-                self._abort_leftovers()
+                if isinstance(err, Exception) and not isinstance(err, Interrupted):  # vLLM raises many types
+                    raise EngineError(f"vLLM generate failed: {type(err).__name__}: {err}") from err
                 raise
             t = resolve_temperature(adapter, temperature)
             if len(outputs) != sum(p.n_windows for _, p in pending):
@@ -95,8 +91,8 @@ class Classifier:
                 at += prompt.n_windows
         return [r for r in results if r is not None]
 
-    def _abort_leftovers(self) -> int:
-        """Abort the requests an interrupted call left in the engine; return how many.
+    def _abort_leftovers(self) -> None:
+        """Abort the requests an interrupted call left in the engine.
 
         vLLM's ``LLM.generate`` does not abort its own requests when it is interrupted (a signal, an exception in
         its loop): they stay queued, and the next call would return their outputs with its own. Called before
@@ -104,12 +100,10 @@ class Classifier:
         """
         engine = getattr(self.llm, "llm_engine", None)
         states = getattr(getattr(engine, "output_processor", None), "request_states", None)
-        if not states:
-            return 0
-        left = list(states)
-        log.warning("aborting %d request(s) an interrupted engine call left queued", len(left))
-        engine.abort_request(left, internal=True)
-        return len(left)
+        if states:
+            left = list(states)
+            log.warning("aborting %d request(s) an interrupted engine call left queued", len(left))
+            engine.abort_request(left, internal=True)
 
     def compiled(self) -> bool | None:
         """Whether vLLM runs this engine's model through torch.compile, as vLLM itself decided.
