@@ -6,9 +6,10 @@ engine for every client. :func:`check_engine_compat` applies the same rules, and
 vLLM's ``PEFTHelper`` silently ignores, from ``adapter_config.json``, the safetensors header of
 ``adapter_model.safetensors`` and the base model's own safetensors headers, without torch.
 
-Every field peft 0.21's ``LoraConfig`` writes is in :data:`CONFIG_RULES`: allowed (vLLM applies it,
-or it has no effect on inference) or refused (vLLM does not apply it). A field docpilot does not
-know is refused when it is set, since vLLM would ignore it.
+Every field peft 0.21 and 0.22's ``LoraConfig`` writes is in :data:`CONFIG_RULES`: allowed (vLLM applies it,
+or it has no effect on inference) or refused (vLLM does not apply it). A field docpilot does not know
+(a newer peft's) is accepted while its value is empty (``null``, ``false``, ``{}``, ``[]``, ``""``: peft's
+default for an optional feature) and refused when it is set, since vLLM would ignore it (docs/registry.md).
 
 Example:
     >>> check_engine_compat("runs/x/adapter", cfg.engine, model.path)  # doctest: +SKIP
@@ -37,9 +38,10 @@ LLAMA_LORA_MODULES = (*LINEAR_MODULES, "embed_tokens", "lm_head")
 LORA_MODULES = {arch: LLAMA_LORA_MODULES for arch in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")}
 """Architecture -> modules vLLM applies LoRA to; other architectures: any 2-D weight of the base model."""
 
-UNSUPPORTED_INITS = ("pissa", "olora", "corda", "loftq")
-"""``init_lora_weights`` values that rewrite base weights (``PEFTHelper._init_is_supported`` allows only
-bools and gaussian, eva, orthogonal, mica, lora_ga); prefixes, so ``pissa_niter_4`` is included."""
+SUPPORTED_INITS = ("gaussian", "eva", "orthogonal", "mica", "lora_ga")
+"""String ``init_lora_weights`` values vLLM loads (``PEFTHelper._init_is_supported``, an allow-list: they only set
+the initial adapter weights); any other string (PiSSA, OLoRA, CorDA, LoftQ, Astra, NoRA, a future one) is refused.
+Booleans are always allowed."""
 
 ALLOWED = "allowed"
 CONFIG_RULES: dict[str, str] = {
@@ -55,8 +57,9 @@ CONFIG_RULES: dict[str, str] = {
     "peft_version": ALLOWED, "base_model_name_or_path": ALLOWED, "revision": ALLOWED, "auto_mapping": ALLOWED,
     "megatron_config": ALLOWED, "megatron_core": ALLOWED, "runtime_config": ALLOWED, "velora_config": ALLOWED,
     "loftq_config": ALLOWED, "eva_config": ALLOWED, "corda_config": ALLOWED, "lora_ga_config": ALLOWED,
+    "astra_config": ALLOWED,  # peft 0.22; Astra itself is refused through init_lora_weights="astra"
     "qalora_group_size": ALLOWED, "ensure_weight_tying": ALLOWED,
-    "init_lora_weights": "refused for PiSSA/OLoRA/CorDA/LoftQ (PEFTHelper._init_is_supported)",
+    "init_lora_weights": "refused unless a boolean or one of SUPPORTED_INITS (PEFTHelper._init_is_supported)",
     # refused: vLLM does not apply them (PEFTHelper._validate_features / validate_legal, or ignored)
     "bias": "must be none (PEFTHelper.validate_legal)",
     "lora_bias": "refused (PEFTHelper._validate_features)",
@@ -166,9 +169,10 @@ def _config_problems(config: dict[str, Any], max_rank: int, supported: tuple[str
         out.append(f"`modules_to_save` is {saved!r}: vLLM does not load fully trained modules for a generation "
                    "model, the engine would run the base model's; retrain with modules_to_save=None")
     init = config.get("init_lora_weights", True)
-    if isinstance(init, str) and init.lower().startswith(UNSUPPORTED_INITS):
-        out.append(f"`init_lora_weights` is {init!r}: it changes the base weights, which vLLM does not; convert it "
-                   "with peft's path_initial_model_for_weight_conversion or retrain")
+    if isinstance(init, str) and init.lower() not in SUPPORTED_INITS:
+        out.append(f"`init_lora_weights` is {init!r}: vLLM loads only {list(SUPPORTED_INITS)} or a boolean (PiSSA, "
+                   "OLoRA, CorDA, LoftQ, Astra change the base weights, which vLLM does not); convert it with peft's "
+                   "path_initial_model_for_weight_conversion or retrain")
     for key, why in _REFUSED_WHEN_SET.items():
         if config.get(key):
             out.append(f"`{key}` is {config[key]!r}: {why}; {_RETRAIN}")

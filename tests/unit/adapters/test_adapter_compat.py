@@ -81,7 +81,11 @@ REFUSED = [
     ("bias-lora-only", {"bias": "lora_only"}, r"`bias` is 'lora_only'; vLLM applies no adapter bias \(allowed: 'none'\)"),
     ("lora-bias", {"lora_bias": True, "extra": {f"{Q}.lora_B.bias": np.zeros(HIDDEN, np.float16)}},
      r"`lora_bias` is True: vLLM does not apply LoRA bias"),
-    ("init-pissa", {"init_lora_weights": "pissa"}, r"`init_lora_weights` is 'pissa': it changes the base weights"),
+    ("init-pissa", {"init_lora_weights": "pissa"}, r"`init_lora_weights` is 'pissa': vLLM loads only \['gaussian'"),
+    # peft 0.22's Astra (and any init string vLLM's allow-list does not name) rewrites or may rewrite base weights
+    ("init-astra", {"patch": {"init_lora_weights": "astra", "astra_config": {"calib_size": 64}}},
+     r"`init_lora_weights` is 'astra': vLLM loads only"),
+    ("init-future", {"patch": {"init_lora_weights": "some_future_init"}}, r"`init_lora_weights` is 'some_future_init'"),
     ("init-loftq", {"patch": {"init_lora_weights": "loftq"}}, r"`init_lora_weights` is 'loftq'"),
     ("layer-replication", {"layer_replication": [[0, 1]]}, r"`layer_replication` is \[\[0, 1\]\]: vLLM does not replicate"),
     ("alora", {"alora_invocation_tokens": [1, 2]}, r"`alora_invocation_tokens` is \[1, 2\]: vLLM does not apply Activated"),
@@ -132,6 +136,9 @@ ALLOWED = [
     ("some-layers", {"layers_to_transform": [0], "layers_pattern": "layers"}),
     ("exclude-modules", {"exclude_modules": ["k_proj"]}),
     ("gaussian-init-velora", {"init_lora_weights": "gaussian", "patch": {"velora_config": {"num_groups": 32}}}),
+    # a newer peft's field at its default (peft 0.22 writes "astra_config": null): accepted, known or not
+    ("astra-config-off", {"patch": {"astra_config": None}}),
+    ("unknown-field-at-default", {"patch": {"use_fancy_variant": False, "fancy_config": None}}),
     ("embed-tokens-lm-head", {"target_modules": ["embed_tokens", "lm_head"], "tensors": {
         "base_model.model.model.embed_tokens.lora_embedding_A": np.zeros((8, VOCAB), np.float16),
         "base_model.model.model.embed_tokens.lora_embedding_B": np.zeros((HIDDEN, 8), np.float16),
