@@ -43,6 +43,10 @@ DETACHABLE: dict[str, str] = {
 and returns a :class:`~classify.runs.detached.DetachPlan`, which :func:`docpilot.detach.detach` starts."""
 DETACH_FLAGS = ("--detach", "--stop-when-done")
 
+IDLE_CARD_COMMANDS = ("batch", "train")
+"""Commands that warn once, at their start, when the machine has a card and the venv computes on the CPU
+(:func:`classify.engine.machine.idle_card_warning`; the pilot's doctor says it as a blocker or a warning)."""
+
 
 QUIET_ENV: dict[str, str] = {
     "VLLM_LOGGING_LEVEL": "ERROR",  # vllm/envs.py; read when vllm is first imported, here and in engine processes
@@ -147,6 +151,8 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {name!r} (allowed: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     configure_logging(verbose)
+    if name in IDLE_CARD_COMMANDS and not os.environ.get(IDLE_CARD_SAID):
+        _warn_idle_card()
     func = _resolve(COMMANDS[name][0])
     if name in DETACHABLE and _wants_detach(rest):
         from docpilot.detach import detach
@@ -163,6 +169,19 @@ def _main(argv: list[str] | None = None) -> int:
         except OSError:  # the terminal is gone (SIGHUP after a dropped SSH connection): the run folder has the record
             pass
         return err.exit_code
+
+
+IDLE_CARD_SAID = "DOCPILOT_IDLE_CARD_SAID"
+"""Set once the idle-card warning was given, so a detached child of the same command does not repeat it."""
+
+
+def _warn_idle_card() -> None:
+    from classify.engine.machine import idle_card_warning
+
+    line = idle_card_warning()
+    if line:
+        logging.getLogger("docpilot").warning(line)
+        os.environ[IDLE_CARD_SAID] = "1"
 
 
 def _resolve(target: str):

