@@ -144,14 +144,31 @@ def engine(pilot_config):
     clf.shutdown()
 
 
+BBC_MISSING = ("BBC News data not found: the tests read train.csv and test.csv from $DOCPILOT_BBC_DIR, else "
+               "../shared/data/bbc-news beside the clone; set DOCPILOT_BBC_DIR to a folder holding them (the public "
+               "BBC News set, Greene & Cunningham 2006, mlg.ucd.ie/datasets/bbc.html, as CSV: text,category)")
+"""The one line ``make test`` stops with when the data is missing (``pytest_configure``)."""
+
+
+def bbc_folder() -> Path | None:
+    """The BBC News data folder: ``DOCPILOT_BBC_DIR``, else ``../shared/data/bbc-news`` beside the working directory
+    or the clone; ``None`` when none of them holds ``test.csv``."""
+    candidates = [Path(os.environ["DOCPILOT_BBC_DIR"]).expanduser().resolve()] if os.environ.get("DOCPILOT_BBC_DIR") else []
+    candidates += [Path.cwd().parent / "shared" / "data" / "bbc-news", ROOT.parent / "shared" / "data" / "bbc-news"]
+    return next((folder for folder in candidates if (folder / "test.csv").is_file()), None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Stop the whole run at its start, with one line, when the BBC News data is missing (on the controller only:
+    xdist workers inherit the answer)."""
+    if not hasattr(config, "workerinput") and bbc_folder() is None:
+        pytest.exit(BBC_MISSING, returncode=4)
+
+
 @pytest.fixture(scope="session")
 def bbc_dir() -> Path:
-    """The shared BBC News data folder (``DOCPILOT_BBC_DIR``, else ``../shared/data/bbc-news``); fails the test when absent."""
-    folder = Path(os.environ["DOCPILOT_BBC_DIR"]).expanduser().resolve() if os.environ.get("DOCPILOT_BBC_DIR") else None
-    if folder is None or not (folder / "test.csv").is_file():
-        folder = Path.cwd().parent / "shared" / "data" / "bbc-news"
-    if not (folder / "test.csv").is_file():
-        folder = ROOT.parent / "shared" / "data" / "bbc-news"
-    if not (folder / "test.csv").is_file():
-        pytest.fail(f"BBC News data not found at {folder} (set DOCPILOT_BBC_DIR)")
+    """The shared BBC News data folder (:func:`bbc_folder`); a run without it stops at its start."""
+    folder = bbc_folder()
+    if folder is None:
+        pytest.fail(BBC_MISSING)
     return folder
