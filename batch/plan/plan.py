@@ -167,7 +167,7 @@ def _gib(n: int) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-def serving_advice(cfg: LotsConfig, fit_for: Any, fit: ServingFit, max_model_len: int, per_token: Any,
+def serving_advice(cfg: LotsConfig, fit_for: Any, fit: ServingFit, max_model_len: int, per_token: Any, *,
                    prompt: dict[str, Any] | None = None) -> list[str]:
     """What to change when vLLM would not start on the lot's cards, or would hold fewer sequences than ``max_num_seqs``.
 
@@ -291,7 +291,7 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None,
         "serving": fit.as_dict(),
         "serving_worst_case": worst.as_dict(),
         "serving_advice": serving_advice(cfg, fit_for, fit, job.model.max_model_len,
-                                         lambda t: kv_bytes_per_token_per_card(shape, dtype_bytes, t), prompt),
+                                         lambda t: kv_bytes_per_token_per_card(shape, dtype_bytes, t), prompt=prompt),
         "training": training.as_dict(),
     }
 
@@ -497,6 +497,9 @@ def _print(plan: dict[str, Any], json_path: Path) -> None:
     console.print(f"Prompts: classify.long_documents {p['long_documents']}: {p['prompts_per_doc']:g} prompts per document "
                   f"({p['source']}); {group} holds {p['documents_at_once']:,} documents at once, and documents/s are "
                   "prompts/s divided by the prompts per document")
+    pl = plan["prompt_length"]
+    console.print(f"Prompt: {pl['tokens']} tokens ({pl['source']}); a proposed `model.max_model_len` is at least "
+                  f"{pl['min_max_model_len']}")
     for line in plan["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {line}")
     console.print(f"plan written to {json_path}")
