@@ -233,9 +233,9 @@ def _nvidia_smi(notes: list[str]) -> list[Gpu]:
 
 
 def _mig_mib(profile: str) -> int | None:
-    """Nominal memory of a MIG profile (``1g.10gb``, ``1c.3g.40gb``) in MiB: its ``<N>gb`` as ``N x 10**9`` bytes,
-    at or below the slice's real size (A100 80GB ``1g.10gb``: 9728 MiB; this gives 9536)."""
-    m = re.search(r"(\d+)gb$", profile)
+    """Nominal memory of a MIG profile (``1g.10gb``, ``1c.3g.40gb``, ``1g.10gb+me``) in MiB: its ``<N>gb`` as
+    ``N x 10**9`` bytes, at or below the slice's real size (A100 80GB ``1g.10gb``: 9728 MiB; this gives 9536)."""
+    m = re.search(r"(\d+)gb\b", profile)
     return int(m.group(1)) * 10**9 // 2**20 if m else None
 
 

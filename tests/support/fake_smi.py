@@ -24,15 +24,18 @@ def eight_h100() -> tuple[str, str]:
     return rows, listing
 
 
-MIG_UUIDS = ("MIG-aaaaaaaa-bbbb-5ccc-dddd-eeeeeeeeeeee", "MIG-ffffffff-1111-5222-3333-444444444444")
+MIG_UUIDS = ("MIG-aaaaaaaa-bbbb-5ccc-dddd-eeeeeeeeeeee", "MIG-ffffffff-1111-5222-3333-444444444444",
+             "MIG-12345678-9999-5888-7777-666666666666")
 
 
 def h100_in_mig() -> tuple[str, str]:
-    """``(query rows, -L listing)`` of one H100 in MIG mode cut into a 1g.10gb and a 3g.40gb slice."""
+    """``(query rows, -L listing)`` of one H100 in MIG mode cut into a 1g.10gb, a 1c.3g.40gb (one compute instance of
+    a 3g.40gb) and a 1g.20gb+me (with the media engines) slice."""
     rows = f"{H100}, 0, {h100_uuid(0)}, Enabled"
     listing = (f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {h100_uuid(0)})\n"
                f"  MIG 1g.10gb     Device  0: (UUID: {MIG_UUIDS[0]})\n"
-               f"  MIG 3g.40gb     Device  1: (UUID: {MIG_UUIDS[1]})")
+               f"  MIG 1c.3g.40gb  Device  1: (UUID: {MIG_UUIDS[1]})\n"
+               f"  MIG 1g.20gb+me  Device  2: (UUID: {MIG_UUIDS[2]})")
     return rows, listing
 
 

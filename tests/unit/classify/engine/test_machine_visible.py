@@ -51,7 +51,9 @@ def test_a_mig_slice_is_sized_as_its_own_memory(host):
     assert [(g.name, g.uuid) for g in first] == [("NVIDIA H100 80GB HBM3 MIG 1g.10gb", fake_smi.MIG_UUIDS[0])]
     assert first[0].memory_mib == 9536  # 10 GB, not the card's 80
     named = m.visible({"CUDA_VISIBLE_DEVICES": fake_smi.MIG_UUIDS[1]})
-    assert [(g.name, g.memory_mib) for g in named] == [("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 38146)]
+    assert [(g.name, g.memory_mib) for g in named] == [("NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb", 38146)]
+    media = m.visible({"CUDA_VISIBLE_DEVICES": fake_smi.MIG_UUIDS[2][:12]})  # a unique prefix of a MIG UUID
+    assert [(g.name, g.memory_mib) for g in media] == [("NVIDIA H100 80GB HBM3 MIG 1g.20gb+me", 19073)]
     # one process, one MIG device: naming both still gives the first
     both = m.visible({"CUDA_VISIBLE_DEVICES": ",".join(fake_smi.MIG_UUIDS)})
     assert [g.uuid for g in both] == [fake_smi.MIG_UUIDS[0]]
