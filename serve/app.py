@@ -57,8 +57,9 @@ def server_engine(config: PilotConfig, device: str | None = None) -> EngineConfi
     """The engine section the server's vLLM engine is built with: ``tensor_parallel_size`` a number.
 
     ``auto`` is resolved by the batch's own function (:func:`classify.engine.memory.resolve_tensor_parallel`: the
-    smallest size with which vLLM starts by the plan's formula) over this machine's cards (a server is one
-    node) and the first card's memory, as ``nvidia-smi``/``amd-smi`` report them (:func:`classify.engine.machine.probe`);
+    smallest size with which vLLM starts by the plan's formula) over the cards this process can use (a server is one
+    node: ``CUDA_VISIBLE_DEVICES`` applied, a MIG slice counted with its own memory) and the first one's memory, as
+    ``nvidia-smi`` reports them (:meth:`classify.engine.machine.Machine.visible`);
     a number is kept on an accelerator; CPU engines run with 1.
 
     Args:
@@ -79,7 +80,7 @@ def server_engine(config: PilotConfig, device: str | None = None) -> EngineConfi
     if device != "cpu" and config.engine.tensor_parallel_size == "auto":
         from classify.engine.machine import probe
 
-        gpus = probe().gpus
+        gpus = probe().visible()
         cards, card_mib = len(gpus), next((g.memory_mib for g in gpus if g.memory_mib), None)
     tp = resolve_tensor_parallel(config.engine, config.model, device, cards_per_node=cards, card_mib=card_mib)
     log.info("engine on %s: tensor_parallel_size %d (configured %s)", device, tp, config.engine.tensor_parallel_size)

@@ -117,9 +117,11 @@ def long_documents_block(results: Sequence[Result], classify_cfg: Any) -> dict[s
 
     Returns:
         ``{mode, max_doc_tokens, max_windows, scored, truncated, truncated_share, windows, windows_per_doc,
-        doc_tokens_per_doc}`` over the documents that reached the model (``n_windows`` > 0): ``truncated`` counts
-        the cut ones, ``windows_per_doc`` is the prompts per document a batch of such documents costs (1.0 in
-        ``cut`` mode), ``doc_tokens_per_doc`` the document tokens read per document.
+        doc_tokens_per_doc, longest_prompt_tokens}`` over the documents that reached the model (``n_windows`` > 0):
+        ``truncated`` counts the cut ones, ``windows_per_doc`` is the prompts per document a batch of such documents
+        costs (1.0 in ``cut`` mode), ``doc_tokens_per_doc`` the document tokens read per document,
+        ``longest_prompt_tokens`` the longest single prompt (a window's: template ids + ``ceil(document tokens /
+        windows)``, windows being balanced): what ``model.max_model_len`` must stay above (``make plan``'s floor).
     """
     scored = [r for r in results if (r.n_windows or 0) > 0]
     n = len(scored)
@@ -129,7 +131,15 @@ def long_documents_block(results: Sequence[Result], classify_cfg: Any) -> dict[s
             "max_windows": classify_cfg.max_windows if classify_cfg.long_documents == "windows" else 1,
             "scored": n, "truncated": truncated, "truncated_share": round(truncated / n, 4) if n else 0.0,
             "windows": windows, "windows_per_doc": round(windows / n, 3) if n else 0.0,
-            "doc_tokens_per_doc": round(sum(int(r.n_doc_tokens or 0) for r in scored) / n, 1) if n else 0.0}
+            "doc_tokens_per_doc": round(sum(int(r.n_doc_tokens or 0) for r in scored) / n, 1) if n else 0.0,
+            "longest_prompt_tokens": max((_longest_prompt(r) for r in scored), default=0)}
+
+
+def _longest_prompt(r: Result) -> int:
+    """Tokens of ``r``'s longest prompt: its windows share the template ids and split the document evenly
+    (:func:`classify.engine.prompt.window_spans`), so the longest is template + ``ceil(doc tokens / windows)``."""
+    w, doc = int(r.n_windows), int(r.n_doc_tokens or 0)
+    return (int(r.n_tokens or 0) - doc) // w + -(-doc // w)
 
 
 def long_documents_line(block: dict[str, Any] | None) -> str | None:

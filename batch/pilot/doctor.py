@@ -189,7 +189,8 @@ def machine_checks(cfg: PilotConfig, *, build: str, n_acc: int, vllm_platform: s
 
     Asks the machine itself (:func:`classify.engine.machine.probe`: ``nvidia-smi``, ``/proc/driver/nvidia``,
     ``/dev`` nodes, ``amd-smi``/``rocm-smi``) and the venv's record (``docpilot-profile.json``, written by
-    ``make setup``), then compares them with torch's and vLLM's view.
+    ``make setup``), then compares them with torch's and vLLM's view. The ``machine`` row also names the cards this
+    process can use where ``CUDA_VISIBLE_DEVICES`` or MIG narrows them (:meth:`classify.engine.machine.Machine.visible`).
 
     Blockers (the pilot decides ``fix-environment``): cards on the machine but a CPU torch or the vLLM CPU
     build in the venv (unless the user forced ``PROFILE=cpu``: then a warning); a CUDA/ROCm torch that cannot
@@ -214,9 +215,15 @@ def machine_checks(cfg: PilotConfig, *, build: str, n_acc: int, vllm_platform: s
     m = probe()
     rec = installed_profile()
     driver = next((g.driver for g in m.gpus if g.driver), None)
-    checks = [Check("machine", "ok", m.cards() + (f", driver {driver}" if driver else "") + (f" ({m.source})" if m.source else ""),
+    visible, spec = m.visible(), os.environ.get("CUDA_VISIBLE_DEVICES")
+    sees = ""
+    if m.nvidia and (spec is not None or any(g.mig for g in m.nvidia)):
+        sees = (f"; this process can use {len(visible)}: {', '.join(g.label() for g in visible) or 'none'}"
+                + (f" (CUDA_VISIBLE_DEVICES={spec!r})" if spec is not None else " (MIG: one slice per process)"))
+    checks = [Check("machine", "ok", m.cards() + (f", driver {driver}" if driver else "") + (f" ({m.source})" if m.source else "")
+                    + sees,
                     {"gpus": [asdict(g) for g in m.gpus], "driver": driver, "source": m.source, "notes": m.notes,
-                     "python": m.python})]
+                     "python": m.python, "visible": [asdict(g) for g in visible], "cuda_visible_devices": spec})]
     profile, forced = (rec["profile"], bool(rec.get("forced"))) if rec else (None, False)
     if rec:
         checks.append(Check("profile", "ok", f"{profile} ({'forced by PROFILE=' + profile if forced else 'chosen by the machine'})",
@@ -245,6 +252,8 @@ def machine_checks(cfg: PilotConfig, *, build: str, n_acc: int, vllm_platform: s
         where = m.cards() if m.gpus else "no card (none on this machine)"
         fix = ("update the NVIDIA driver (CUDA 13 needs >= 580) or rent a lot whose driver runs CUDA 13"
                if "too old" in reason.lower() else rebuild if not m.gpus else
+               f"CUDA_VISIBLE_DEVICES={spec!r} names none of them: unset it, or name cards by their `nvidia-smi -L` "
+               "index or GPU-/MIG- UUID" if m.nvidia and spec is not None and not visible else
                "check that the container was started with the card (`nvidia-smi` inside it) and CUDA_VISIBLE_DEVICES")
         checks.append(Check("device", "blocker", f"torch {torch.__version__} ({build} build) cannot use {where}: {reason}; {fix}", data))
     else:

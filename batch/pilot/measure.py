@@ -87,7 +87,8 @@ def process_titles(pids: list[int]) -> dict[int, str]:
 
 
 def nvml_bytes(pids: list[int]) -> int | None:
-    """Device memory NVML reports for ``pids`` on every card, or ``None`` (no NVML, no permission, none used)."""
+    """Device memory NVML reports for ``pids`` on the cards this process can use, or ``None`` (no NVML, no permission,
+    none used)."""
     return nvml_usage(pids)[0]
 
 
@@ -99,6 +100,10 @@ def nvml_usage(pids: list[int]) -> tuple[int | None, str]:
     (NVIDIA/nvidia-docker #1483), so none match. Then the cards' used memory (``nvmlDeviceGetMemoryInfo``) is
     taken instead: a device total, every process on the cards included, and said so.
 
+    NVML sees every card of the host whatever ``CUDA_VISIBLE_DEVICES`` says, so only the devices this process can
+    use are read (:meth:`classify.engine.machine.Machine.visible`: by UUID, a MIG slice as itself); where
+    ``nvidia-smi`` names none (no UUIDs), every card.
+
     Args:
         pids: the engine actors' processes (actor and ``VLLM::`` engine processes).
 
@@ -109,10 +114,14 @@ def nvml_usage(pids: list[int]) -> tuple[int | None, str]:
     try:
         import pynvml
 
+        from classify.engine.machine import probe
+
         pynvml.nvmlInit()
         by_pid = device_used = 0
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+        uuids = [g.uuid for g in probe().visible() if g.uuid]
+        handles = ([pynvml.nvmlDeviceGetHandleByUUID(u.encode()) for u in uuids] if uuids else
+                   [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())])
+        for handle in handles:
             by_pid += sum(p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid in pids)
             device_used += int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
     except Exception as err:  # pynvml absent (ROCm) or no permission

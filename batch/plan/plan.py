@@ -167,11 +167,15 @@ def _gib(n: int) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-def serving_advice(cfg: LotsConfig, fit_for: Any, fit: ServingFit, max_model_len: int, per_token: Any) -> list[str]:
+def serving_advice(cfg: LotsConfig, fit_for: Any, fit: ServingFit, max_model_len: int, per_token: Any, *,
+                   prompt: dict[str, Any] | None = None) -> list[str]:
     """What to change when vLLM would not start on the lot's cards, or would hold fewer sequences than ``max_num_seqs``.
 
     Proposes, with the figures: tensor parallelism over one lot's cards (never across lots), a smaller
-    ``engine.max_num_seqs`` (the sequences that fit) and a smaller ``model.max_model_len``.
+    ``engine.max_num_seqs`` (the sequences that fit) and a ``model.max_model_len`` that is never below
+    ``prompt["min_max_model_len"]`` (the job's longest prompt + the answer token, :func:`prompt_length`): a shorter
+    length would start an engine that rejects the documents (a configured length below it gets that length proposed).
+    When no length that holds the prompt fits, it says so instead.
 
     Args:
         cfg: the lots config.
@@ -179,12 +183,15 @@ def serving_advice(cfg: LotsConfig, fit_for: Any, fit: ServingFit, max_model_len
         fit: the fit at the job's tensor-parallel size.
         max_model_len: the job's ``model.max_model_len``.
         per_token: ``tp -> KV bytes per token per card``.
+        prompt: :func:`prompt_length`'s answer (``None``: no floor but vLLM's 16-token block).
 
     Returns:
-        Lines of advice (empty when every ``max_num_seqs`` sequence fits).
+        Lines of advice (empty when every ``max_num_seqs`` sequence fits at a length that holds the prompt).
     """
     spec = gpu_spec(cfg)
     cards, card = spec.cards_per_lot, f"{cfg.gpu_model}"
+    floor = max(16, prompt["min_max_model_len"] if prompt else 0)
+    why = f"; no shorter: the prompt is {prompt['tokens']} tokens, {prompt['source']}" if prompt else ""
     out: list[str] = []
     bigger = [fit_for(t) for t in TP_SIZES if t > fit.tp]
     in_lot = [f for f in bigger if f.tp <= cards and f.sequences > fit.sequences]
@@ -198,24 +205,32 @@ def serving_advice(cfg: LotsConfig, fit_for: Any, fit: ServingFit, max_model_len
         if beyond is not None:
             out.append(f"it would need `engine.tensor_parallel_size: {beyond.tp}`, more cards than one {card} lot holds "
                        f"({cards}); a tensor-parallel group never spans lots: choose a card with more memory")
-    if fit.start.fits and fit.concurrent < fit.max_num_seqs:
+    if fit.start.fits and fit.concurrent < fit.max_num_seqs and max_model_len >= floor:
         out.append(f"{'or ' if out else ''}set `engine.max_num_seqs: {fit.sequences}`: the sequences that fit at once "
                    f"({fit.sequences:,} of max_num_seqs {fit.max_num_seqs}; vLLM queues the rest)")
     room = fit.kv_space // per_token(fit.tp) if fit.kv_space > 0 else 0
-    if fit.concurrent < fit.max_num_seqs and room >= 16:
+    if (fit.concurrent < fit.max_num_seqs or max_model_len < floor) and room >= floor:
         all_len = room // fit.max_num_seqs
-        if all_len >= 16:
+        if all_len >= floor and fit.concurrent < fit.max_num_seqs:
             out.append(f"{'or ' if out else ''}set `model.max_model_len: {all_len}` (from {max_model_len}): then all "
                        f"{fit.max_num_seqs} sequences fit at full length")
-        elif not fit.start.fits:
-            out.append(f"{'or ' if out else ''}set `model.max_model_len: {room}` (from {max_model_len}): one sequence of that length fits")
+        elif floor != max_model_len:
+            out.append(f"{'or ' if out else ''}set `model.max_model_len: {floor}` (from {max_model_len}{why}): then "
+                       f"{min(room // floor, fit.max_num_seqs):,} sequences fit at once")
+    if 0 < fit.kv_space and room < floor and not in_lot:
+        out.append(f"nothing that holds the prompt fits: one {floor}-token sequence needs "
+                   f"{_gib(per_token(fit.tp) * floor)} of KV cache per card, {_gib(fit.kv_space)} is left on one {card} "
+                   "card after the weights, LoRA slots and overhead; no `model.max_model_len` helps"
+                   + (f" (the prompt is {prompt['tokens']} tokens, {prompt['source']})" if prompt else "")
+                   + ": choose a card with more memory, or lower `classify.max_doc_tokens`")
     if fit.kv_space <= 0:
         out.append(f"the weights ({_gib(fit.start.parts['weights'])} per card), LoRA slots and overhead alone take more "
                    f"than the usable {_gib(fit.start.usable)} of one {card} card")
     return out
 
 
-def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None) -> dict[str, Any]:
+def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None,
+                prompt: dict[str, Any] | None = None) -> dict[str, Any]:
     """Serving and training memory for the ordered card (memory is not pooled; tensor parallelism splits one
     engine over the cards of one lot).
 
@@ -228,6 +243,7 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None)
         cfg: the lots config (card, overhead).
         shape: the model shape.
         job: the configured job (:func:`batch.plan.lots.job_shape`; default: the defaults of every section).
+        prompt: :func:`prompt_length` of the job (the floor of a proposed ``model.max_model_len``; ``None``: none).
 
     Returns:
         ``{card_memory_gib, dtype_bytes, parameters, kv_bytes_per_token, tensor_parallel_size, serving,
@@ -275,7 +291,7 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None)
         "serving": fit.as_dict(),
         "serving_worst_case": worst.as_dict(),
         "serving_advice": serving_advice(cfg, fit_for, fit, job.model.max_model_len,
-                                         lambda t: kv_bytes_per_token_per_card(shape, dtype_bytes, t)),
+                                         lambda t: kv_bytes_per_token_per_card(shape, dtype_bytes, t), prompt=prompt),
         "training": training.as_dict(),
     }
 
@@ -340,6 +356,42 @@ def prompts_plan(classify: ClassifyConfig, full_sequences: int, runs: Path | Non
     return out
 
 
+CHAT_TEMPLATE_TOKENS = 64
+"""Tokens allowed for a chat template's own markup (role headers, turn and control tokens, a date line) when the
+template's tokens are bounded without a tokenizer (:func:`prompt_length`): Llama 3.1's adds about 30, ChatML's 10."""
+
+
+def prompt_length(classify: ClassifyConfig, runs: Path | None = None) -> dict[str, Any]:
+    """The job's longest prompt in tokens: what every ``model.max_model_len`` the plan proposes must stay above.
+
+    The newest pilot's measured longest prompt (``longest_prompt_tokens`` of the matching pilot that
+    :func:`latest_pilot_reading` finds: the same ``long_documents``, ``max_doc_tokens`` and ``max_windows``), else a
+    bound without a tokenizer (the plan downloads none): the template's text in UTF-8 bytes (a byte-level BPE or
+    byte-fallback tokenizer makes at most one token per byte; :func:`classify.engine.prompt.template_text`) plus
+    :data:`CHAT_TEMPLATE_TOKENS` for the chat markup, plus ``classify.max_doc_tokens`` (one window's document).
+    The scorer needs the prompt below ``max_model_len`` (one token for the answer), hence ``min_max_model_len``.
+
+    Args:
+        classify: the job's classify section.
+        runs: the runs folder holding pilot run folders (``None``: the bound).
+
+    Returns:
+        ``{tokens, min_max_model_len, source}``.
+    """
+    from classify.engine.prompt import template_text
+
+    pilot = latest_pilot_reading(runs, classify)
+    if pilot is not None and pilot.get("longest_prompt_tokens"):
+        tokens = int(pilot["longest_prompt_tokens"])
+        source = f"the longest prompt of pilot {pilot['run_id']}"
+    else:
+        template = len(template_text(classify).encode("utf-8")) + CHAT_TEMPLATE_TOKENS
+        tokens = template + classify.max_doc_tokens
+        source = (f"at most {template} template tokens + classify.max_doc_tokens {classify.max_doc_tokens}, until a "
+                  "pilot measures it")
+    return {"tokens": tokens, "min_max_model_len": tokens + 1, "source": source}
+
+
 def build_plan(cfg: LotsConfig, job: JobShape | None = None, shape: ModelShape | None = None,
                runs: Path | None = None) -> dict[str, Any]:
     """The whole plan as one JSON-ready dict (order, Ray, memory, warnings).
@@ -358,7 +410,8 @@ def build_plan(cfg: LotsConfig, job: JobShape | None = None, shape: ModelShape |
     order = order_summary(cfg)
     job = job or JobShape()
     shape = shape or model_shape(job.model)
-    memory = memory_plan(cfg, shape, job)
+    prompt = prompt_length(job.classify, runs)
+    memory = memory_plan(cfg, shape, job, prompt)
     ray = ray_plan(cfg, memory["tensor_parallel_size"])
     warnings = list(ray["warnings"])
     s, tp = memory["serving"], memory["tensor_parallel_size"]
@@ -374,6 +427,10 @@ def build_plan(cfg: LotsConfig, job: JobShape | None = None, shape: ModelShape |
             f"serving starts on {cards}, holding {s['full_sequences']:,} full-length sequences at once, fewer than "
             f"`engine.max_num_seqs` {s['max_num_seqs']}"
         )
+    if job.model.max_model_len < prompt["min_max_model_len"]:
+        warnings.append(f"`model.max_model_len` {job.model.max_model_len} does not hold the prompt ({prompt['tokens']} "
+                        f"tokens, {prompt['source']}): its longer documents would be rejected at run time; set it to at "
+                        f"least {prompt['min_max_model_len']}")
     warnings += [f"proposal: {line}" for line in memory["serving_advice"]]
     prompts = prompts_plan(job.classify, memory["max_full_sequences"], runs)
     if prompts["long_documents"] == "cut" and prompts.get("truncated_share"):
@@ -392,6 +449,7 @@ def build_plan(cfg: LotsConfig, job: JobShape | None = None, shape: ModelShape |
         "model": {"base_model": job.model.base_model, "shape": shape.__dict__},
         "memory": memory,
         "prompts": prompts,
+        "prompt_length": prompt,
         "warnings": warnings,
         "config": cfg.model_dump(mode="json"),
         "config_sha256": config_sha256(cfg),
@@ -439,6 +497,9 @@ def _print(plan: dict[str, Any], json_path: Path) -> None:
     console.print(f"Prompts: classify.long_documents {p['long_documents']}: {p['prompts_per_doc']:g} prompts per document "
                   f"({p['source']}); {group} holds {p['documents_at_once']:,} documents at once, and documents/s are "
                   "prompts/s divided by the prompts per document")
+    pl = plan["prompt_length"]
+    console.print(f"Prompt: {pl['tokens']} tokens ({pl['source']}); a proposed `model.max_model_len` is at least "
+                  f"{pl['min_max_model_len']}")
     for line in plan["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {line}")
     console.print(f"plan written to {json_path}")

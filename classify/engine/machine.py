@@ -4,8 +4,9 @@
 so it uses the standard library only and Python 3.8 syntax: it must be able to say "this Python is
 too old" on a Python that is too old. It asks:
 
-* NVIDIA: ``nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap`` (the driver's own
-  tool), else ``/proc/driver/nvidia/version`` and the ``/dev/nvidia<N>`` nodes;
+* NVIDIA: ``nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,index,uuid,mig.mode.current``
+  (the driver's own tool) and, for a card in MIG mode, ``nvidia-smi -L`` (its MIG slices, which ``--query-gpu``
+  does not list), else ``/proc/driver/nvidia/version`` and the ``/dev/nvidia<N>`` nodes;
 * AMD: ``amd-smi``/``rocm-smi`` on PATH or ``/dev/kfd``;
 * the Python version that would build the venv.
 
@@ -84,6 +85,10 @@ class Gpu:
         memory_mib: total memory in MiB, or ``None`` when unknown.
         driver: driver version (``580.95.05``), or ``None``.
         compute_cap: CUDA compute capability (``"9.0"``), or ``None``.
+        index: ``nvidia-smi``'s index (what an integer in ``CUDA_VISIBLE_DEVICES`` names); a MIG slice's card's.
+        uuid: ``GPU-...``; ``MIG-...`` for a MIG slice; ``None`` when not reported.
+        mig: the card's MIG slices when MIG mode is on (``nvidia-smi -L``), each a :class:`Gpu` named
+            ``<card> MIG <profile>`` whose ``memory_mib`` is its profile's nominal memory (``1g.10gb``: 10 GB).
     """
 
     vendor: str
@@ -91,6 +96,9 @@ class Gpu:
     memory_mib: int | None = None
     driver: str | None = None
     compute_cap: str | None = None
+    index: int | None = None
+    uuid: str | None = None
+    mig: list[Gpu] = field(default_factory=list)
 
     def label(self) -> str:
         """``NVIDIA H200 (143771 MiB, compute 9.0)`` style text."""
@@ -129,6 +137,44 @@ class Machine:
     def amd(self) -> list[Gpu]:
         """The AMD cards."""
         return [g for g in self.gpus if g.vendor == "amd"]
+
+    def visible(self, environ: dict[str, str] | None = None) -> list[Gpu]:
+        """The NVIDIA devices this process can compute on: ``CUDA_VISIBLE_DEVICES`` applied, a MIG slice for its card.
+
+        CUDA's rules (CUDA Programming Guide, "CUDA_VISIBLE_DEVICES"): unset, every card; an empty string, none;
+        else a comma-separated list of ``nvidia-smi`` indices, ``GPU-<uuid>`` (or a unique prefix of one) and
+        ``MIG-<uuid>`` (or ``MIG-GPU-<uuid>/<gi>/<ci>``), in that order, up to the first entry that names
+        no device. A card in MIG mode is replaced by its slices, and CUDA gives one process a single MIG device
+        (NVIDIA MIG User Guide, "CUDA Device Enumeration"), so where a MIG slice is visible only the first one is.
+
+        Args:
+            environ: the environment to read ``CUDA_VISIBLE_DEVICES`` from (default: this process's).
+
+        Returns:
+            The devices in CUDA's order, each with its own memory (a MIG slice's, not its card's).
+        """
+        env = os.environ if environ is None else environ
+        spec = env.get("CUDA_VISIBLE_DEVICES")
+        units = [(g, g.mig or [g]) for g in self.nvidia]
+        if spec is None:
+            picked = [d for _, devs in units for d in devs]
+        else:
+            picked = []
+            for token in (t.strip() for t in spec.split(",") if spec.strip()):
+                if token.isdigit():
+                    found = next((devs[0] for g, devs in units if g.index == int(token)), None)
+                elif token.startswith("MIG-"):
+                    found = next((d for _, devs in units for d in devs if d.uuid and d.uuid.startswith(token)), None)
+                elif token.startswith("GPU-"):
+                    found = next((devs[0] for g, devs in units if g.uuid and g.uuid.startswith(token)), None)
+                else:
+                    found = None
+                if found is None:
+                    break
+                if found not in picked:
+                    picked.append(found)
+        slices = [d for d in picked if d.uuid and d.uuid.startswith("MIG-")]
+        return slices[:1] if slices else picked
 
     def cards(self) -> str:
         """``2 x NVIDIA B200 (183359 MiB, compute 10.0)``, or ``no accelerator``."""
@@ -174,7 +220,8 @@ def _int(text: str) -> int | None:
 
 
 def _nvidia_smi(notes: list[str]) -> list[Gpu]:
-    out = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,compute_cap", "--format=csv,noheader,nounits"])
+    out = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,compute_cap,index,uuid,mig.mode.current",
+                "--format=csv,noheader,nounits"])
     if out is None:
         if shutil.which("nvidia-smi"):
             notes.append("nvidia-smi is on PATH but failed (no driver loaded, or no permission)")
@@ -185,8 +232,42 @@ def _nvidia_smi(notes: list[str]) -> list[Gpu]:
         if len(parts) < 3 or not parts[0]:
             continue
         cap = parts[3] if len(parts) > 3 and re.fullmatch(r"\d+\.\d+", parts[3]) else None
-        gpus.append(Gpu("nvidia", parts[0], _int(parts[1]), parts[2] or None, cap))
+        index = int(parts[4]) if len(parts) > 4 and parts[4].isdigit() else len(gpus)
+        uuid = parts[5] if len(parts) > 5 and parts[5].startswith("GPU-") else None
+        gpus.append(Gpu("nvidia", parts[0], _int(parts[1]), parts[2] or None, cap, index, uuid))
+        if len(parts) > 6 and parts[6].lower() == "enabled":
+            gpus[-1].mig = [Gpu("nvidia")]  # marks MIG mode; the slices come from `nvidia-smi -L` below
+    if any(g.mig for g in gpus):
+        _nvidia_mig(gpus, notes)
     return gpus
+
+
+def _mig_mib(profile: str) -> int | None:
+    """Nominal memory of a MIG profile (``1g.10gb``, ``1c.3g.40gb``, ``1g.10gb+me``) in MiB: its ``<N>gb`` as
+    ``N x 10**9`` bytes, at or below the slice's real size (A100 80GB ``1g.10gb``: 9728 MiB; this gives 9536)."""
+    m = re.search(r"(\d+)gb\b", profile)
+    return int(m.group(1)) * 10**9 // 2**20 if m else None
+
+
+def _nvidia_mig(gpus: list[Gpu], notes: list[str]) -> None:
+    """Fill each MIG-mode card's ``mig`` from ``nvidia-smi -L`` (``GPU 0: ... (UUID: GPU-...)`` then, indented,
+    ``MIG 1g.10gb Device 0: (UUID: MIG-...)``)."""
+    out = _run(["nvidia-smi", "-L"])
+    by_index = {g.index: g for g in gpus}
+    card = None
+    for g in gpus:
+        g.mig = []
+    for line in (out or "").splitlines():
+        head = re.match(r"GPU (\d+):", line)
+        if head:
+            card = by_index.get(int(head.group(1)))
+            continue
+        mig = re.match(r"\s+MIG\s+(\S+)\s+Device\s+\d+:\s+\(UUID:\s*(MIG-[^)\s]+)\)", line)
+        if mig and card is not None:
+            card.mig.append(Gpu("nvidia", f"{card.name} MIG {mig.group(1)}", _mig_mib(mig.group(1)), card.driver,
+                                card.compute_cap, card.index, mig.group(2)))
+    if out is None:
+        notes.append("a card is in MIG mode but `nvidia-smi -L` failed: its slices are unknown")
 
 
 def _nvidia_proc(root: str) -> list[Gpu]:

@@ -432,7 +432,8 @@ def resolve_tensor_parallel(engine: Any, model_cfg: Any, device: str, *, cards_p
         model_cfg: the ``model`` section (shape from :func:`model_shape`, ``max_model_len``, dtype).
         device: where the engines compute (``cpu``, ``cuda``, ``rocm``).
         cards_per_node: the most GPUs one node of the cluster has.
-        card_mib: one card's memory in MiB; ``None``: this machine's first card (:func:`classify.engine.machine.probe`).
+        card_mib: one card's memory in MiB; ``None``: the first card this process can use
+            (:meth:`classify.engine.machine.Machine.visible`: ``CUDA_VISIBLE_DEVICES`` applied, a MIG slice's own memory).
 
     Returns:
         1, 2, 4 or 8.
@@ -448,7 +449,7 @@ def resolve_tensor_parallel(engine: Any, model_cfg: Any, device: str, *, cards_p
     if card_mib is None:
         from classify.engine.machine import probe
 
-        card_mib = next((g.memory_mib for g in probe().gpus if g.memory_mib), None)
+        card_mib = next((g.memory_mib for g in probe().visible() if g.memory_mib), None)
     if card_mib is None:
         log.warning("`engine.tensor_parallel_size: auto`: this machine does not report its card's memory; "
                     "engines run with 1 (set the size to choose another)")

@@ -151,6 +151,12 @@ def _messages(cfg: ClassifyConfig, document: str) -> list[dict[str, str]]:
     ]
 
 
+def template_text(cfg: ClassifyConfig) -> str:
+    """The template's own words around the document (instruction, category list, the user turn's frame), without
+    the chat markup a tokenizer's template adds: what ``make plan`` bounds the template's tokens by."""
+    return "".join(m["content"] for m in _messages(cfg, ""))
+
+
 def render_text(tokenizer: Any, cfg: ClassifyConfig, document: str) -> str:
     """The chat template rendered around ``document`` as one string (the pre-token-id prompt, kept for checks).
 

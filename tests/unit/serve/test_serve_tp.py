@@ -79,3 +79,35 @@ def test_readyz_records_the_tp_the_engine_was_built_with(cards, registry, make_c
     ready = client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["tensor_parallel_size"] == 2, ready.json()
     assert built == [2]  # the engine was given the number /readyz reports
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """``host(kind)``: this machine is :mod:`tests.support.fake_smi`'s ``kind`` (8 x H100, an H100 in MIG mode)."""
+    from tests.support import fake_smi
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr("classify.engine.args.detect_device", lambda: "cuda")
+    return lambda kind: fake_smi.install(tmp_path / "bin", getattr(fake_smi, kind)())
+
+
+def test_auto_counts_only_the_cards_in_cuda_visible_devices(host, monkeypatch):
+    host("eight_h100")
+    assert server_engine(config("auto")).tensor_parallel_size == 4  # the whole host: 70B bf16 over 4 x 80 GB
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(ConfigError, match=r"llama-3-70b does not start on up to 1 card\(s\) of 81559 MiB"):
+        server_engine(config("auto"))  # one card visible: not TP 4 over cards vLLM cannot see
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-00000003,GPU-00000005")
+    with pytest.raises(ConfigError, match=r"up to 2 card\(s\)"):
+        server_engine(config("auto"))
+
+
+def test_auto_sizes_a_mig_slice_by_its_own_memory(host):
+    host("h100_in_mig")
+    # an 8B model (15 GiB of weights) fits the 80 GB card but not its 1g.10gb slice
+    with pytest.raises(ConfigError, match=r"llama-3-8b does not start on up to 1 card\(s\) of 9536 MiB"):
+        server_engine(config("auto", "llama-3-8b"))
+    with pytest.raises(ConfigError, match=r"of 9536 MiB"):  # the batch's call (card memory from the probe)
+        resolve_tensor_parallel(config("auto", "llama-3-8b").engine, config("auto", "llama-3-8b").model, "cuda",
+                                cards_per_node=1)

@@ -54,7 +54,8 @@ def test_the_pilot_summary_reports_the_share_cut_and_windows_per_document():
     summary = build_summary(_rows(), ["a", "b", "c", "d"], {"a": "sport", "b": "tech", "c": "tech", "d": "reject"}, cfg)
     block = summary["long_documents"]
     assert block == {"mode": "windows", "max_doc_tokens": 256, "max_windows": 8, "scored": 3, "truncated": 1,
-                     "truncated_share": 0.3333, "windows": 12, "windows_per_doc": 4.0, "doc_tokens_per_doc": 982.7}
+                     "truncated_share": 0.3333, "windows": 12, "windows_per_doc": 4.0, "doc_tokens_per_doc": 982.7,
+                     "longest_prompt_tokens": 350}  # c's windows: 94 template ids + 2048 / 8
     md = decision_markdown("r", {"decision": "proceed", "stage_reached": "verify", "reasons": []}, summary, "x")
     assert "1/3 documents cut (33%), 4.0 windows per document" in md
     cut = build_summary(_rows(), ["a", "b", "c", "d"], {}, PilotConfig())["long_documents"]
