@@ -64,9 +64,37 @@ def platform_tags(platform: str) -> list[str]:
     return tags + [f"{legacy[v]}_{arch}" for v in (17, 12, 5) if v <= glibc]
 
 
-CUDA_ONLY = re.compile(r"^(nvidia-.*|cuda-.*)$")
-"""Names PyPI's (CUDA) torch build requires and the ``+cpu`` build does not: set aside when a resolution for the
-cpu profile must use PyPI's torch metadata because PyTorch's CPU index cannot be reached (:func:`resolve`)."""
+CPU_TORCH = "2.13.0+cpu"
+
+
+def cpu_torch_metadata_wheel(folder: Path, python_version: str) -> Path:
+    """A metadata-only wheel of ``torch==2.13.0+cpu`` for CPython ``python_version``, made from the installed
+    ``+cpu`` build's own ``METADATA`` (the same build for every Python: its requirements do not differ), for a
+    resolution on a machine that cannot reach PyTorch's CPU index (:func:`resolve`). Nothing in it is importable.
+
+    Raises:
+        RuntimeError: this Python has no ``torch 2.13.0+cpu`` installed to read the metadata from.
+    """
+    import zipfile
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("torch")
+    except metadata.PackageNotFoundError:
+        dist = None
+    if dist is None or dist.version != CPU_TORCH:
+        raise RuntimeError(f"cannot resolve the cpu lock here: {TORCH_INDEX} is unreachable and this Python has no "
+                           f"torch {CPU_TORCH} installed to read its metadata from (run it in a cpu-profile venv)")
+    py = python_version.replace(".", "")
+    tag = f"cp{py}-cp{py}-manylinux_2_28_x86_64"
+    wheel = folder / f"torch-{CPU_TORCH}-{tag}.whl"
+    info = f"torch-{CPU_TORCH}.dist-info"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(f"{info}/METADATA", dist.read_text("METADATA"))
+        zf.writestr(f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: requirements/lock.py\nRoot-Is-Purelib: false\nTag: {tag}\n")
+        zf.writestr(f"{info}/RECORD", "")
+    return wheel
+
 
 INSTALLER_TOOLS = {"pip", "setuptools", "wheel", "distribute"}
 
@@ -155,9 +183,9 @@ def resolve(profile: str, python_version: str, lock: Path | None = None, platfor
     ``pip install --dry-run --ignore-installed --report`` of the profile's roots and docpilot's requirements, with
     ``-c lock``, ``--python-version``, ``--platform`` and ``--only-binary=:all:`` (wheel metadata only: nothing is
     downloaded whole where the index serves it separately), against PyPI alone (the user's pip: local pip
-    configuration set aside). Where PyTorch's CPU index cannot be reached, the cpu profile resolves with PyPI's
-    ``torch==2.13.0`` metadata instead of ``+cpu``'s, and the names only that build requires (:data:`CUDA_ONLY`)
-    are set aside; the notes say so.
+    configuration set aside). Where PyTorch's CPU index cannot be reached, the cpu profile's torch comes from a
+    metadata-only wheel made of the installed ``+cpu`` build's own metadata (:func:`cpu_torch_metadata_wheel`);
+    the notes say so.
 
     Returns:
         ``(resolved {name: version}, notes)``; the profile's ``--no-deps`` wheel included.
@@ -167,18 +195,18 @@ def resolve(profile: str, python_version: str, lock: Path | None = None, platfor
     """
     lock = lock or LOCKS / f"{profile}.lock"
     roots, notes, extra = list(PROFILE_ROOTS[profile]), [], []
-    cpu_torch_index = profile == "cpu" and torch_index_reachable()
     with tempfile.TemporaryDirectory() as tmp:
         constraints = Path(tmp) / "constraints.txt"
         text = lock.read_text(encoding="utf-8")
         if profile == "cpu":
             text += "\n" + (LOCKS / "cpu-removed.txt").read_text(encoding="utf-8")
-            if cpu_torch_index:
+            if torch_index_reachable():
                 extra = ["--extra-index-url", TORCH_INDEX]
             else:
-                notes.append(f"{TORCH_INDEX} unreachable: torch's dependencies read from PyPI's torch 2.13.0")
-                text = text.replace("torch==2.13.0+cpu", "torch==2.13.0")
-                roots = ["torch==2.13.0" if r.startswith("torch==") else r for r in roots]
+                wheel = cpu_torch_metadata_wheel(Path(tmp), python_version)
+                extra = ["--find-links", str(wheel.parent)]
+                notes.append(f"{TORCH_INDEX} unreachable: torch {CPU_TORCH}'s requirements read from the installed "
+                             f"build's METADATA ({wheel.name}, metadata only)")
         constraints.write_text(text, encoding="utf-8")
         report = Path(tmp) / "report.json"
         cmd = [pip, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
@@ -193,9 +221,6 @@ def resolve(profile: str, python_version: str, lock: Path | None = None, platfor
                                f"{out.stderr[-3000:]}")
         got = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
                for i in json.loads(report.read_text(encoding="utf-8"))["install"]}
-    if profile == "cpu" and not cpu_torch_index:
-        got = {n: v for n, v in got.items() if not CUDA_ONLY.match(n)}
-        got["torch"] = "2.13.0+cpu"
     for name in REMOVED[profile]:
         got.pop(name, None)
     for pin in NO_DEPS:
