@@ -124,3 +124,43 @@ def test_status_from_says_done_only_beside_a_complete_export(tmp_path, capsys):
     (tmp_path / "b-late" / "SHA256SUMS").write_text("")
     assert status.main(["--from", f"{tmp_path}/b-late", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "done"
+
+
+def test_an_old_detached_record_whose_pid_was_reused_is_followed_to_its_end(tmp_path, capsys):
+    """A run folder written before process start times were recorded (``detach.json`` and ``progress.json`` with a
+    pid only), its pid now held by an unrelated live process (this test's ``sleep``): ``status`` says interrupted and
+    ``--follow`` ends, saying the record is old, instead of following for ever."""
+    import socket
+    import subprocess
+    import threading
+
+    from batch.lot import status
+    from batch.runfiles import ProgressFile
+
+    run_dir = tmp_path / "runs" / "b-old"
+    run_dir.mkdir(parents=True)
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        then = "2026-11-01T10:00:00Z"  # the record's own time: the run's processes ran then
+        (run_dir / "detach.json").write_text(json.dumps({"kind": "batch", "run_id": "b-old", "supervisor_pid": other.pid,
+                                                         "child_pid": other.pid, "host": socket.gethostname(),
+                                                         "log": str(run_dir / "batch.log"), "started_at": then}))
+        (run_dir / "progress.json").write_text(json.dumps({"state": "running", "pid": other.pid,
+                                                           "host": socket.gethostname(), "started_at": then,
+                                                           "updated_at": then}))
+        progress = ProgressFile.read(run_dir / "progress.json")
+        assert status._driver_alive(progress) is False
+        assert status._driver_alive(progress.model_copy(update={"updated_at": None})) is True  # nothing to tell by
+        result: list[int] = []
+        follower = threading.Thread(target=lambda: result.append(status.follow("b-old", tmp_path / "runs", poll_s=0.05)),
+                                    daemon=True)
+        follower.start()
+        follower.join(10)
+        assert not follower.is_alive(), "--follow still following a record whose pid another process holds"
+        assert result == [1]
+        err = capsys.readouterr().err
+        assert "gone without an exit status" in err and "the run folder's record is old" in err
+        assert other.poll() is None  # the unrelated process is left alone
+    finally:
+        other.kill()
+        other.wait()
