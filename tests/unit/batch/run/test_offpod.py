@@ -15,7 +15,6 @@ import pytest
 
 from tests.support.s3server import BUCKET, lease_s3  # noqa: F401 - the fixture
 
-
 CATEGORIES = ["business", "tech"]
 
 
