@@ -165,8 +165,9 @@ class DetachPlan:
         stop_when_done: after a successful run, wrap up to :attr:`wrap_up_to` and stop the lease if every copy verified.
         wrap_up_to: the wrap-up destination (folder or URL); set whenever :attr:`stop_when_done` is.
         lots_config: the lots config holding ``lease.stop_command``.
-        open_run: makes (or opens) the run folder once the options passed: ``(run id, folder, arguments added to
-            the child's)``.
+        open_run: runs the command's own start checks that need no engine (a batch: config, corpus, export
+            location, adapter, pilot gate; raising as the foreground start does), then makes (or opens) the run
+            folder: ``(run id, folder, arguments added to the child's)``.
     """
 
     kind: str
