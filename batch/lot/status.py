@@ -341,6 +341,21 @@ def _last_start_line(last: dict[str, Any], attempt_code: Any) -> str:
     return f"the last start, at {last.get('ended_at')}: {how}; the attempt that last ran ended with exit {attempt_code}"
 
 
+def _run_processes(run_dir: Path, detach: dict[str, Any] | None) -> tuple[list[bool | None], bool]:
+    """Whether each recorded process of a run (its detached supervisor, its running driver) still runs
+    (:func:`classify.runs.detached.pid_alive`), and whether any record is old (no process start time)."""
+    from classify.runs.detached import pid_alive, record_is_old
+
+    alive = [pid_alive(detach.get("supervisor_pid"), detach.get("host"), detach.get("supervisor_started"),
+                       detach.get("boot_id"), detach.get("started_at"))] if detach else []
+    old = bool(detach) and record_is_old(detach.get("supervisor_started"), detach.get("supervisor_pid"))
+    progress = ProgressFile.read_or_none(run_dir / mf.PROGRESS)
+    if progress is not None and progress.state in ("running", "starting"):
+        alive.append(pid_alive(progress.pid, progress.host, progress.pid_started, progress.boot_id, progress.updated_at))
+        old = old or record_is_old(progress.pid_started, progress.pid)
+    return alive, old
+
+
 FOLLOW_POLL_S = 2.0
 """Seconds between two reads of the run folder by ``docpilot status --follow``."""
 
@@ -368,14 +383,7 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
     import time
 
     from batch.run.progress import progress_bar
-    from classify.runs.detached import (
-        OLD_RECORD_NOTE,
-        log_path,
-        pid_alive,
-        read_detach,
-        read_exit,
-        record_is_old,
-    )
+    from classify.runs.detached import OLD_RECORD_NOTE, log_path, read_detach, read_exit
 
     check = BATCH_ID_RE.match(batch_id)
     run_dir = (root or runs_dir()) / batch_id
@@ -409,14 +417,7 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
                 if not stale:
                     break
             detach = read_detach(run_dir)
-            alive = [pid_alive(detach.get("supervisor_pid"), detach.get("host"), detach.get("supervisor_started"),
-                               detach.get("boot_id"), detach.get("started_at"))] if detach else []
-            old = bool(detach) and record_is_old(detach.get("supervisor_started"), detach.get("supervisor_pid"))
-            progress = ProgressFile.read_or_none(run_dir / mf.PROGRESS)
-            if progress is not None and progress.state in ("running", "starting"):
-                alive.append(pid_alive(progress.pid, progress.host, progress.pid_started, progress.boot_id,
-                                       progress.updated_at))
-                old = old or record_is_old(progress.pid_started, progress.pid)
+            alive, old = _run_processes(run_dir, detach)
             if alive and not any(a is not False for a in alive):
                 gone_since = gone_since or time.monotonic()
                 if time.monotonic() - gone_since > 3 * poll_s:  # the exit record may land just after the process ends

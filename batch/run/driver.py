@@ -153,8 +153,7 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
     cfg, corpus_path, corpus_format, model = _checked_inputs(options)
     model = verify_model(model)  # re-hashed: what runs is what was verified
     adapter = resolve_adapter(options.adapter, model, cfg.engine, cfg.model)
-    gate = _gate(options, cfg, model, adapter.ref if adapter else None, adapter.sha256 if adapter else None,
-                 adapter.mode if adapter else None)
+    gate = _gate(options, cfg, model, (adapter.ref, adapter.sha256, adapter.mode) if adapter else None)
     gate_record = {"key": gate["key"], "passed": gate["passed"], "override": gate["override"],
                    "pilot_run_id": (gate["pilot"] or {}).get("run_id"), "checked_at": utc_now()}
     if gate["pilot"] is not None:
@@ -196,9 +195,8 @@ def _checked_inputs(options: BatchOptions) -> tuple[Any, Any, str, Any]:
     return cfg, corpus_path, corpus_format, resolve_model(cfg.model)
 
 
-def _gate(options: BatchOptions, cfg: Any, model: Any, ref: str | None, sha256: str | None,
-          mode: str | None) -> dict[str, Any]:
-    """The pilot gate for this base model, adapter (``ref``, its content ``sha256``, its ``mode``) and config.
+def _gate(options: BatchOptions, cfg: Any, model: Any, adapter: tuple[str, str, str] | None) -> dict[str, Any]:
+    """The pilot gate for this base model, adapter (``(ref, content sha256, mode)``, ``None`` without one) and config.
 
     Returns:
         :func:`classify.runs.gate.require_pilot`'s answer with the gate ``key`` added.
@@ -206,6 +204,7 @@ def _gate(options: BatchOptions, cfg: Any, model: Any, ref: str | None, sha256: 
     Raises:
         PilotGateError: never piloted, or the latest pilot failed, and no ``--skip-pilot-gate``.
     """
+    ref, sha256, mode = adapter or (None, None, None)
     what = (f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + "
             f"{f'adapter {ref} ({mode} mode)' if ref else 'no adapter'}")
     key = gate_key(model.fingerprint, cfg.model, cfg.classify, sha256, mode)
@@ -241,8 +240,7 @@ def check_start(options: BatchOptions) -> None:
 
         resolved = Registry().resolve(options.adapter, base_fingerprint=model.fingerprint, engine=cfg.engine,
                                       base_model_path=model.path)
-    _gate(options, cfg, model, resolved.ref if resolved else None, resolved.sha256 if resolved else None,
-          cfg.model.adapter_mode if resolved else None)
+    _gate(options, cfg, model, (resolved.ref, resolved.sha256, cfg.model.adapter_mode) if resolved else None)
 
 
 def _check_readable(where: Any) -> None:
