@@ -111,6 +111,10 @@ def check_shard_ids(path: Path, shard: Shard, ids: list[str]) -> None:
 def scan_done(run_dir: Path, manifest: Manifest) -> dict[int, dict[str, int]]:
     """Check every complete shard file against the plan, one file at a time (the resume scan).
 
+    Each row is checked on its own too (:func:`classify.runs.accounting.row_problem`: an accepted category outside the
+    batch's allowed set, a rejection without a reason, an unknown status), so that a shard restored from an export
+    (``--resume-from``) or left by an earlier attempt is refused now, not at the merge after the whole run.
+
     Args:
         run_dir: the run folder.
         manifest: its manifest.
@@ -119,15 +123,23 @@ def scan_done(run_dir: Path, manifest: Manifest) -> dict[int, dict[str, int]]:
         ``{shard index: {"docs", "accepted", "rejected"}}`` for the shards whose file exists.
 
     Raises:
-        VerificationError: a shard file that is not in the plan, or whose ids differ from the plan.
+        VerificationError: a shard file that is not in the plan, whose ids differ from the plan, or holding a row
+            that breaks the batch's rules (the file, the row and its problem named).
     """
+    from classify.runs.accounting import row_problem
+
     planned = {s.index: s for s in manifest.shards}
+    categories = manifest.categories
     done: dict[int, dict[str, int]] = {}
     for index, path in shard_files(run_dir):
         if index not in planned:
             raise VerificationError(f"{path}: not a shard of this batch's plan ({len(planned)} shards); remove it")
         ids, accepted, rejected = [], 0, 0
-        for _, row in result_lines(path):
+        for n, (_, row) in enumerate(result_lines(path), start=1):
+            problem = row_problem(row, categories) if isinstance(row.id, str) else None  # no id: check_shard_ids says so
+            if problem is not None:
+                raise VerificationError(f"{path}: row {n}: {problem}: not written by this batch's engines (a damaged or "
+                                        "altered shard); remove the file to redo the shard")
             ids.append(row.id)
             accepted += row.status == "accepted"
             rejected += row.status == "rejected"

@@ -32,7 +32,7 @@ def _driver_alive(progress: ProgressFile) -> bool | None:
     """Whether the driver process is still running (``None`` when it ran on another host): :func:`classify.runs.detached.pid_alive`."""
     from classify.runs.detached import pid_alive
 
-    return pid_alive(progress.pid, progress.host, progress.pid_started, progress.boot_id)
+    return pid_alive(progress.pid, progress.host, progress.pid_started, progress.boot_id, progress.updated_at)
 
 
 def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
@@ -69,7 +69,10 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
     complete = mf.complete_shard_indexes(run_dir, manifest)
     state = progress.state
     if state == "running" and _driver_alive(progress) is False:
-        state = "interrupted (driver gone; resume it with the command under `resume`)"
+        from classify.runs.detached import OLD_RECORD_NOTE, record_is_old
+
+        old = f"; {OLD_RECORD_NOTE}" if record_is_old(progress.pid_started, progress.pid) else ""
+        state = f"interrupted (driver gone; resume it with the command under `resume`{old})"
     export = next(({"to": a.get("exported_to"), "verified_at": a["export_verified_at"]}
                    for a in reversed(manifest.attempts) if a.get("export_verified_at")), None)
     classified = (run_dir / mf.SUMMARY).is_file()
@@ -338,6 +341,21 @@ def _last_start_line(last: dict[str, Any], attempt_code: Any) -> str:
     return f"the last start, at {last.get('ended_at')}: {how}; the attempt that last ran ended with exit {attempt_code}"
 
 
+def _run_processes(run_dir: Path, detach: dict[str, Any] | None) -> tuple[list[bool | None], bool]:
+    """Whether each recorded process of a run (its detached supervisor, its running driver) still runs
+    (:func:`classify.runs.detached.pid_alive`), and whether any record is old (no process start time)."""
+    from classify.runs.detached import pid_alive, record_is_old
+
+    alive = [pid_alive(detach.get("supervisor_pid"), detach.get("host"), detach.get("supervisor_started"),
+                       detach.get("boot_id"), detach.get("started_at"))] if detach else []
+    old = bool(detach) and record_is_old(detach.get("supervisor_started"), detach.get("supervisor_pid"))
+    progress = ProgressFile.read_or_none(run_dir / mf.PROGRESS)
+    if progress is not None and progress.state in ("running", "starting"):
+        alive.append(pid_alive(progress.pid, progress.host, progress.pid_started, progress.boot_id, progress.updated_at))
+        old = old or record_is_old(progress.pid_started, progress.pid)
+    return alive, old
+
+
 FOLLOW_POLL_S = 2.0
 """Seconds between two reads of the run folder by ``docpilot status --follow``."""
 
@@ -365,7 +383,7 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
     import time
 
     from batch.run.progress import progress_bar
-    from classify.runs.detached import log_path, pid_alive, read_detach, read_exit
+    from classify.runs.detached import OLD_RECORD_NOTE, log_path, read_detach, read_exit
 
     check = BATCH_ID_RE.match(batch_id)
     run_dir = (root or runs_dir()) / batch_id
@@ -399,11 +417,7 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
                 if not stale:
                     break
             detach = read_detach(run_dir)
-            alive = [pid_alive(detach.get("supervisor_pid"), detach.get("host"), detach.get("supervisor_started"),
-                               detach.get("boot_id"))] if detach else []
-            progress = ProgressFile.read_or_none(run_dir / mf.PROGRESS)
-            if progress is not None and progress.state in ("running", "starting"):
-                alive.append(pid_alive(progress.pid, progress.host, progress.pid_started, progress.boot_id))
+            alive, old = _run_processes(run_dir, detach)
             if alive and not any(a is not False for a in alive):
                 gone_since = gone_since or time.monotonic()
                 if time.monotonic() - gone_since > 3 * poll_s:  # the exit record may land just after the process ends
@@ -412,7 +426,8 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
                     again = (st or {}).get("resume") or user_command(f"docpilot batch --batch-id {batch_id}")
                     print(f"batch {batch_id}: its processes are gone without an exit status (killed: SIGKILL, out of "
                           f"memory, a reboot? or the folder names another machine or a process id now reused); complete shards are kept: resume with "
-                          f"`{again}` (with {user_flag('--detach')} to outlive this terminal)" + (f"; log: {log_path(run_dir, 'batch')}" if detach else ""), file=sys.stderr)
+                          f"`{again}` (with {user_flag('--detach')} to outlive this terminal)" + (f"; log: {log_path(run_dir, 'batch')}" if detach else "")
+                          + (f"; {OLD_RECORD_NOTE}" if old else ""), file=sys.stderr)
                     return 1
             else:
                 gone_since = None

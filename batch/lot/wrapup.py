@@ -205,8 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     Raises:
         VerificationError: a copy failed its re-check or could not be made (exit 8; names each one).
         EnvironmentCheckError: every copy verified but the stop command failed (exit 6: stop the lease yourself).
+        ConfigError: without ``--no-stop``, a stop command whose program is missing or that is one string holding
+            spaces (:func:`batch.lot.stop.check_stop_command`), refused before the first copy.
     """
-    from batch.lot.stop import stop_settings, stop_the_meter
+    from batch.lot.stop import check_stop_command, stop_settings, stop_the_meter
+    from classify.usercommand import user_flag
 
     p = argparse.ArgumentParser(prog="docpilot wrap-up", description="Copy every adapter and run off the pod, "
                                 "re-check each copy where it landed, write a manifest, then stop the lease.")
@@ -219,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-stop", action="store_true", help="do not run the stop command even if everything verified")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     lease = stop_settings(args.lots_config)  # a bad lots config fails before anything is copied
+    if not args.no_stop:  # so does a stop command that could only fail after every copy
+        check_stop_command(lease, after="every copy", skip=user_flag("--no-stop"))
     out = wrap_up(args.to, adapters=args.adapter, registry=args.registry)
     for item in out["items"]:
         mark = "ok " if item["verified"] else "FAILED"

@@ -150,21 +150,11 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
     """
     t_start = time.monotonic()
     check_batch_id(options.batch_id)
-    overrides: dict[str, Any] = {}
-    if options.cpu_actors is not None:
-        overrides["batch.cpu_actors"] = options.cpu_actors
-    cfg = load_batch_config(options.config, overrides)
-    cfg = cfg.model_copy(update={"corpus": corpus_settings_for(cfg.corpus, options.corpus)})  # its own ids (corpus_settings_for)
-    corpus_path, corpus_format = locate_corpus(cfg.corpus, options.corpus)  # fail early; planned once the run is locked
-    require_id_column(cfg.corpus, corpus_path, corpus_format)  # no silent row-number ids for a named id column
-    model = verify_model(resolve_model(cfg.model))  # re-hashed: what runs is what was verified
+    cfg, corpus_path, corpus_format, model = _checked_inputs(options)
+    model = verify_model(model)  # re-hashed: what runs is what was verified
     adapter = resolve_adapter(options.adapter, model, cfg.engine, cfg.model)
-    what = (f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + "
-            f"{f'adapter {adapter.ref} ({adapter.mode} mode)' if adapter else 'no adapter'}")
-    key = gate_key(model.fingerprint, cfg.model, cfg.classify, adapter.sha256 if adapter else None,
-                   adapter.mode if adapter else None)
-    gate = require_pilot(key, what, override=options.skip_pilot_gate)
-    gate_record = {"key": key, "passed": gate["passed"], "override": gate["override"],
+    gate = _gate(options, cfg, model, (adapter.ref, adapter.sha256, adapter.mode) if adapter else None)
+    gate_record = {"key": gate["key"], "passed": gate["passed"], "override": gate["override"],
                    "pilot_run_id": (gate["pilot"] or {}).get("run_id"), "checked_at": utc_now()}
     if gate["pilot"] is not None:
         gate_record["pipeline_differences"] = warn_pipeline(gate["pilot"], cfg, adapter.mode if adapter else None)
@@ -183,6 +173,92 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
         if not finished:
             _drop_empty_run(run_dir)
         lock.release()
+
+
+def _checked_inputs(options: BatchOptions) -> tuple[Any, Any, str, Any]:
+    """The config (with the command's overrides), the corpus located and checked, and the base model resolved.
+
+    Returns:
+        ``(cfg, corpus_path, corpus_format, model)``; the model is not re-hashed here (:func:`verify_model`).
+
+    Raises:
+        ConfigError, InputError, EngineError: as :func:`load_batch_config`, :func:`locate_corpus`,
+            :func:`require_id_column` and :func:`resolve_model`.
+    """
+    overrides: dict[str, Any] = {}
+    if options.cpu_actors is not None:
+        overrides["batch.cpu_actors"] = options.cpu_actors
+    cfg = load_batch_config(options.config, overrides)
+    cfg = cfg.model_copy(update={"corpus": corpus_settings_for(cfg.corpus, options.corpus)})  # its own ids (corpus_settings_for)
+    corpus_path, corpus_format = locate_corpus(cfg.corpus, options.corpus)  # fail early; planned once the run is locked
+    require_id_column(cfg.corpus, corpus_path, corpus_format)  # no silent row-number ids for a named id column
+    return cfg, corpus_path, corpus_format, resolve_model(cfg.model)
+
+
+def _gate(options: BatchOptions, cfg: Any, model: Any, adapter: tuple[str, str, str] | None) -> dict[str, Any]:
+    """The pilot gate for this base model, adapter (``(ref, content sha256, mode)``, ``None`` without one) and config.
+
+    Returns:
+        :func:`classify.runs.gate.require_pilot`'s answer with the gate ``key`` added.
+
+    Raises:
+        PilotGateError: never piloted, or the latest pilot failed, and no ``--skip-pilot-gate``.
+    """
+    ref, sha256, mode = adapter or (None, None, None)
+    what = (f"base model {cfg.model.base_model} ({model.fingerprint[:19]}) + "
+            f"{f'adapter {ref} ({mode} mode)' if ref else 'no adapter'}")
+    key = gate_key(model.fingerprint, cfg.model, cfg.classify, sha256, mode)
+    return {**require_pilot(key, what, override=options.skip_pilot_gate), "key": key}
+
+
+def check_start(options: BatchOptions) -> None:
+    """Every check of a batch's start that needs no engine, as the foreground start makes them, for ``--detach``.
+
+    Config, corpus (present, a regular file or folder, readable, its id column), the export location (a local one is
+    written to and removed; :func:`batch.run.attempt.check_export_root`), the adapter (known to the registry, its
+    hashes and its fit with the base model and the engine's LoRA settings), and the pilot gate. What needs the engine
+    or the whole corpus (the weights re-hashed, a merged model built, the corpus planned) is left to the detached run.
+
+    Args:
+        options: the batch's options with its ``batch_id`` set.
+
+    Raises:
+        ConfigError, InputError, EngineError, AdapterError, PilotGateError, EnvironmentCheckError: the first check
+            that fails, with the exit code and message the foreground start gives.
+    """
+    from batch.run.attempt import check_export_root
+    from classify.paths import exports_dir
+    from classify.runs import storage
+
+    cfg, corpus_path, _, model = _checked_inputs(options)
+    _check_readable(corpus_path)
+    root = storage.as_dest(options.export_dir or cfg.batch.export_dir or exports_dir())  # as BatchRun's export copy
+    check_export_root(storage.join(root, str(options.batch_id)))
+    resolved = None
+    if options.adapter is not None:
+        from adapters.registry import Registry
+
+        resolved = Registry().resolve(options.adapter, base_fingerprint=model.fingerprint, engine=cfg.engine,
+                                      base_model_path=model.path)
+    _gate(options, cfg, model, (resolved.ref, resolved.sha256, cfg.model.adapter_mode) if resolved else None)
+
+
+def _check_readable(where: Any) -> None:
+    """Open a local corpus file (read one byte) or list a corpus folder; a store object was read by its locator.
+
+    Raises:
+        InputError: the OS refuses (no permission, an I/O error), naming the path and its error.
+    """
+    if not isinstance(where, Path):
+        return
+    try:
+        if where.is_dir():
+            next(os.scandir(where), None)
+        else:
+            with where.open("rb") as fh:
+                fh.read(1)
+    except OSError as err:
+        raise InputError(f"corpus {where} cannot be read: {err.strerror or err}") from None
 
 
 def _restore(resume_from: str, run_dir: Path) -> None:
@@ -307,8 +383,9 @@ def _record_foreground_exit(batch_id: str, code: int) -> None:
 
 
 def prepare_detach(argv: list[str]) -> DetachPlan:
-    """``docpilot batch --detach``'s share: its options checked; the batch id and run folder are allocated (or the
-    given batch opened) when the front door calls :attr:`DetachPlan.open_run`, after the lease's stop command passed.
+    """``docpilot batch --detach``'s share: its options checked; when the front door calls :attr:`DetachPlan.open_run`
+    (after the lease's stop command passed) the start's checks that need no engine run (:func:`check_start`), then
+    the run folder is made (or the given batch opened).
 
     Args:
         argv: ``docpilot batch``'s arguments as given.
@@ -320,6 +397,8 @@ def prepare_detach(argv: list[str]) -> DetachPlan:
     Raises:
         InputError: ``--stop-when-done`` without ``--detach``, or with nowhere to copy to; a bad ``--batch-id``;
             the batch is already running.
+        ConfigError, InputError, EngineError, AdapterError, PilotGateError, EnvironmentCheckError: a check of the
+            start that needs no engine failed (:func:`check_start`): nothing is detached, no run folder is made.
     """
     args = parse_args(argv)
     if not args.detach:
@@ -333,12 +412,12 @@ def prepare_detach(argv: list[str]) -> DetachPlan:
                              "--export-dir or --wrap-up-to (a folder or s3://...); the lease is never stopped before "
                              "a verified copy")
     check_batch_id(args.batch_id)
+    batch_id = args.batch_id or _new_batch_id()
 
     def open_run() -> tuple[str, Path, tuple[str, ...]]:
-        if args.batch_id is None:
-            batch_id, run_dir = _open_run(None)
-        else:
-            batch_id, run_dir = _open_run(args.batch_id)
+        check_start(args.model_copy(update={"batch_id": batch_id}))  # refused here, not only in the detached run's log
+        run_dir = _open_run(batch_id)[1]
+        if args.batch_id is not None:
             _driver_lock(batch_id, run_dir, user_command(f"docpilot status {batch_id} --follow")).release()
         added = ("--batch-id", batch_id) if args.batch_id is None else ()
         return batch_id, run_dir, added + (() if "--no-progress" in argv else ("--no-progress",))

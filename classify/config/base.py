@@ -13,8 +13,9 @@ configs, the adapter card and the server's settings and request errors all use:
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
@@ -32,26 +33,59 @@ _REPHRASE = (
 )
 
 
-_NUMBERS = (int, float, int | None, float | None)
+_NUMBERS = (int, float)
+
+
+def _not_a_number(annotation: Any, value: Any) -> tuple[str, Any] | None:
+    """Where ``annotation`` wants a number (itself, or inside a dict's values, a list's or tuple's items, an optional
+    or ``Annotated`` one): the first boolean or string ``value`` holds there, as ``(where, value)``; else ``None``."""
+    if annotation in _NUMBERS:
+        return ("", value) if isinstance(value, bool | str) else None
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _not_a_number(args[0], value)
+    if origin in (Union, types.UnionType):
+        members = [a for a in args if a is not type(None)]
+        return _not_a_number(members[0], value) if len(members) == 1 and value is not None else None
+    if origin is dict and len(args) == 2 and isinstance(value, dict):
+        pairs = [(key, args[1], item) for key, item in value.items()]
+    elif origin in (list, tuple, set, frozenset) and args and isinstance(value, list | tuple):
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):  # tuple[X, Y]: one type per place
+            pairs = list(zip(range(len(args)), args, value, strict=False))
+        else:
+            pairs = [(i, args[0], item) for i, item in enumerate(value)]
+    else:
+        return None
+    for key, inner, item in pairs:
+        found = _not_a_number(inner, item)
+        if found is not None:
+            return (f".{key}{found[0]}", found[1])
+    return None
 
 
 class Frozen(BaseModel):
     """Base of every docpilot config section: immutable (``frozen``) and refusing unknown fields (``extra="forbid"``).
 
-    A JSON ``true``/``false`` or a string given for a number is refused (pydantic's lax mode would read ``true``
-    as 1, so a ``"cpu_actors": true`` meant as "on" would silently start one actor, and ``"10"`` as 10: a config
-    file is JSON, its numbers are written as numbers).
+    One numeric rule for every config file: a number is a JSON number, and a finite one. A JSON ``true``/``false``
+    or a string given for a number is refused, also inside a table of numbers (``usd_per_lot``): pydantic's lax mode
+    would read ``true`` as 1, so a ``"cpu_actors": true`` meant as "on" would silently start one actor, and ``"10"``
+    as 10. ``Infinity``, ``-Infinity`` and ``NaN`` (which Python's JSON reader accepts) are refused for every float
+    (``allow_inf_nan=False``): a price or a training float of infinity passes every ``> 0`` bound and turns the plan
+    or the run into ``inf``/``nan``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
     def _no_booleans_or_strings_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        if (isinstance(value, bool | str) and info.field_name
-                and cls.model_fields[info.field_name].annotation in _NUMBERS):
-            hint = f" (a string: write {value} without quotes)" if isinstance(value, str) else ""
-            raise ValueError(f"must be a number, got {json.dumps(value)}{hint}")
+        found = _not_a_number(cls.model_fields[info.field_name].annotation, value) if info.field_name else None
+        if found is not None:
+            where, bad = found
+            hint = f" (a string: write {bad} without quotes)" if isinstance(bad, str) else ""
+            if where:  # inside a table or list of numbers: say which entry
+                raise ValueError(f"must hold numbers, got {json.dumps(bad)} at {where[1:]}{hint}")
+            raise ValueError(f"must be a number, got {json.dumps(bad)}{hint}")
         return value
 
 

@@ -422,7 +422,7 @@ def resolve_tensor_parallel(engine: Any, model_cfg: Any, device: str, *, cards_p
                             card_mib: int | None = None) -> int:
     """``engine.tensor_parallel_size`` as a number for this run (what the actors ask Ray for and vLLM is given).
 
-    A number is used as given on accelerators; CPU engines run with 1. ``"auto"`` on an accelerator is the
+    A number is used as given on accelerators; CPU engines run with 1 (a number above 1 is logged as a warning). ``"auto"`` on an accelerator is the
     smallest size of at most ``cards_per_node`` with which vLLM starts by the plan's formula
     (:func:`serving_fit`: the weights' share, one ``max_model_len`` sequence of KV, LoRA slots
     and 2 GiB overhead per card), for the model's shape and the card's memory.
@@ -443,6 +443,9 @@ def resolve_tensor_parallel(engine: Any, model_cfg: Any, device: str, *, cards_p
     """
     tp = engine.tensor_parallel_size
     if device == "cpu":
+        if tp != "auto" and tp > 1:  # docs/cluster.md: CPU engines always run with 1, a set value is warned about
+            log.warning("`engine.tensor_parallel_size` is %d, but this run computes on the CPU: its engines run with "
+                        "tensor parallel 1 (each a whole model copy; `batch.cpu_actors` sets how many)", tp)
         return 1
     if tp != "auto":
         return tp

@@ -84,7 +84,8 @@ def process_identity(pid: int | None = None) -> dict[str, Any]:
     return {"pid": pid, "host": socket.gethostname(), "boot_id": boot_id(), "pid_started": started}
 
 
-def pid_alive(pid: int | None, host: str | None, started: float | None = None, boot: str | None = None) -> bool | None:
+def pid_alive(pid: int | None, host: str | None, started: float | None = None, boot: str | None = None,
+              seen_at: str | None = None) -> bool | None:
     """Whether the recorded process (``pid`` on ``host``, started at ``started``, in boot ``boot``) is still running here.
 
     Process identity by start time is psutil's (``Process.create_time``, as ``psutil.Process.is_running`` uses it).
@@ -94,10 +95,14 @@ def pid_alive(pid: int | None, host: str | None, started: float | None = None, b
         host: the host name recorded with it.
         started: its recorded start time (seconds since the epoch), when recorded.
         boot: the boot id recorded with it (:func:`boot_id`), when recorded.
+        seen_at: when the record was written while that process ran (UTC ISO 8601, :func:`utc_now`). Used only
+            without ``started`` (a record written by an earlier docpilot, :func:`record_is_old`): a process holding
+            the pid that started after this time cannot be the recorded one (a pid has one process at a time), so a
+            reused pid is told even there.
 
     Returns:
         ``True`` while that process runs; ``False`` when it is gone: no such pid, a zombie, the pid now belongs
-        to a process started at another time (reused), this machine rebooted since, or the record names another
+        to a process started at another time (reused; without ``started``: after ``seen_at``), this machine rebooted since, or the record names another
         host and another boot (the folder was copied or moved off the machine that ran it, or the pod came back
         under a new name after a restart); ``None`` when there is no pid.
     """
@@ -116,11 +121,36 @@ def pid_alive(pid: int | None, host: str | None, started: float | None = None, b
             return False
         if started is not None and abs(proc.create_time() - float(started)) > PID_START_TOLERANCE_S:
             return False  # the pid was reused by another process
+        if started is None and (seen := _epoch(seen_at)) is not None and proc.create_time() > seen + 1 + PID_START_TOLERANCE_S:
+            return False  # started after the record was written (1 s: the record's time is cut to the second): reused
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:
         return True
     return True
+
+
+def _epoch(stamp: str | None) -> float | None:
+    """Seconds since the epoch of a UTC ISO 8601 time (:func:`utc_now`'s form), or ``None`` when there is none."""
+    if not stamp:
+        return None
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def record_is_old(started: float | None, pid: int | None) -> bool:
+    """Whether a record names a process without its start time (written by an earlier docpilot):
+    its pid alone cannot be told from a later process that reuses it, only by the record's time (``seen_at``)."""
+    return bool(pid) and started is None
+
+
+OLD_RECORD_NOTE = ("the run folder's record is old (written by an earlier docpilot, without process start times): "
+                   "a process that now holds its pid started after the record and is not the run")
+"""What ``docpilot status`` adds when a record without start times was found gone."""
 
 
 @dataclass(frozen=True)
@@ -135,8 +165,9 @@ class DetachPlan:
         stop_when_done: after a successful run, wrap up to :attr:`wrap_up_to` and stop the lease if every copy verified.
         wrap_up_to: the wrap-up destination (folder or URL); set whenever :attr:`stop_when_done` is.
         lots_config: the lots config holding ``lease.stop_command``.
-        open_run: makes (or opens) the run folder once the options passed: ``(run id, folder, arguments added to
-            the child's)``.
+        open_run: runs the command's own start checks that need no engine (a batch: config, corpus, export
+            location, adapter, pilot gate; raising as the foreground start does), then makes (or opens) the run
+            folder: ``(run id, folder, arguments added to the child's)``.
     """
 
     kind: str

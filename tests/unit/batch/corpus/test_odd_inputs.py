@@ -91,7 +91,7 @@ def test_lone_surrogate_rows_go_through_shard_writing_and_resume(tmp_path):
         rows = [(Result.rejected(d, d.reject_reason) if d.reject_reason else
                  Result(id=d.id, status="accepted", category="tech", score=0.5)) for d in docs]
         write_shard(run, shard.index, rows)
-    manifest = Manifest(manifest_version=2, shards=[s for s, _ in planned])
+    manifest = Manifest(manifest_version=2, shards=[s for s, _ in planned], config={"classify": {"categories": ["tech"]}})
     done = scan_done(run, manifest)  # re-reads every shard and checks its ids against the plan
     assert sum(counts["docs"] for counts in done.values()) == len(corpus.docs) and len(done) == len(planned)
     for path in (run / "shards").glob("*/*.jsonl"):

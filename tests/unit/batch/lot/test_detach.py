@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from batch.run import mirror as _mirror
 from batch.run.progress import Progress
 from tests.support.processes import docpilot_env, run_docpilot
@@ -32,18 +34,65 @@ def test_child_argv_drops_only_the_detach_options():
     assert child_argv(["--wrap-up-to=/d", "--detach", "--", "--detach"]) == ["--", "--detach"]
 
 
-def test_follow_exits_with_the_status_of_a_detached_batch_that_failed(tmp_path):
+def _standin_start(tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
+    """A start that passes every check needing no engine: a small corpus, and a model folder that resolves
+    (``config.json``, ``fingerprint.json``) but whose listed weights are missing, so the run itself fails once it
+    re-hashes them (exit 5). Returns ``(env, config, corpus)``."""
+    model = tmp_path / "standin-model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "fingerprint.json").write_text(json.dumps({"fingerprint": "sha256:" + "5" * 64, "files": {
+        "model.safetensors": {"bytes": 1, "sha256": "0" * 64}}}))
+    data = json.loads((ROOT / "config" / "docpilot.json").read_text())
+    data["model"]["base_model"] = str(model)
+    config = tmp_path / "docpilot.json"
+    config.write_text(json.dumps(data))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "a", "text": "Shares rose."}\n')
     env = docpilot_env(tmp_path)
-    started = run_docpilot("batch", "--corpus", str(tmp_path / "missing.jsonl"), "--skip-pilot-gate", "--detach", env=env)
+    env.update(DOCPILOT_REGISTRY=str(tmp_path / "registry"), DOCPILOT_HOME=str(tmp_path / "home"))
+    return env, config, corpus
+
+
+def test_follow_exits_with_the_status_of_a_detached_batch_that_failed(tmp_path):
+    env, config, corpus = _standin_start(tmp_path)
+    started = run_docpilot("batch", "--config", str(config), "--corpus", str(corpus), "--skip-pilot-gate", "--detach",
+                           env=env)
     assert started.returncode == 0, started.stderr
     batch_id = re.search(r"^batch (\S+) detached", started.stdout, re.M).group(1)
     assert f"docpilot status {batch_id} --follow" in started.stdout and "log:" in started.stdout
     followed = run_docpilot("status", batch_id, "--follow", env=env)
-    assert followed.returncode == 3, followed.stderr  # InputError's exit code, as the batch itself exited
-    assert "does not exist" in followed.stderr and "ended: exit 3" in followed.stderr
+    assert followed.returncode == 5, followed.stderr  # ModelIntegrityError's exit code, as the batch itself exited
+    assert "model.safetensors" in followed.stderr and "ended: exit 5" in followed.stderr
     record = json.loads((tmp_path / "runs" / batch_id / "exit.json").read_text())
-    assert record["exit_code"] == 3
-    assert "does not exist" in (tmp_path / "runs" / batch_id / "batch.log").read_text()
+    assert record["exit_code"] == 5
+    assert "model.safetensors" in (tmp_path / "runs" / batch_id / "batch.log").read_text()
+
+
+@pytest.mark.parametrize(("case", "code", "says"), [
+    ("no corpus", 3, "does not exist"),
+    ("unknown adapter", 4, "nope"),
+    ("not piloted", 7, "has not passed a pilot"),
+    ("export folder unwritable", 6, "cannot be written"),
+])
+def test_detach_makes_the_foreground_start_checks_before_it_detaches(tmp_path, case, code, says):
+    """``make batch DETACH=1`` refuses what the foreground start refuses before the engine, with the same exit code,
+    in the terminal: nothing is detached, no run folder is made (it used to print "detached" and exit 0)."""
+    env, config, corpus = _standin_start(tmp_path)
+    argv = ["batch", "--config", str(config), "--corpus", str(corpus), "--skip-pilot-gate", "--detach"]
+    if case == "no corpus":
+        argv[4] = str(tmp_path / "missing.jsonl")
+    elif case == "unknown adapter":
+        argv += ["--adapter", "nope@1"]
+    elif case == "not piloted":
+        argv.remove("--skip-pilot-gate")
+    else:
+        (tmp_path / "a-file").write_text("x")
+        argv += ["--export-dir", str(tmp_path / "a-file" / "exports")]
+    done = run_docpilot(*argv, env=env)
+    assert done.returncode == code, done.stderr
+    assert says in done.stderr and "detached" not in done.stdout
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 def test_progress_is_mirrored_at_most_every_interval_and_always_at_the_end(tmp_path, monkeypatch):
@@ -124,3 +173,43 @@ def test_status_from_says_done_only_beside_a_complete_export(tmp_path, capsys):
     (tmp_path / "b-late" / "SHA256SUMS").write_text("")
     assert status.main(["--from", f"{tmp_path}/b-late", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "done"
+
+
+def test_an_old_detached_record_whose_pid_was_reused_is_followed_to_its_end(tmp_path, capsys):
+    """A run folder written before process start times were recorded (``detach.json`` and ``progress.json`` with a
+    pid only), its pid now held by an unrelated live process (this test's ``sleep``): ``status`` says interrupted and
+    ``--follow`` ends, saying the record is old, instead of following for ever."""
+    import socket
+    import subprocess
+    import threading
+
+    from batch.lot import status
+    from batch.runfiles import ProgressFile
+
+    run_dir = tmp_path / "runs" / "b-old"
+    run_dir.mkdir(parents=True)
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        then = "2026-11-01T10:00:00Z"  # the record's own time: the run's processes ran then
+        (run_dir / "detach.json").write_text(json.dumps({"kind": "batch", "run_id": "b-old", "supervisor_pid": other.pid,
+                                                         "child_pid": other.pid, "host": socket.gethostname(),
+                                                         "log": str(run_dir / "batch.log"), "started_at": then}))
+        (run_dir / "progress.json").write_text(json.dumps({"state": "running", "pid": other.pid,
+                                                           "host": socket.gethostname(), "started_at": then,
+                                                           "updated_at": then}))
+        progress = ProgressFile.read(run_dir / "progress.json")
+        assert status._driver_alive(progress) is False
+        assert status._driver_alive(progress.model_copy(update={"updated_at": None})) is True  # nothing to tell by
+        result: list[int] = []
+        follower = threading.Thread(target=lambda: result.append(status.follow("b-old", tmp_path / "runs", poll_s=0.05)),
+                                    daemon=True)
+        follower.start()
+        follower.join(10)
+        assert not follower.is_alive(), "--follow still following a record whose pid another process holds"
+        assert result == [1]
+        err = capsys.readouterr().err
+        assert "gone without an exit status" in err and "the run folder's record is old" in err
+        assert other.poll() is None  # the unrelated process is left alone
+    finally:
+        other.kill()
+        other.wait()

@@ -57,3 +57,47 @@ def test_detach_with_a_missing_stop_program_is_refused_before_the_batch_starts(t
     assert done.returncode == 2, done.stderr
     assert "program 'runpodctl-missing-here' is not found on PATH" in done.stderr
     assert "detached" not in done.stdout and not (tmp_path / "runs").exists()
+
+
+def test_a_stop_command_that_exits_0_leaving_a_child_on_its_output_ran(tmp_path):
+    """The provider CLI exits 0 but forks a helper that keeps stdout open: the decision is the CLI's own exit
+    status and the output read so far, at once, never "failed" after the timeout."""
+    import os
+    import signal
+    import time
+
+    lease = LeaseSection(stop_command=("sh", "-c", "sleep 20 & echo helper $!; echo pod stopped; exit 0"),
+                         stop_timeout_s=5.0)
+    t0 = time.monotonic()
+    got = stop_the_meter(tmp_path, lease, True, "all copies verified")
+    took = time.monotonic() - t0
+    helper = int(got["output_tail"].split("helper ", 1)[1].split()[0])
+    os.kill(helper, signal.SIGKILL)  # the test's own child's child, by its pid
+    assert got["decision"] == "ran" and got["exit_code"] == 0, got
+    assert "pod stopped" in got["output_tail"] and "still holds its output open" in got["output_tail"]
+    assert took < 4.0, took  # not held until the timeout by the helper's open pipe
+    assert json.loads((tmp_path / "lease-stop.json").read_text())["decisions"][-1]["decision"] == "ran"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["runpodctl-missing-here", "stop", "pod", "abc"], "program 'runpodctl-missing-here' is not found on PATH"),
+    (["runpodctl stop pod abc"], "must be an argv list"),
+])
+def test_wrap_up_refuses_a_stop_command_that_cannot_run_before_the_first_copy(tmp_path, argv, says):
+    lots = json.loads((ROOT / "config" / "lots.json").read_text())
+    lots["lease"] = {"stop_command": argv}
+    (tmp_path / "lots.json").write_text(json.dumps(lots))
+    pilot = tmp_path / "runs" / "20261201T000000Z-pilot-abcd1234"  # a run the wrap-up would copy first
+    pilot.mkdir(parents=True)
+    (pilot / "decision.json").write_text("{}")
+    env = docpilot_env(tmp_path)
+    env["DOCPILOT_REGISTRY"] = str(tmp_path / "registry")
+    done = run_docpilot("wrap-up", "--to", str(tmp_path / "offpod"), "--lots-config", str(tmp_path / "lots.json"),
+                        env=env)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and "--no-stop" in done.stderr
+    assert not (tmp_path / "offpod").exists()  # nothing copied, no manifest written
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [pilot.name]  # no wrap-up record either
+    copied = run_docpilot("wrap-up", "--to", str(tmp_path / "offpod"), "--lots-config", str(tmp_path / "lots.json"),
+                          "--no-stop", env=env)  # --no-stop copies without the stop command: not refused for it
+    assert "lease.stop_command" not in copied.stderr and "lease stop: skipped" in copied.stdout

@@ -15,6 +15,8 @@ import pytest
 
 from tests.support.s3server import BUCKET, lease_s3  # noqa: F401 - the fixture
 
+CATEGORIES = ["business", "tech"]
+
 
 def _run_folder(tmp_path: Path) -> tuple[Path, object]:
     """A run folder with a manifest of 6 shards (5 docs each) and the files of shards 0..3."""
@@ -29,7 +31,7 @@ def _run_folder(tmp_path: Path) -> tuple[Path, object]:
     write_texts(corpus, numbered_texts(30))
     plan = plan_corpus(CorpusConfig(path=str(corpus)), 5, 1 << 62, None, 200_000)
     manifest = Manifest(manifest_version=MANIFEST_VERSION, batch_id="b", created_at="now", corpus=plan.describe(),
-                        corpus_fingerprint=plan.fingerprint, config={}, config_sha256="c", model={},
+                        corpus_fingerprint=plan.fingerprint, config={"classify": {"categories": CATEGORIES}}, config_sha256="c", model={},
                         model_fingerprint="m", shards=plan.shards, attempts=[])
     run_dir = tmp_path / "runs" / "b"
     run_dir.mkdir(parents=True)
@@ -156,6 +158,37 @@ def test_a_damaged_copy_is_refused_naming_what_is_wrong(tmp_path, lease_s3, dama
     new = tmp_path / "pod2" / "b"
     new.mkdir(parents=True)
     with pytest.raises(InputError if damage == "no-manifest" else VerificationError, match=message):
+        restore_run(dest, new)
+    assert not (new / "manifest.json").exists()  # nothing that a resume would take for a rebuilt folder
+
+
+def test_a_shard_rewritten_with_its_ledger_line_is_refused_for_a_category_outside_the_set(tmp_path, lease_s3):  # noqa: F811
+    """The ledger proves a copy is not damaged, not that nobody with write access rewrote a shard and its line: the
+    rows are checked against the batch's allowed categories when the copied shards are verified, not at the merge
+    after the whole run."""
+    import hashlib
+
+    from batch.run.offpod import LEDGER, ShardUploader, restore_run, shard_rel
+    from classify.errors import VerificationError
+
+    run_dir, manifest = _run_folder(tmp_path)
+    dest = f"s3://{BUCKET}/rewritten/b"
+    up = ShardUploader(run_dir, dest, len(manifest.shards))
+    up.start([0, 1, 2])
+    up.close(wait_s=60)
+    fs, root = _s3("rewritten/b")
+    rows = [json.loads(line) for line in fs.cat_file(f"{root}/{shard_rel(1)}").decode().splitlines()]
+    rows[-1]["category"] = "sports-betting"  # the same ids, one answer outside the allowed set
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    fs.pipe_file(f"{root}/{shard_rel(1)}", data)
+    ledger = fs.cat_file(f"{root}/{LEDGER}").decode().splitlines()
+    line = next(n for n, text in enumerate(ledger) if text.endswith(shard_rel(1)))
+    ledger[line] = f"{hashlib.sha256(data).hexdigest()}  {shard_rel(1)}"  # the ledger rewritten with it
+    fs.pipe_file(f"{root}/{LEDGER}", ("\n".join(ledger) + "\n").encode())
+    new = tmp_path / "pod2" / "b"
+    new.mkdir(parents=True)
+    with pytest.raises(VerificationError, match=rf"row {len(rows)}: id {rows[-1]['id']}: accepted with category 'sports-betting' "
+                                                r"not in \['business', 'tech'\]"):
         restore_run(dest, new)
     assert not (new / "manifest.json").exists()  # nothing that a resume would take for a rebuilt folder
 

@@ -110,9 +110,9 @@ def test_old_per_command_files_are_refused_with_the_migration_message(tmp_path):
          r"`train.training` exactly one of `max_steps` and `epochs` must be set, got max_steps=5, epochs=1$"),
         # strict numbers: `true` is not 1 epoch, "2" is not 2 (pydantic's lax mode would take both)
         (TrainConfig, {"train": {"training": {"max_steps": None, "epochs": True}}},
-         r"`train.training.epochs` must be a valid number, got true$"),
+         r"`train.training.epochs` must be a number, got true$"),
         (TrainConfig, {"train": {"training": {"max_steps": "400", "epochs": None}}},
-         r"`train.training.max_steps` must be a valid integer, got \"400\"$"),
+         r"`train.training.max_steps` must be a number, got \"400\" \(a string: write 400 without quotes\)$"),
     ],
 )
 def test_errors_name_the_field_as_written_in_the_file(tmp_path, cls, data, message):
@@ -187,3 +187,35 @@ def test_a_string_for_a_number_is_refused_not_converted(tmp_path, section, field
     with pytest.raises(ConfigError, match=rf"`{section}.{field}` must be a number, got \"{value}\" \(a string: write "
                                           rf"{value} without quotes\)$"):
         load_batch_config(_write(tmp_path, data))
+
+
+LOTS = ROOT / "config" / "lots.json"
+
+
+@pytest.mark.parametrize(("file", "keys", "value", "says"), [
+    ("lots", ("gpus", "H100", "usd_per_lot", "7"), "400", '`gpus.H100.usd_per_lot` must hold numbers, got "400" at 7 '
+                                                          "(a string: write 400 without quotes)"),
+    ("lots", ("gpus", "H100", "usd_per_lot", "7"), float("inf"), "`gpus.H100.usd_per_lot.7` must be a finite number, got Infinity"),
+    ("lots", ("gpus", "H100", "usd_per_lot", "7"), float("nan"), "`gpus.H100.usd_per_lot.7` must be a finite number, got NaN"),
+    ("lots", ("gpus", "H100", "card_memory_gib"), float("inf"), "`gpus.H100.card_memory_gib` must be a finite number, got Infinity"),
+    ("train", ("train", "lora", "alpha"), float("inf"), "`train.lora.alpha` must be a finite number, got Infinity"),
+    ("train", ("train", "training", "weight_decay"), float("inf"), "`train.training.weight_decay` must be a finite number, got Infinity"),
+    ("train", ("train", "training", "max_grad_norm"), float("nan"), "`train.training.max_grad_norm` must be a finite number, got NaN"),
+    ("batch", ("engine", "gpu_memory_utilization"), float("nan"), "`engine.gpu_memory_utilization` must be a finite number, got NaN"),
+])
+def test_one_numeric_rule_for_every_config_file(tmp_path, file, keys, value, says):
+    """A number in any config file is a finite JSON number: not a string, not Infinity or NaN (which Python's JSON
+    reader takes), in a table of numbers (``usd_per_lot``) as in a single field."""
+    from batch.plan.lots import load_lots
+
+    data = json.loads((LOTS if file == "lots" else SHIPPED).read_text())
+    *parents, last = keys
+    node = data
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    path = _write(tmp_path, data, "lots.json" if file == "lots" else "docpilot.json")  # json writes Infinity, NaN
+    load = {"lots": load_lots, "train": lambda p: load_config(TrainConfig, p), "batch": load_batch_config}[file]
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert says in str(err.value)

@@ -66,3 +66,21 @@ def test_a_tp_no_node_holds_is_refused_with_the_nodes_gpus():
     with pytest.raises(ConfigError, match=r"`engine.tensor_parallel_size` 2 needs 2 GPUs on one node, but the Ray "
                                           r"cluster's nodes have \[1, 1\] GPU\(s\): a tensor-parallel group never spans"):
         tp_groups({"a": 1, "b": 1, "c": 0}, 2)
+
+
+@pytest.mark.parametrize(("tp", "warned"), [(2, True), (8, True), (1, False), ("auto", False)])
+def test_a_cpu_engine_says_it_runs_with_tensor_parallel_1_when_more_was_configured(caplog, tp, warned):
+    """docs/cluster.md: "CPU engines always run with 1 (a set value is warned about)": the batch and the server
+    both resolve the size through this one function."""
+    import logging
+
+    from classify.engine.memory import resolve_tensor_parallel
+
+    with caplog.at_level(logging.INFO, logger="classify.engine.memory"):
+        got = resolve_tensor_parallel(EngineConfig(tensor_parallel_size=tp), ModelConfig(), "cpu", cards_per_node=0)
+    assert got == 1
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert bool(lines) == warned, lines
+    if warned:
+        assert lines == [f"`engine.tensor_parallel_size` is {tp}, but this run computes on the CPU: its engines run "
+                         "with tensor parallel 1 (each a whole model copy; `batch.cpu_actors` sets how many)"]
