@@ -176,8 +176,28 @@ def torch_index_reachable(timeout_s: float = 5.0) -> bool:
         return False
 
 
+def find_python(version: str) -> str | None:
+    """An interpreter of CPython ``version`` (``"3.12"``) on this machine: ``python3.12`` on PATH, else a pyenv
+    build; ``None`` when there is none. The resolution must run on the target Python itself: pip evaluates the
+    environment markers of dependencies (``setuptools<81; python_version > "3.11"``) with the interpreter it runs
+    on, whatever ``--python-version`` says."""
+    import glob
+    import shutil
+
+    if ".".join(map(str, sys.version_info[:2])) == version:
+        return sys.executable
+    found = [shutil.which(f"python{version}")]
+    found += sorted(glob.glob(str(Path.home() / ".pyenv" / "versions" / f"{version}.*" / "bin" / f"python{version}")))
+    for exe in filter(None, found):
+        out = subprocess.run([exe, "-c", "import sys, pip; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=60)
+        if out.returncode == 0 and out.stdout.strip() == version:
+            return exe
+    return None
+
+
 def resolve(profile: str, python_version: str, lock: Path | None = None, platform: str = CLAIMED["platform"],
-            pip: str = sys.executable) -> tuple[dict[str, str], list[str]]:
+            python: str | None = None) -> tuple[dict[str, str], list[str]]:
     """Resolve ``make setup``'s install for ``profile`` on CPython ``python_version`` with pip's own resolver.
 
     ``pip install --dry-run --ignore-installed --report`` of the profile's roots and docpilot's requirements, with
@@ -187,12 +207,21 @@ def resolve(profile: str, python_version: str, lock: Path | None = None, platfor
     metadata-only wheel made of the installed ``+cpu`` build's own metadata (:func:`cpu_torch_metadata_wheel`);
     the notes say so.
 
+    Args:
+        python: the interpreter whose pip resolves (default: :func:`find_python` of ``python_version``): it must be
+            that version, since pip evaluates dependencies' markers with its own.
+
     Returns:
         ``(resolved {name: version}, notes)``; the profile's ``--no-deps`` wheel included.
 
     Raises:
-        RuntimeError: pip could not resolve the set (its message's end included): the lock is inconsistent.
+        RuntimeError: pip could not resolve the set (its message's end included): the lock is inconsistent; or
+            there is no Python ``python_version`` on this machine to resolve with.
     """
+    python = python or find_python(python_version)
+    if python is None:
+        raise RuntimeError(f"no Python {python_version} on this machine to resolve with (pip evaluates markers "
+                           f"with its own interpreter): install python{python_version}")
     lock = lock or LOCKS / f"{profile}.lock"
     roots, notes, extra = list(PROFILE_ROOTS[profile]), [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -209,7 +238,7 @@ def resolve(profile: str, python_version: str, lock: Path | None = None, platfor
                              f"build's METADATA ({wheel.name}, metadata only)")
         constraints.write_text(text, encoding="utf-8")
         report = Path(tmp) / "report.json"
-        cmd = [pip, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+        cmd = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
                "--python-version", python_version, *[a for t in platform_tags(platform) for a in ("--platform", t)],
                "--only-binary=:all:", "--target", str(Path(tmp) / "t"),
                "-c", str(constraints), *extra, *roots, *project_requirements()]
