@@ -129,6 +129,16 @@ class VerificationError(DocpilotError):
     kind = "verification"
 
 
+class OffPodPending(DocpilotError):
+    """A batch's work is done on this machine but its copy off the pod did not finish within the store deadline
+    (``DOCPILOT_STORE_DEADLINE_S``, :func:`classify.runs.storage.store_deadline_s`): the run folder is complete, the
+    message gives the command that finishes the copy later."""
+
+    exit_code = 9
+    http_status = 503
+    kind = "offpod_pending"
+
+
 class Interrupted(DocpilotError):
     """The run was stopped by SIGTERM or SIGINT (:func:`classify.runs.records.signals_raise_interrupted`)."""
 

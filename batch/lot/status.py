@@ -252,9 +252,15 @@ def remote_status(location: str) -> dict[str, Any]:
             pass
     base = dest if not text.endswith(".json") else None
     exported = bool(base is not None and storage.exists(base, SHA256SUMS))
+    copy_problems = copy_mismatches(base) if exported else []
+    exported = exported and not copy_problems  # a copy that no longer matches its SHA256SUMS is not a complete copy
     off_pod = _off_pod(base, progress)
     state = progress.state
-    if state == "done" and not exported:  # the mirror says "done" once classified; the export comes after it
+    if copy_problems:
+        state = (f"{state}; its export copy is DAMAGED: it no longer matches its {SHA256SUMS} ({copy_problems[0]}"
+                 f"{f' and {len(copy_problems) - 1} more' if len(copy_problems) > 1 else ''}), e.g. written by two "
+                 "drivers; keep the run folder that holds the batch, remove the copy, and export again from there")
+    elif state == "done" and not exported:  # the mirror says "done" once classified; the export comes after it
         state = ("classified, not exported: no complete export copy beside this record (yet); the batch may still be "
                  "exporting, or its export failed (see its run folder or log)")
     return {"batch_id": progress.batch_id, "state": state, "done": progress.done, "total": progress.total,
@@ -262,7 +268,73 @@ def remote_status(location: str) -> dict[str, Any]:
             "steady_docs_per_s": progress.steady_docs_per_s, "steady_tokens_per_s": progress.steady_tokens_per_s,
             "eta_s": progress.eta_s, "retries": progress.retries, "last_error": progress.last_error,
             "lease": progress.lease, "host": progress.host, "updated_at": progress.updated_at, "age_s": age_s,
-            "source": str(source).split("?", 1)[0], "exported": exported, "off_pod": off_pod}
+            "source": str(source).split("?", 1)[0], "exported": exported, "copy_problems": copy_problems,
+            "off_pod": off_pod}
+
+
+COPY_RECHECK_MAX_BYTES = 16 * 1024**2
+"""Largest file of an export copy that ``status --from`` reads back and hashes. Only the records are read (manifest,
+summary, progress, ledgers: what a second writer always rewrites); the shards are checked by name and against the
+ledger, and every byte by the re-check of ``docpilot batch`` / ``wrap-up``."""
+
+
+def copy_mismatches(base: Any) -> list[str]:
+    """Where a complete export copy no longer matches its ``SHA256SUMS`` (cheap enough for a status line).
+
+    Checks: the objects there are exactly the files ``SHA256SUMS`` lists; every listed file up to
+    :data:`COPY_RECHECK_MAX_BYTES` (the manifest, summary and records that a second writer always rewrites) has the
+    listed sha256; the shard ledger (``offpod.sha256``) agrees with ``SHA256SUMS`` on every shard they both list.
+
+    Args:
+        base: the copy, ``<export root>/<batch-id>`` (a folder or a URL) holding ``SHA256SUMS``.
+
+    Returns:
+        Problems, each naming the file (empty: nothing found).
+
+    Raises:
+        StoreUnreachable: the store did not answer within :func:`classify.runs.storage.store_limits`.
+    """
+    import hashlib
+
+    from batch.run.offpod import LEDGER
+    from classify.runs import storage
+    from classify.runs.export import SHA256SUMS, compare_sha256
+
+    def read(rel: str) -> bytes:
+        if isinstance(base, Path):
+            return (base / rel).read_bytes()
+        target = storage.join(base, rel)
+        fs, path = storage.filesystem(target)
+        with storage.store_call("read", target):
+            return fs.cat_file(path)
+
+    def parse(data: bytes) -> dict[str, str]:
+        return {rel: digest for digest, _, rel in (line.partition("  ") for line in data.decode("utf-8").splitlines())
+                if rel}
+
+    listed = parse(read(SHA256SUMS))
+    if isinstance(base, Path):
+        sizes = {p.relative_to(base).as_posix(): p.stat().st_size for p in base.rglob("*") if p.is_file()}
+    else:
+        fs, root = storage.filesystem(base)
+        fs.invalidate_cache()
+        with storage.store_call("list", base):
+            found = fs.find(root, detail=True)
+        sizes = {str(path)[len(root) + 1:]: int(info.get("size") or 0) for path, info in found.items()
+                 if str(path).rstrip("/") != root}
+    sizes.pop(SHA256SUMS, None)
+    problems = compare_sha256(listed, {rel: listed.get(rel, "?") for rel in sizes}, SHA256SUMS,
+                              missing="missing from the copy")
+    for rel, size in sorted(sizes.items()):
+        if rel in listed and size <= COPY_RECHECK_MAX_BYTES and not rel.startswith(f"{mf.SHARDS}/"):
+            got = hashlib.sha256(read(rel)).hexdigest()
+            if got != listed[rel]:
+                problems.append(f"{rel}: sha256 {got[:12]}... != listed {listed[rel][:12]}...")
+    if LEDGER in listed and LEDGER in sizes:
+        ledger = parse(read(LEDGER))
+        problems += [f"{rel}: {LEDGER} {digest[:12]}... != {SHA256SUMS} {listed[rel][:12]}..."
+                     for rel, digest in ledger.items() if rel in listed and listed[rel] != digest]
+    return problems
 
 
 def _off_pod(base: Any, progress: ProgressFile) -> dict[str, Any] | None:
@@ -313,7 +385,10 @@ def _print_remote(st: dict[str, Any]) -> None:
         print(f"  off pod   {off['shards_safe']}{of} shards safe at the export location{wait}; resume on a new pod "
               f"with `{user_command(f'docpilot batch --resume-from <export-root>/{bid}')}`")
     print(f"  source    {st['source']}   updated {st['updated_at']}")
-    print(f"  exported  {'yes: a complete copy (SHA256SUMS) is there' if st['exported'] else 'no complete copy there yet'}")
+    if st.get("copy_problems"):
+        print(f"  exported  NO: the copy there no longer matches its SHA256SUMS: {'; '.join(st['copy_problems'][:5])}")
+    else:
+        print(f"  exported  {'yes: a complete copy (SHA256SUMS) is there' if st['exported'] else 'no complete copy there yet'}")
     if st["state"] == "running" and st["age_s"] is not None and st["age_s"] > 180:
         print("  NOTE      the record is older than the mirror interval: the driver or its pod may be gone; resume with "
               f"`{user_command(f'docpilot batch --batch-id {bid}')}` on the same pod, or with "

@@ -27,16 +27,18 @@ from batch.pool import local_ray as _ray_local
 from batch.run.adapter import BatchAdapter
 from batch.run.debris import remove_stale_temporaries
 from batch.run.disk import FULL_ERRNOS, full_disk_is_environment
+from batch.run.finish import off_pod_within
 from batch.run.manifest import build_manifest
 from batch.run.merge import check_export, merge_results
 from batch.run.mirror import progress_mirror
 from batch.run.offpod import ShardUploader, offpod_short
+from batch.run.owner import ExportOwner
 from batch.run.progress import Progress, closing_on_error, logging_redirect, progress_bar
 from batch.runfiles import Manifest
 from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
 from classify.engine.args import cpp_compiler
 from classify.engine.model import ModelRef
-from classify.errors import EnvironmentCheckError, InputError, VerificationError
+from classify.errors import EnvironmentCheckError, InputError, Interrupted, OffPodPending, VerificationError
 from classify.paths import exports_dir, verbose_logs
 from classify.runs import storage
 from classify.runs.accounting import recheck_export
@@ -49,7 +51,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("docpilot.batch")
 
 UPLOAD_WAIT_ON_FAILURE_S = 60.0
-"""Most seconds a failed attempt waits for its complete shards to be copied off the pod before it exits."""
+"""Most seconds a failed attempt waits for its complete shards to be copied off the pod before it exits (a stopped
+one, SIGTERM or the store deadline past, does not wait)."""
+
+CLAIM_WAIT_S = 10.0
+"""Most seconds the start of a batch waits for the store to answer the claim of its export location
+(:mod:`batch.run.owner`); a store slower than that delays only the copy (nothing is written before the claim)."""
+
+MIRROR_FINAL_WAIT_S = 5.0
+"""Most seconds the end of the pool waits for the last progress mirror; the rest is waited for under the store
+deadline (:mod:`batch.run.finish`), or not at all when the batch was stopped."""
+
+RELEASE_WAIT_S = 3.0
+"""Most seconds a stopped batch waits for the store to remove its owner record (a stale record is taken over later)."""
+
+
+def _bounded(call: Any, wait_s: float) -> None:
+    """Run ``call()`` in a daemon thread and wait for it up to ``wait_s`` seconds (a store call a stop must not wait on)."""
+    import threading
+
+    thread = threading.Thread(target=call, name="bounded-store-call", daemon=True)
+    thread.start()
+    thread.join(wait_s)
 
 
 def _init_ray() -> Any:
@@ -222,6 +245,7 @@ class BatchRun:
     labels: dict[str, str] | None = None
     hooks: RunHooks | None = None
     uploader: ShardUploader | None = None
+    owner: ExportOwner | None = None
 
     def _stage(self, name: str) -> None:
         if self.hooks is not None:
@@ -275,34 +299,45 @@ class BatchRun:
                 manifest.attempts[-1].update(exported_to=redact(dest), export_verified_at=utc_now())
                 mf.write_manifest(self.run_dir, manifest)
             return summary
+        export_root = self.options.export_dir or self.cfg.batch.export_dir
+        if export_root and storage.is_url(dest):  # one writer per export location, then every shard off the pod
+            self.owner = ExportOwner(str(dest), self.batch_id, self.run_dir, take_over=self.options.take_over_export)
+            self.uploader = ShardUploader(self.run_dir, str(dest), len(manifest.shards), self.owner)
+            self.uploader.claim(CLAIM_WAIT_S)  # refused here, before anything is written there
         attempt = {"started_at": utc_now(), "pid": os.getpid(), "host": socket.gethostname(),
                    "config": _config_file(self.options.config),
                    "pilot_gate": self.gate_record, "cpu_actors": self.cfg.batch.cpu_actors,
                    "lease_ends_at": self.lease_ends_at.isoformat() if self.lease_ends_at else None}
         manifest.add_attempt(attempt)
         mf.write_manifest(self.run_dir, manifest)
-        export_root = self.options.export_dir or self.cfg.batch.export_dir
-        if export_root and storage.is_url(dest):  # every complete shard off the pod as it completes
-            self.uploader = ShardUploader(self.run_dir, str(dest), len(manifest.shards))
-            self.uploader.start(sorted(done))
-        progress = Progress(self.run_dir, self.batch_id, total=corpus.distinct_ids,
-                            mirror=progress_mirror(export_root, self.batch_id) if self._mirrors() else None,
+        if self.uploader is not None:
+            self.uploader.start(sorted(done))  # in the background: the pool never waits for the store
+        mirror = progress_mirror(export_root, self.batch_id) if self._mirrors() else None
+        if mirror is not None:
+            mirror.final_wait_s = MIRROR_FINAL_WAIT_S  # the rest is waited for under the store deadline (finish.py)
+            if self.owner is not None:
+                owner = self.owner
+                mirror.gate = lambda: owner.held
+        progress = Progress(self.run_dir, self.batch_id, total=corpus.distinct_ids, mirror=mirror,
                             offpod=self.uploader.lag if self.uploader else None)
         progress.start(done)
         log.info("batch %s: %d shards complete, %d to run", self.batch_id, len(done), len(pending))
         try:
             summary = self._run_and_merge(corpus, manifest, pending, progress, attempt)
-            reuse = None
-            if self.uploader is not None:
-                self.uploader.manifest_written()
-                self.uploader.close()
-                reuse, self.uploader = self.uploader.copied, None
-            export = export_batch(self.run_dir, dest, self.hooks, reuse)
+            if storage.is_url(dest):  # done here: the copy off the pod within the store deadline (exit 9 past it)
+                export = off_pod_within(lambda stage: self._finish_off_pod(dest, mirror, stage),
+                                        batch_id=self.batch_id, run_dir=self.run_dir, dest=dest)
+            else:
+                export = export_batch(self.run_dir, dest, self.hooks)
+            self.uploader = None
             attempt.update(exported_to=redact(export), export_verified_at=utc_now())
             mf.write_manifest(self.run_dir, manifest)  # `docpilot status`: "exported and verified", not only classified
         except Exception as err:
+            stopped = isinstance(err, (Interrupted, OffPodPending))  # SIGTERM or the deadline: no more waiting
             if self.uploader is not None:  # what is complete still goes off the pod, for a while
-                self.uploader.close(wait_s=UPLOAD_WAIT_ON_FAILURE_S)
+                self.uploader.close(wait_s=0.0 if stopped else UPLOAD_WAIT_ON_FAILURE_S)
+            if self.owner is not None and not isinstance(err, OffPodPending):
+                _bounded(self.owner.release, RELEASE_WAIT_S if stopped else UPLOAD_WAIT_ON_FAILURE_S)
             try:
                 progress.fail(f"{type(err).__name__}: {err}")
                 attempt.update(failed_at=utc_now(), error=f"{type(err).__name__}: {err}"[:2000])
@@ -314,6 +349,36 @@ class BatchRun:
             raise
         summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export)
         return summary
+
+    def _finish_off_pod(self, dest: storage.Dest, mirror: Any, stage: Any) -> storage.Dest:
+        """The copy off the pod of a batch done here: the shards still queued, the final export and its re-check,
+        the owner record marked exported, the last progress mirror (run under :func:`batch.run.finish.off_pod_within`).
+
+        Raises:
+            InputError: the export location is another driver's (refused or taken over): nothing more is written.
+            StoreUnreachable, VerificationError: as :func:`export_batch`.
+        """
+        reuse = None
+        if self.uploader is not None:
+            stage("copying the shards still queued")
+            self.uploader.manifest_written()
+            self.uploader.close(wait_s=None)
+            self.uploader.raise_if_refused()
+            reuse = self.uploader.copied
+        if self.owner is not None and not self.owner.held:
+            stage("claiming the export location")
+            self.owner.claim()
+        stage("writing the export and re-checking it")
+        if self.owner is not None:
+            self.owner.check()
+        export = export_batch(self.run_dir, dest, self.hooks, reuse)
+        if self.owner is not None:
+            stage("marking the owner record exported")
+            self.owner.finished()
+        if mirror is not None:
+            stage("mirroring the last progress.json")
+            mirror.wait(None)
+        return export
 
     def _resumable(self, old: Manifest, new: Manifest) -> Manifest:
         mf.check_resume(self.run_dir, old, new)  # a changed `model.adapter_mode` is a config change: refused there
@@ -455,6 +520,7 @@ class BatchRun:
                                             f"differ from the planned shard ({plan[index].n_docs} ids); nothing written")
                 write_bytes_atomic(mf.shard_path(run_dir, index), out.body)
                 if self.uploader is not None:
+                    self.uploader.raise_if_refused()  # the export location is another driver's: stop here
                     self.uploader.shard_written(index)  # copied off the pod in the background
                 progress.shard_counted(out.n_docs, out.accepted, out.rejected, out.n_tokens)
                 hooks.shard_written(index, out.n_docs)

@@ -26,7 +26,7 @@ from batch.run.adapter import resolve_adapter
 from batch.run.attempt import BatchRun
 from batch.run.options import BatchOptions as BatchOptions  # the options' home; imported here by name
 from classify.engine.model import resolve_model, verify_model
-from classify.errors import DocpilotError, InputError, Interrupted
+from classify.errors import DocpilotError, InputError, Interrupted, OffPodPending
 from classify.paths import runs_dir
 from classify.runs.detached import DetachPlan
 from classify.runs.gate import gate_key, pipeline_differences, pipeline_settings, require_pilot
@@ -69,6 +69,9 @@ def parse_args(argv: list[str]) -> BatchOptions:
                    help="continue a batch on this machine from its off-pod copy, <export root>/<batch-id> (e.g. "
                         "s3://bucket/exports/<batch-id>): the copied shards are verified and only the missing ids run; "
                         "the export location becomes <export root>")
+    p.add_argument("--take-over-export", action="store_true",
+                   help="take the export location over from the driver that owns it when that owner's heartbeat is "
+                        "stale (its pod is gone); a live owner is never taken over")
     return resume_options(BatchOptions(**vars(p.parse_args(argv))))
 
 
@@ -463,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"`{user_command(f'docpilot status {args.batch_id} --follow')}`") from err
         raise Interrupted(f"{err}; batch {args.batch_id}: complete shards are kept. Resume it with:\n"
                           f"  {_resume_command(args)}") from err
+    except OffPodPending as err:
+        _record_foreground_exit(args.batch_id, err.exit_code)
+        raise OffPodPending(f"{err}. Finish the copy later (it re-checks what is there and sends the rest) with:\n"
+                            f"  {_resume_command(args)}") from err
     except DocpilotError as err:
         _record_foreground_exit(args.batch_id, err.exit_code)
         raise

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from classify.runs import storage
 from classify.runs.records import write_bytes_atomic
@@ -74,9 +75,11 @@ class ProgressMirror:
         writes: copies written so far; errors: copies that failed.
     """
 
-    def __init__(self, target: Dest, every_s: float | None = None):
+    def __init__(self, target: Dest, every_s: float | None = None, final_wait_s: float | None = None):
         self.target = target
         self.every_s = MIRROR_EVERY_S if every_s is None else every_s
+        self.final_wait_s = final_wait_s
+        self.gate: Any = None  # a callable: while it returns False nothing is written (the export's claim, batch.run.owner)
         self.writes = self.errors = 0
         self._last: float | None = None
         self._thread: threading.Thread | None = None
@@ -95,22 +98,39 @@ class ProgressMirror:
         now = time.monotonic()
         if not final and self._last is not None and now - self._last < self.every_s:
             return
+        if self.gate is not None and not self.gate():
+            return  # the export location is not this driver's (yet): its mirror is not written either
         try:
             data = local.read_bytes()
         except OSError as err:
             log.warning("progress mirror: cannot read %s: %s", local, err)
             return
-        if final:
-            if self._thread is not None:
-                self._thread.join()
+        if final:  # after any copy in flight; waited for up to final_wait_s (None: until it ends)
+            previous = self._thread
             self._last = now
-            self._write(data)
+            self._thread = threading.Thread(target=self._write_after, args=(previous, data), name="progress-mirror",
+                                            daemon=True)
+            self._thread.start()
+            self._thread.join(self.final_wait_s)
             return
         if self._thread is not None and self._thread.is_alive():
             return
         self._last = now
         self._thread = threading.Thread(target=self._write, args=(data,), name="progress-mirror", daemon=True)
         self._thread.start()
+
+    def wait(self, wait_s: float | None = None) -> bool:
+        """Wait up to ``wait_s`` seconds (``None``: no bound) for the copy in flight; returns whether none is left."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(wait_s)
+            return not thread.is_alive()
+        return True
+
+    def _write_after(self, previous: threading.Thread | None, data: bytes) -> None:
+        if previous is not None:
+            previous.join()
+        self._write(data)
 
     def _write(self, data: bytes) -> None:
         try:

@@ -36,10 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from batch import layout as mf
+from batch.run.owner import HEARTBEAT_EVERY_S, ExportOwner
 from batch.runfiles import Manifest
-from classify.errors import InputError, VerificationError
+from classify.errors import DocpilotError, InputError, StoreUnreachable, VerificationError
 from classify.runs import storage
-from classify.runs.export import read_sums, sums_text
+from classify.runs.export import SHA256SUMS, read_sums, sums_text
 from classify.runs.records import write_bytes_atomic
 from classify.usercommand import user_flag
 
@@ -119,45 +120,126 @@ class ShardUploader:
         errors: failed copy rounds so far; last_error: the latest failure's text.
     """
 
-    def __init__(self, run_dir: Path, dest: str, shards_total: int):
-        self.run_dir, self.dest, self.shards_total = run_dir, dest, shards_total
+    def __init__(self, run_dir: Path, dest: str, shards_total: int, owner: ExportOwner | None = None):
+        self.run_dir, self.dest, self.shards_total, self.owner = run_dir, dest, shards_total, owner
         self.copied: dict[str, str] = {}
         self.copied_bytes = 0
         self.errors = 0
         self.last_error: str | None = None
+        self.refused: DocpilotError | None = None
+        self.claim_settled = threading.Event()
         self._pending: dict[int, float] = {}  # shard index -> time.monotonic() it was queued
         self._manifest_dirty = False
         self._stop = False
+        self._go = False  # start() was called: the run folder's manifest and shards may be copied
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
 
+    def claim(self, wait_s: float) -> None:
+        """Start the thread, which claims the export location first (:mod:`batch.run.owner`); wait for the answer up
+        to ``wait_s`` seconds. A store that does not answer in that time delays only the thread: nothing is copied
+        before the claim holds, and a refusal that comes later stops the batch at its next shard.
+
+        Raises:
+            InputError: another driver owns the export location (nothing was written there).
+        """
+        self._begin()
+        if not self.claim_settled.wait(wait_s):
+            log.warning("off the pod: %s has not answered the claim of the export location within %.0f s; the pool "
+                        "starts, nothing is copied there before the claim holds", _label(self.dest), wait_s)
+        self.raise_if_refused()
+
     def start(self, done: list[int]) -> None:
-        """Read what the export location already holds, queue the manifest and every complete shard not there, start.
+        """Queue the manifest and every complete shard, and let the thread copy; returns at once (no store call here).
+
+        The thread reads what is already there (its ledger) first and drops the shards it holds with the same sha256
+        from the queue. A store that does not answer delays only the thread.
 
         Args:
             done: indexes of the shards complete in the run folder (an earlier attempt's too).
         """
+        now = time.monotonic()
+        with self._cond:
+            for index in done:
+                self._pending[index] = now
+            self._manifest_dirty = True
+            self._go = True
+            self._cond.notify_all()
+        self._begin()
+
+    def _begin(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="shard-uploader", daemon=True)
+            self._thread.start()
+
+    def raise_if_refused(self) -> None:
+        """Raise the refusal of the claim (or its loss to a take-over), if any.
+
+        Raises:
+            InputError: another driver owns the export location.
+        """
+        if self.refused is not None:
+            raise self.refused
+        if self.owner is not None and self.owner.lost:
+            raise InputError(self.owner.lost)
+
+    def _prepare(self) -> bool:
+        """Claim the location (retried while the store does not answer), then skip the shards already there.
+
+        Returns:
+            Whether the thread may go on writing (False: refused, or stopped before the claim held).
+        """
+        pause = RETRY_FIRST_S
+        while self.owner is not None and not self.owner.held:
+            try:
+                self.owner.claim()
+            except DocpilotError as err:
+                if not isinstance(err, StoreUnreachable):
+                    self.refused = err
+                    self.claim_settled.set()
+                    return False
+                with self._cond:
+                    self.errors += 1
+                    self.last_error = f"{type(err).__name__}: {err}"[:500]
+                log.warning("off the pod: cannot claim %s yet (%s); retried in %.0f s, nothing is copied meanwhile",
+                            _label(self.dest), self.last_error, pause)
+                with self._cond:
+                    if self._cond.wait_for(lambda: self._stop, timeout=pause):
+                        self.claim_settled.set()
+                        return False
+                pause = min(pause * 2, RETRY_MAX_S)
+        self.claim_settled.set()
+        with self._cond:
+            self._cond.wait_for(lambda: self._go or self._stop)
+            if not self._go:
+                return False
+        try:
+            if storage.exists(self.dest, SHA256SUMS):  # a finished export is never written again (re-checked at the end)
+                log.info("off the pod: %s holds a complete export already; nothing is copied there", _label(self.dest))
+                return False
+        except Exception as err:  # noqa: BLE001 - the ledger read below meets the same store
+            log.warning("off the pod: cannot look up %s/%s: %s", _label(self.dest), SHA256SUMS, err)
         try:
             there = read_remote_ledger(self.dest)
         except Exception as err:  # noqa: BLE001 - a store down at start: copy everything again (same bytes)
             log.warning("off the pod: cannot read %s/%s (%s: %s); every complete shard will be copied",
                         _label(self.dest), LEDGER, type(err).__name__, err)
             there = {}
-        now = time.monotonic()
         with self._cond:
-            for index in done:
+            for index in sorted(self._pending):
                 rel = shard_rel(index)
                 path = self.run_dir / rel
                 if rel in there and path.is_file() and _sha256(path) == there[rel]:
                     self.copied[rel] = there[rel]
                     self.copied_bytes += path.stat().st_size
-                else:
-                    self._pending[index] = now
-            self._manifest_dirty = True
-        log.info("off the pod: %d shards already at %s, %d to copy", len(self.copied), _label(self.dest),
-                 len(self._pending))
-        self._thread = threading.Thread(target=self._loop, name="shard-uploader", daemon=True)
-        self._thread.start()
+                    del self._pending[index]
+            log.info("off the pod: %d shards already at %s, %d to copy", len(self.copied), _label(self.dest),
+                     len(self._pending))
+        return True
+
+    def _run(self) -> None:
+        if self._prepare():
+            self._loop()
 
     def shard_written(self, index: int) -> None:
         """Queue shard ``index`` (just written, complete) for copying; returns at once."""
@@ -185,11 +267,11 @@ class ShardUploader:
                     "oldest_pending_s": round(time.monotonic() - oldest, 1) if oldest is not None else 0.0,
                     "copied_bytes": self.copied_bytes, "errors": self.errors, "last_error": self.last_error}
 
-    def close(self, wait_s: float = 600.0) -> bool:
+    def close(self, wait_s: float | None = 600.0) -> bool:
         """Copy what is queued (one more try after a failure), then stop the thread.
 
         Args:
-            wait_s: most seconds to wait for the thread.
+            wait_s: most seconds to wait for the thread (``None``: until it ends, for a caller with its own deadline).
 
         Returns:
             Whether every queued shard was copied (``False``: the final export sends the rest).
@@ -207,17 +289,27 @@ class ShardUploader:
 
     def _loop(self) -> None:
         pause = RETRY_FIRST_S
+        beat = time.monotonic()
         while True:
             with self._cond:
                 while not self._pending and not self._manifest_dirty and not self._stop:
-                    self._cond.wait()
-                if not self._pending and not self._manifest_dirty:
+                    if self.owner is not None and time.monotonic() - beat >= HEARTBEAT_EVERY_S:
+                        break
+                    self._cond.wait(timeout=HEARTBEAT_EVERY_S if self.owner is not None else None)
+                idle = not self._pending and not self._manifest_dirty
+                if idle and self._stop:
                     return  # stopped with nothing left
                 batch = sorted(self._pending)[:ROUND_MAX_SHARDS]
                 manifest, self._manifest_dirty = self._manifest_dirty, False
                 stopping = self._stop
             try:
-                self._round(batch, manifest)
+                if self.owner is not None and (idle or time.monotonic() - beat >= HEARTBEAT_EVERY_S):
+                    beat = time.monotonic()
+                    self.owner.heartbeat()  # checks the record is still ours first
+                if self.owner is not None and not self.owner.held:
+                    return  # taken over: nothing more is written (the driver raises it at the next shard)
+                if not idle:
+                    self._round(batch, manifest)
                 pause = RETRY_FIRST_S
             except Exception as err:  # noqa: BLE001 - a store outage must never stop the batch; it is logged
                 with self._cond:

@@ -29,6 +29,8 @@ class BatchOptions(BaseModel):
         wrap_up_to: the wrap-up destination for ``stop_when_done`` (default: the export location).
         resume_from: the off-pod copy of a batch, ``<export root>/<batch-id>`` (an object-storage URL), to continue on
             this machine (:func:`batch.run.offpod.restore_run`), or ``None``.
+        take_over_export: take the export location over from an owner whose heartbeat is stale (its pod is gone;
+            :mod:`batch.run.owner`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -47,3 +49,4 @@ class BatchOptions(BaseModel):
     stop_when_done: bool = False
     wrap_up_to: str | None = None
     resume_from: str | None = None
+    take_over_export: bool = False

@@ -57,6 +57,11 @@ MIN_BODY_BYTES_PER_S = 256 * 1024
 """Slowest upload rate a request body is given time for: each request's whole deadline is the timeout plus its
 body at this rate (a 50 MiB multipart part gets 30 + 200 s)."""
 
+STORE_DEADLINE_S = 600.0
+"""Default seconds a batch waits in all for the store once its work is done on the pod (``DOCPILOT_STORE_DEADLINE_S``):
+the rest of the shards' copy, the final export and its re-check. Past it the batch ends "done here, not yet off the
+pod" (:class:`classify.errors.OffPodPending`, exit 9) with the command that finishes the copy later."""
+
 STORE_SCHEMES = ("s3", "s3a")
 """URL schemes whose calls get :func:`store_limits` (s3fs over aiobotocore); other fsspec backends keep their own."""
 
@@ -92,6 +97,16 @@ def store_limits() -> StoreLimits:
     timeout_s = _env_number("DOCPILOT_STORE_TIMEOUT_S", STORE_TIMEOUT_S, 0.1, 3600.0, float)
     attempts = _env_number("DOCPILOT_STORE_ATTEMPTS", STORE_ATTEMPTS, 1, 20, int)
     return StoreLimits(float(timeout_s), int(attempts))
+
+
+def store_deadline_s() -> float:
+    """Seconds a batch waits in all for the store once its work is done here: :data:`STORE_DEADLINE_S` or
+    ``DOCPILOT_STORE_DEADLINE_S``.
+
+    Raises:
+        ConfigError: not a number of seconds from 1 to 86400 (the message names the variable and the value).
+    """
+    return float(_env_number("DOCPILOT_STORE_DEADLINE_S", STORE_DEADLINE_S, 1.0, 86400.0, float))
 
 
 def _env_number(name: str, default: float, low: float, high: float, kind: type) -> float:

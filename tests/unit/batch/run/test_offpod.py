@@ -67,9 +67,9 @@ def test_the_uploader_copies_shards_then_the_ledger_and_a_new_pod_restores_them(
     assert up.lag()["shards_copied"] == 4 and up.lag()["shards_pending"] == 0
 
     again = ShardUploader(run_dir, dest, len(manifest.shards))  # a local resume: what is there is not sent again
-    again.start([0, 1, 2, 3])
+    again.start([0, 1, 2, 3])  # returns at once: the ledger is read by the uploader's thread
+    assert again.close(wait_s=60)
     assert again.lag()["shards_pending"] == 0 and again.lag()["shards_copied"] == 4
-    again.close(wait_s=60)
 
     new = tmp_path / "pod2" / "b"
     new.mkdir(parents=True)
