@@ -54,7 +54,7 @@ UPLOAD_WAIT_ON_FAILURE_S = 60.0
 """Most seconds a failed attempt waits for its complete shards to be copied off the pod before it exits (a stopped
 one, SIGTERM or the store deadline past, does not wait)."""
 
-CLAIM_WAIT_S = 10.0
+CLAIM_WAIT_S = 2.0
 """Most seconds the start of a batch waits for the store to answer the claim of its export location
 (:mod:`batch.run.owner`); a store slower than that delays only the copy (nothing is written before the claim)."""
 
@@ -300,7 +300,13 @@ class BatchRun:
                 mf.write_manifest(self.run_dir, manifest)
             return summary
         export_root = self.options.export_dir or self.cfg.batch.export_dir
-        if export_root and storage.is_url(dest):  # one writer per export location, then every shard off the pod
+        finished_copy = not pending and storage.is_url(dest) and export_complete(dest)  # only re-checked: no writer
+        if storage.is_url(dest):  # a bad value is refused now, not after the work; the user sees the limits
+            limits, deadline_s = storage.store_limits(), storage.store_deadline_s()
+            log.info("off the pod: each store request %g s x %d attempt(s) (DOCPILOT_STORE_TIMEOUT_S, "
+                     "DOCPILOT_STORE_ATTEMPTS); once the work is done here the batch waits at most %g s in all for "
+                     "the store (DOCPILOT_STORE_DEADLINE_S)", limits.timeout_s, limits.attempts, deadline_s)
+        if export_root and storage.is_url(dest) and not finished_copy:  # one writer per export location
             self.owner = ExportOwner(str(dest), self.batch_id, self.run_dir, take_over=self.options.take_over_export)
             self.uploader = ShardUploader(self.run_dir, str(dest), len(manifest.shards), self.owner)
             self.uploader.claim(CLAIM_WAIT_S)  # refused here, before anything is written there

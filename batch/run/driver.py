@@ -166,7 +166,7 @@ def run_batch(options: BatchOptions, *, _engine_actor: Any = None) -> dict[str, 
     finished = False
     try:
         if options.resume_from:
-            _restore(options.resume_from, run_dir)
+            _restore(options.resume_from, run_dir, options.take_over_export)
         with signals_raise_interrupted():  # SIGTERM / Ctrl-C: Ray is shut down, the attempt recorded, exit 130
             summary = BatchRun(options, cfg, corpus_path, corpus_format, model, adapter, gate_record, batch_id, run_dir,
                                t_start, _engine_actor).run()
@@ -264,14 +264,18 @@ def _check_readable(where: Any) -> None:
         raise InputError(f"corpus {where} cannot be read: {err.strerror or err}") from None
 
 
-def _restore(resume_from: str, run_dir: Path) -> None:
+def _restore(resume_from: str, run_dir: Path, take_over: bool = False) -> None:
     """Rebuild the new run folder ``run_dir`` from the off-pod copy ``resume_from`` (:func:`batch.run.offpod.restore_run`).
 
     Raises:
-        InputError, VerificationError: as :func:`batch.run.offpod.restore_run`.
+        InputError: as :func:`batch.run.offpod.restore_run`, or the copy is owned by another driver
+            (:meth:`batch.run.owner.ExportOwner.check_claimable`: checked first, so nothing is downloaded).
+        VerificationError: as :func:`batch.run.offpod.restore_run`.
     """
     from batch.run.offpod import restore_run
+    from batch.run.owner import ExportOwner
 
+    ExportOwner(resume_from.rstrip("/"), run_dir.name, run_dir, take_over=take_over).check_claimable()
     t0 = time.monotonic()
     manifest, n = restore_run(resume_from.rstrip("/"), run_dir)
     log.info("batch %s: rebuilt %s from %s: %d of %d shards verified (sha256 and ids) in %.1f s; the rest runs here",

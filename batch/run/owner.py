@@ -173,6 +173,26 @@ class ExportOwner:
         else:
             raise InputError(f"the owner record {_label(owner_target(self.dest))} changes under this driver; "
                              "another one is claiming the export location: nothing was written there")
+        self._may_take(current)
+        if not self._write(if_match=etag):  # another driver wrote the record after it was read
+            raise InputError(f"the export location {_label(self.dest)} was claimed meanwhile by "
+                             f"{describe_owner(read_owner(self.dest) or {})}; nothing of this batch was written there")
+        self.held = True
+
+    def check_claimable(self) -> None:
+        """Raise now, writing nothing, when another driver's claim stands in the way (a resume checks it before it
+        downloads). A finished export passes: the batch then only re-checks it, or is refused by :meth:`claim`.
+
+        Raises:
+            InputError: as :meth:`claim`.
+            StoreUnreachable: the store did not answer within :func:`classify.runs.storage.store_limits`.
+        """
+        current = read_owner(self.dest)
+        if current is not None and current.get("state") != "exported":  # a finished copy is only re-checked
+            self._may_take(current)
+
+    def _may_take(self, current: dict[str, Any]) -> None:
+        """Return when this driver may replace the record ``current`` (logged); raise the refusal otherwise."""
         own_folder = current.get("host") == self.host and current.get("run_dir") == str(self.run_dir.resolve())
         if current.get("state") == "exported" and not own_folder:
             raise InputError(f"the export location {_label(self.dest)} holds the finished export of "
@@ -197,10 +217,6 @@ class ExportOwner:
                              f"that batch, or give this one another batch id or --export-dir; if that pod is gone, "
                              f"run the same command with {user_flag('--take-over-export')} once its heartbeat is "
                              f"{eta_text(stale_after)} old")
-        if not self._write(if_match=etag):  # another driver wrote the record after it was read
-            raise InputError(f"the export location {_label(self.dest)} was claimed meanwhile by "
-                             f"{describe_owner(read_owner(self.dest) or {})}; nothing of this batch was written there")
-        self.held = True
 
     def heartbeat(self) -> None:
         """Refresh the heartbeat if the record is still this driver's (compare-and-swap on its ETag); else set

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "docpilot-offpod-test"
 N_DOCS = 600
 SHARD_DOCS = 20  # 30 shards
+STALE_S = 3.0  # an owner record's heartbeat counts as stale after this (batch.run.owner.STALE_AFTER_S in the tests)
 
 DRIVER = r'''
 import json, logging, sys, time
@@ -43,8 +44,11 @@ if slow:
         if "shards" in str(path):
             time.sleep(slow)  # a shard takes a while, as a real engine's does
     a.write_bytes_atomic = write
+import os
 import batch.run.offpod as o
 o.RETRY_FIRST_S, o.RETRY_MAX_S = 0.2, 1.0
+import batch.run.owner as ow
+ow.STALE_AFTER_S = float(os.environ.get("TEST_OWNER_STALE_S", ow.STALE_AFTER_S))  # a gone pod's claim, soon stale
 from batch.run.driver import parse_args, run_batch
 from bench.instant_engine import remote_class
 summary = run_batch(parse_args(sys.argv[2:]), _engine_actor=remote_class())
@@ -117,7 +121,7 @@ def _setup(tmp_path: Path, name: str):
 def _env(runs: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(DOCPILOT_RUNS=str(runs), DOCPILOT_EXPORTS=str(runs.parent / "exports"), PYTHONPATH=str(ROOT),
-               AWS_MAX_ATTEMPTS="2", AWS_RETRY_MODE="standard")
+               AWS_MAX_ATTEMPTS="2", AWS_RETRY_MODE="standard", TEST_OWNER_STALE_S=str(STALE_S))
     return env
 
 
@@ -186,9 +190,17 @@ def test_pod_loss_resumes_from_the_s3_copy_every_id_exactly_once(tmp_path, s3):
     shutil.rmtree(runs)  # the pod's disk is gone
 
     fresh = tmp_path / "new-pod" / "runs"
-    resumed = subprocess.run([sys.executable, "-c", DRIVER, "0", *args, "--resume-from", dest], cwd=ROOT,
+    refused = subprocess.run([sys.executable, "-c", DRIVER, "0", *args, "--resume-from", dest], cwd=ROOT,
                              env=_env(fresh), capture_output=True, text=True, timeout=400)
+    assert refused.returncode != 0  # the killed pod's claim is there: taken over only on purpose
+    assert "is owned by another driver: batch lost on host" in refused.stderr, refused.stderr[-3000:]
+    assert "--take-over-export" in refused.stderr and _ledger(fs, dest) == safe
+    assert not (fresh / "lost" / "manifest.json").exists()  # refused before anything was restored
+    time.sleep(STALE_S + 1)  # the killed pod's heartbeat is stale now
+    resumed = subprocess.run([sys.executable, "-c", DRIVER, "0", *args, "--resume-from", dest, "--take-over-export"],
+                             cwd=ROOT, env=_env(fresh), capture_output=True, text=True, timeout=400)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "--take-over-export given: taking over" in resumed.stderr
     assert f"{len(safe)} of {n_shards} shards verified" in resumed.stderr
     manifest = json.loads((fresh / "lost" / "manifest.json").read_text())
     copied_docs = sum(s["n_docs"] for s in manifest["shards"] if f"shards/000/{s['index']:06d}.jsonl" in safe)
