@@ -62,8 +62,9 @@ MIRROR_FINAL_WAIT_S = 5.0
 """Most seconds the end of the pool waits for the last progress mirror; the rest is waited for under the store
 deadline (:mod:`batch.run.finish`), or not at all when the batch was stopped."""
 
-RELEASE_WAIT_S = 3.0
-"""Most seconds a stopped batch waits for the store to remove its owner record (a stale record is taken over later)."""
+STOP_STORE_WAIT_S = 1.0
+"""Most seconds a stopped batch (SIGTERM, or the store deadline past) waits for each last store call: the removal of
+its owner record, the last progress mirror (a record left stale is taken over later)."""
 
 
 def _bounded(call: Any, wait_s: float) -> None:
@@ -342,8 +343,10 @@ class BatchRun:
             stopped = isinstance(err, (Interrupted, OffPodPending))  # SIGTERM or the deadline: no more waiting
             if self.uploader is not None:  # what is complete still goes off the pod, for a while
                 self.uploader.close(wait_s=0.0 if stopped else UPLOAD_WAIT_ON_FAILURE_S)
-            if self.owner is not None and not isinstance(err, OffPodPending):
-                _bounded(self.owner.release, RELEASE_WAIT_S if stopped else UPLOAD_WAIT_ON_FAILURE_S)
+            if self.owner is not None and not isinstance(err, OffPodPending):  # pending: this pod still holds it
+                _bounded(self.owner.release, STOP_STORE_WAIT_S if stopped else UPLOAD_WAIT_ON_FAILURE_S)
+            if stopped and mirror is not None:
+                mirror.final_wait_s = STOP_STORE_WAIT_S
             try:
                 progress.fail(f"{type(err).__name__}: {err}")
                 attempt.update(failed_at=utc_now(), error=f"{type(err).__name__}: {err}"[:2000])

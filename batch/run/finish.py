@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from classify.errors import OffPodPending
+from classify.errors import OffPodPending, StoreUnreachable
 from classify.runs import storage
 
 log = logging.getLogger("docpilot.batch")
@@ -52,7 +52,8 @@ def off_pod_within(work: Callable[[Stage], T], *, batch_id: str, run_dir: Any, d
 
     Raises:
         OffPodPending: ``work`` did not end within the deadline (it is left running in its daemon thread; the
-            process exits without it). The message says the work is done here and what the copy was doing.
+            process exits without it), or the store did not answer one of its calls (``StoreUnreachable``). The
+            message says the work is done here and what the copy was doing.
         Exception: what ``work`` raised.
     """
     deadline_s = storage.store_deadline_s() if deadline_s is None else deadline_s
@@ -67,6 +68,8 @@ def off_pod_within(work: Callable[[Stage], T], *, batch_id: str, run_dir: Any, d
 
     thread = threading.Thread(target=target, name="off-pod-finish", daemon=True)
     t0 = time.monotonic()
+    log.info("batch %s: done here; copying it off the pod to %s (at most %g s: DOCPILOT_STORE_DEADLINE_S)", batch_id,
+             _label(dest), deadline_s)
     thread.start()
     next_line = t0 + min(LOG_EVERY_S, deadline_s)
     while True:
@@ -83,8 +86,13 @@ def off_pod_within(work: Callable[[Stage], T], *, batch_id: str, run_dir: Any, d
             log.warning("batch %s: done here; waiting for the store: %s (%.0f of %.0f s, DOCPILOT_STORE_DEADLINE_S)",
                         batch_id, stage.now, now - t0, deadline_s)
             next_line = now + LOG_EVERY_S
-    if "error" in out:
-        raise out["error"]
+    err = out.get("error")
+    if isinstance(err, StoreUnreachable):  # the store is down: the same state as a deadline run out
+        raise OffPodPending(f"batch {batch_id}: done here, not yet off the pod: every shard is classified and merged in "
+                            f"{run_dir}, but the copy to {_label(dest)} failed at: {stage.now} ({err}). Nothing is "
+                            "lost; keep this pod until the copy is made") from err
+    if err is not None:
+        raise err
     return out["value"]
 
 

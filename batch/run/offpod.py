@@ -145,7 +145,7 @@ class ShardUploader:
         """
         self._begin()
         if not self.claim_settled.wait(wait_s):
-            log.warning("off the pod: %s has not answered the claim of the export location within %.0f s; the pool "
+            log.warning("off the pod: %s has not answered the claim of the export location within %g s; the pool "
                         "starts, nothing is copied there before the claim holds", _label(self.dest), wait_s)
         self.raise_if_refused()
 

@@ -160,3 +160,97 @@ def test_the_shard_uploader_on_a_stalled_store_fails_rounds_in_time_and_never_bl
         t2 = time.monotonic()
         assert up.close(wait_s=2 * BOUND_S) is False  # one more try, in bounded time; the export sends the rest
         assert time.monotonic() - t2 < 2 * BOUND_S
+
+
+@pytest.mark.timeout(60)
+def test_the_uploader_never_holds_the_pool_at_start_on_a_stalled_store(tmp_path):
+    """Issue 55: the pool waited about 90 s at start for the off-pod ledger read. ``start`` makes no store call now,
+    and the claim of the export location is waited for only briefly: the copy waits for the store, the pool does not."""
+    from batch.run.offpod import ShardUploader, shard_rel
+
+    run = tmp_path / "run"
+    (run / shard_rel(0)).parent.mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    (run / shard_rel(0)).write_text('{"id": "d0"}\n')
+    with stalled_s3(timeout_s=1.0, attempts=2) as (_env, held):
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()  # a cached filesystem would still point at an earlier test's port
+        dest = "s3://docpilot-stalled/exports/b1"
+        plain = ShardUploader(run, dest, 1)
+        t0 = time.monotonic()
+        plain.start([0])  # the ledger read it used to make here is the thread's now
+        assert time.monotonic() - t0 < 0.5
+        from batch.run.owner import ExportOwner
+
+        owned = ShardUploader(run, dest, 1, ExportOwner(dest, "b1", run))
+        t1 = time.monotonic()
+        owned.claim(0.5)  # no answer: the start goes on, nothing is written before the claim holds
+        owned.start([0])
+        assert time.monotonic() - t1 < 1.5
+        assert not owned.owner.held and owned.refused is None
+        t2 = time.monotonic()
+        assert plain.close(wait_s=2 * BOUND_S) is False and owned.close(wait_s=2 * BOUND_S) is False
+        assert time.monotonic() - t2 < 2 * BOUND_S
+        assert held  # the store was asked (and never answered)
+
+
+@pytest.mark.timeout(60)
+def test_done_here_but_the_store_stalls_ends_within_the_deadline_with_its_own_state(caplog):
+    """The end of a batch whose work is done here: the copy off the pod is waited for at most the store deadline,
+    with a line while it waits, then ``OffPodPending`` (exit 9) says what was done and where the copy stood."""
+    import logging
+    import threading
+
+    from batch.run import finish
+    from classify.errors import OffPodPending
+
+    hold = threading.Event()
+
+    def stalled_copy(stage):
+        stage("writing the export and re-checking it")
+        hold.wait(60)  # a store call that never returns
+
+    old = finish.LOG_EVERY_S
+    finish.LOG_EVERY_S = 0.5
+    try:
+        caplog.set_level(logging.INFO, logger="docpilot.batch")
+        t0 = time.monotonic()
+        with pytest.raises(OffPodPending) as err:
+            finish.off_pod_within(stalled_copy, batch_id="b1", run_dir="runs/b1", dest="s3://bkt/exports/b1",
+                                  deadline_s=2.0)
+        took = time.monotonic() - t0
+    finally:
+        finish.LOG_EVERY_S = old
+        hold.set()
+    assert 2.0 <= took < 4.0
+    assert err.value.exit_code == 9
+    assert str(err.value).startswith("batch b1: done here, not yet off the pod: every shard is classified and merged "
+                                     "in runs/b1, but the copy to s3://bkt/exports/b1 did not finish within 2 s")
+    assert "it was at: writing the export and re-checking it" in str(err.value)
+    waiting = [r.getMessage() for r in caplog.records if "waiting for the store" in r.getMessage()]
+    assert waiting and "writing the export and re-checking it" in waiting[0] and "DOCPILOT_STORE_DEADLINE_S" in waiting[0]
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_ends_the_wait_for_a_stalled_store_within_a_second(tmp_path):
+    """SIGTERM while the copy off the pod waits on the store: ``Interrupted`` at once (it used to be answered
+    "already stopping" for minutes, the main thread inside the store call)."""
+    import os
+    import signal
+    import threading
+
+    from batch.run import finish
+    from classify.errors import Interrupted
+    from classify.runs.records import signals_raise_interrupted
+
+    hold = threading.Event()
+    threading.Timer(1.0, os.kill, args=(os.getpid(), signal.SIGTERM)).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(Interrupted, match="stopped by SIGTERM"), signals_raise_interrupted():
+            finish.off_pod_within(lambda stage: hold.wait(60), batch_id="b1", run_dir="r", dest="s3://b/e/b1",
+                                  deadline_s=600.0)
+    finally:
+        hold.set()
+    assert time.monotonic() - t0 < 3.0
