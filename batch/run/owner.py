@@ -45,7 +45,7 @@ OWNER_SUFFIX = ".owner.json"
 HEARTBEAT_EVERY_S = 30.0
 """Seconds between two refreshes of the owner's heartbeat while its batch runs."""
 STALE_AFTER_S = 600.0
-"""Seconds after its last heartbeat when an owner counts as gone, for ``--take-over-export`` (ten missed beats: a
+"""Seconds after its last heartbeat when an owner counts as gone, for ``--take-over-export`` (twenty missed beats: a
 store that is slow for a while does not make a live owner look gone)."""
 
 
@@ -189,10 +189,10 @@ class ExportOwner:
         """
         current = read_owner(self.dest)
         if current is not None and current.get("state") != "exported":  # a finished copy is only re-checked
-            self._may_take(current)
+            self._may_take(current, say=False)
 
-    def _may_take(self, current: dict[str, Any]) -> None:
-        """Return when this driver may replace the record ``current`` (logged); raise the refusal otherwise."""
+    def _may_take(self, current: dict[str, Any], say: bool = True) -> None:
+        """Return when this driver may replace the record ``current`` (logged if ``say``); raise the refusal otherwise."""
         own_folder = current.get("host") == self.host and current.get("run_dir") == str(self.run_dir.resolve())
         if current.get("state") == "exported" and not own_folder:
             raise InputError(f"the export location {_label(self.dest)} holds the finished export of "
@@ -202,11 +202,13 @@ class ExportOwner:
         stale_after = float(current.get("stale_after_s") or STALE_AFTER_S)
         stale = age is None or age > stale_after
         if own_folder:
-            log.info("off the pod: taking back %s from an earlier driver of this run folder (%s)", _label(self.dest),
-                     describe_owner(current))
+            if say:
+                log.info("off the pod: taking back %s from an earlier driver of this run folder (%s)",
+                         _label(self.dest), describe_owner(current))
         elif self.take_over and stale:
-            log.warning("off the pod: %s given: taking over %s from %s", user_flag("--take-over-export"),
-                        _label(self.dest), describe_owner(current))
+            if say:
+                log.warning("off the pod: %s given: taking over %s from %s", user_flag("--take-over-export"),
+                            _label(self.dest), describe_owner(current))
         elif self.take_over:
             raise InputError(f"cannot take over {_label(self.dest)}: its owner is alive ({describe_owner(current)}; "
                              f"a heartbeat is stale after {eta_text(stale_after)}); stop that batch first, or wait "
