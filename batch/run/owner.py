@@ -20,7 +20,8 @@ refused before it writes anything, with a message naming the owner, except in tw
 The owner refreshes ``heartbeat_at`` every :data:`HEARTBEAT_EVERY_S` seconds while it runs; each refresh first
 reads the record, and a record that names another run (taken over) stops every later write of this driver
 (:attr:`ExportOwner.lost`). A finished export keeps its record (``state: "exported"``): the copy is final and is
-never taken over. A failed or stopped attempt removes it (best effort), so a resume elsewhere needs no take-over.
+never taken over. A failed or stopped attempt removes it (best effort), so a resume elsewhere needs no take-over;
+one that ended "done here, not yet off the pod" (exit 9) keeps it: this pod's run folder finishes the copy.
 """
 
 from __future__ import annotations
