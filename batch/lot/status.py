@@ -521,7 +521,9 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
     if last:
         print(f"{what} {batch_id}: {_last_start_line(last, ended.get('exit_code'))}{where}", file=sys.stderr)
         return code
-    print(f"{what} {batch_id} ended: exit {code} ({'done' if code == 0 else 'failed or stopped'}){where}", file=sys.stderr)
+    how = {0: "done", 9: "done here, not yet off the pod: run `" + user_command(f"docpilot batch --batch-id {batch_id}")
+           + "` on this pod to finish the copy"}.get(code, "failed or stopped")
+    print(f"{what} {batch_id} ended: exit {code} ({how}){where}", file=sys.stderr)
     return code
 
 
