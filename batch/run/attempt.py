@@ -380,7 +380,11 @@ class BatchRun:
         stage("writing the export and re-checking it")
         if self.owner is not None:
             self.owner.check()
-        export = export_batch(self.run_dir, dest, self.hooks, reuse)
+            with self.owner.beating():  # a long export keeps its claim alive
+                export = export_batch(self.run_dir, dest, self.hooks, reuse)
+            self.owner.check()
+        else:
+            export = export_batch(self.run_dir, dest, self.hooks, reuse)
         if self.owner is not None:
             stage("marking the owner record exported")
             self.owner.finished()

@@ -26,12 +26,15 @@ one that ended "done here, not yet off the pod" (exit 9) keeps it: this pod's ru
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import socket
+import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +244,29 @@ class ExportOwner:
         self.lost = (f"the export location {_label(self.dest)} was taken over by {describe_owner(now)}; this driver "
                      "writes nothing more there")
         log.error("off the pod: %s", self.lost)
+
+    @contextlib.contextmanager
+    def beating(self) -> Iterator[None]:
+        """Keep the heartbeat going in a daemon thread while inside (the final export, after the uploader stopped).
+
+        A failed beat is logged and tried again at the next one; a lost claim sets :attr:`lost` (checked by
+        :meth:`check` and :meth:`finished`).
+        """
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(HEARTBEAT_EVERY_S) and self.held:
+                try:
+                    self.heartbeat()
+                except Exception as err:  # noqa: BLE001 - a missed beat; the next one tries again
+                    log.warning("off the pod: heartbeat of %s failed: %s", _label(owner_target(self.dest)), err)
+
+        thread = threading.Thread(target=beat, name="export-owner-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
 
     def check(self) -> None:
         """Raise when the claim is not held (never claimed, refused, or taken over)."""

@@ -186,3 +186,19 @@ def test_status_from_never_calls_a_copy_that_no_longer_matches_its_ledger_comple
     assert "shards/000/000009.jsonl: not listed in SHA256SUMS" in bad["copy_problems"]
     assert status.main(["--from", dest]) == 0
     assert "exported  NO: the copy there no longer matches its SHA256SUMS: " in capsys.readouterr().out
+
+
+def test_the_claim_keeps_beating_through_a_long_final_export(tmp_path, lease_s3, monkeypatch):  # noqa: F811
+    """After the uploader stopped, the final export keeps the heartbeat going: a long export does not look gone."""
+    import time
+
+    from batch.run import owner as ow
+
+    monkeypatch.setattr(ow, "HEARTBEAT_EVERY_S", 0.3)
+    dest = f"s3://{BUCKET}/own6/b"
+    owner = ow.ExportOwner(dest, "b", tmp_path / "runs" / "b")
+    owner.claim()
+    first = ow.read_owner(dest)["heartbeat_at"]
+    with owner.beating():
+        time.sleep(2.5)
+    assert ow.read_owner(dest)["heartbeat_at"] > first and owner.held
