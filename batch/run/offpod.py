@@ -38,7 +38,7 @@ from typing import Any
 from batch import layout as mf
 from batch.run.owner import HEARTBEAT_EVERY_S, ExportOwner
 from batch.runfiles import Manifest
-from classify.errors import DocpilotError, InputError, StoreUnreachable, VerificationError
+from classify.errors import DocpilotError, InputError, VerificationError
 from classify.runs import storage
 from classify.runs.export import SHA256SUMS, read_sums, sums_text
 from classify.runs.records import write_bytes_atomic
@@ -193,11 +193,11 @@ class ShardUploader:
         while self.owner is not None and not self.owner.held:
             try:
                 self.owner.claim()
-            except DocpilotError as err:
-                if not isinstance(err, StoreUnreachable):
-                    self.refused = err
-                    self.claim_settled.set()
-                    return False
+            except InputError as err:  # another driver's: refused, for good
+                self.refused = err
+                self.claim_settled.set()
+                return False
+            except Exception as err:  # noqa: BLE001 - a store that does not answer (or refuses access): tried again
                 with self._cond:
                     self.errors += 1
                     self.last_error = f"{type(err).__name__}: {err}"[:500]
