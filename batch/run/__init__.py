@@ -10,6 +10,8 @@ merge.py        merge_results, check_export, Tally: shards -> results.jsonl + re
 lease.py        lease_check, LeaseWatch: the lease clock while a batch runs
 resume.py       the resume command of an interrupted batch, in the user's own form
 offpod.py       finished shards copied off the pod while the batch runs, and their ledger
+owner.py        ExportOwner: one writer per export location (a conditional create, a heartbeat, a take-over)
+finish.py       off_pod_within: the end of a batch done here, under the store deadline (exit 9 past it)
 mirror.py       the progress mirror to remote storage (written by the attempt and by the wrap-up)
 submit.py       ``docpilot submit``: the batch as a Ray job
 debris.py       stale temporaries left by a killed run

@@ -291,15 +291,7 @@ class BatchRun:
         done = mf.scan_done(self.run_dir, manifest)
         pending = [s.index for s in manifest.shards if s.index not in done]
         if not pending and (self.run_dir / mf.SUMMARY).is_file() and export_complete(dest):
-            log.info("batch %s is already complete: %d shards; re-checking it, writing nothing", self.batch_id, len(done))
-            self._merge(manifest, write=False)
-            summary = json.loads((self.run_dir / mf.SUMMARY).read_text(encoding="utf-8"))
-            summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export_batch(self.run_dir, dest, self.hooks))
-            summary["rechecked_only"] = True  # for the caller's lines: this_attempt is the last attempt's, not this call's
-            if manifest.attempts and not any(a.get("export_verified_at") for a in manifest.attempts):  # an older run folder
-                manifest.attempts[-1].update(exported_to=redact(dest), export_verified_at=utc_now())
-                mf.write_manifest(self.run_dir, manifest)
-            return summary
+            return self._recheck_only(manifest, len(done), dest)
         export_root = self.options.export_dir or self.cfg.batch.export_dir
         finished_copy = not pending and storage.is_url(dest) and export_complete(dest)  # only re-checked: no writer
         if storage.is_url(dest):  # a bad value is refused now, not after the work; the user sees the limits
@@ -357,6 +349,19 @@ class BatchRun:
                           unrecorded)
             raise
         summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export)
+        return summary
+
+    def _recheck_only(self, manifest: Manifest, n_done: int, dest: storage.Dest) -> dict[str, Any]:
+        """A batch complete here and in its export: re-check both, write nothing new; its summary, marked
+        ``rechecked_only`` (the caller's lines: this_attempt is the last attempt's, not this call's)."""
+        log.info("batch %s is already complete: %d shards; re-checking it, writing nothing", self.batch_id, n_done)
+        self._merge(manifest, write=False)
+        summary = json.loads((self.run_dir / mf.SUMMARY).read_text(encoding="utf-8"))
+        summary["run_dir"], summary["export_dir"] = str(self.run_dir), str(export_batch(self.run_dir, dest, self.hooks))
+        summary["rechecked_only"] = True
+        if manifest.attempts and not any(a.get("export_verified_at") for a in manifest.attempts):  # an older run folder
+            manifest.attempts[-1].update(exported_to=redact(dest), export_verified_at=utc_now())
+            mf.write_manifest(self.run_dir, manifest)
         return summary
 
     def _finish_off_pod(self, dest: storage.Dest, mirror: Any, stage: Any) -> storage.Dest:

@@ -9,4 +9,5 @@ model_cli.py  ``docpilot model``: provision the configured base model
 shape.py      a decoder-only model's shape and its LoRA parameter count
 memory.py     memory estimates of engines and training, tensor-parallel choice
 machine.py    what this machine has (cards, driver) and the install profile; runs without the venv
+python_gate.py  the refusal of a Python the pinned wheels do not serve; run by path on any Python 3, first
 """

@@ -8,6 +8,7 @@ imports another (shared helpers live in ``tests/support/``).
 
 from __future__ import annotations
 
+import importlib
 import re
 import shutil
 
@@ -27,7 +28,9 @@ def _collect(pytester: pytest.Pytester, files: dict[str, str], *args: str) -> py
     for rel, src in files.items():
         (pytester.path / "tests" / rel).parent.mkdir(parents=True, exist_ok=True)
         (pytester.path / "tests" / rel).write_text(src)
-    return pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", "tests", *args)
+    with pytest.MonkeyPatch.context() as mp:  # the copied conftest looks for the data beside the scratch tree
+        mp.setenv("DOCPILOT_BBC_DIR", str(importlib.import_module("tests.conftest").bbc_folder()))
+        return pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", "tests", *args)
 
 
 def test_folder_marks_and_a_parameter_named_engine(pytester):

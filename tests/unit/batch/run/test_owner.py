@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from classify.errors import InputError
+from tests.support.runfolders import shard_run_folder as _run_folder
 from tests.support.s3server import BUCKET, lease_s3  # noqa: F401 - the fixture
-from tests.unit.batch.run.test_offpod import _run_folder
 
 
 def _store(prefix: str) -> dict[str, bytes]:
