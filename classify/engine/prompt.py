@@ -417,9 +417,14 @@ class PromptBuilder:
     def word_ids(self) -> bytes:
         """Per token id, ``1`` when the token's text holds a letter or a digit (or is part of a character split over
         several byte tokens), else ``0``: the table that tells a window with words from one without. Built once per
-        builder (every id of the vocabulary decoded alone, one batched call)."""
+        builder (every id of the vocabulary decoded alone, one batched call); empty for a tokenizer that does not
+        tell its size (every id then counts as a word)."""
         if self._word_ids is None:
-            n = len(self.tokenizer)
+            try:
+                n = len(self.tokenizer)
+            except TypeError:
+                self._word_ids = b""
+                return self._word_ids
             ids = [[i] for i in range(n)]
             pieces = (self._fast.decode_batch(ids, skip_special_tokens=False) if self._fast is not None
                       else self.tokenizer.batch_decode(ids, skip_special_tokens=False))
