@@ -379,6 +379,26 @@ def invisible_re() -> re.Pattern[str]:
     return re.compile(f"[{body}]+")
 
 
+_PRINTABLE_IGNORABLES = tuple(chr(cp) for lo, hi in DEFAULT_IGNORABLE_RANGES if hi < 0xE0000 for cp in range(lo, hi + 1)
+                              if chr(cp).isprintable())
+"""Default-ignorable characters that :meth:`str.isprintable` lets through (variation selectors, fillers): looked for
+one by one by :func:`_plain`; those from U+E0000 on are found by their UTF-8 lead bytes."""
+
+
+def _plain(text: str) -> bool:
+    """Whether ``text`` certainly has nothing for :func:`normalise_text` to drop but its ends, found with C-speed string
+    methods (about a tenth of the regular expressions' time on news articles): no character :meth:`str.isprintable`
+    refuses once newline, CR and tab are spaces (so no format or control character, no other space), no printable
+    default-ignorable, and no three whitespace characters in a row (a run that could be more than layout)."""
+    probe = text.replace("\n", " ").replace("\r", " ").replace("\t", " ")
+    if not probe.isprintable() or "   " in probe:
+        return False
+    if text.isascii():
+        return True
+    # U+E0100..U+E01EF (variation selectors supplement) are the printable ignorables past U+FFFF: UTF-8 F3 A0 ...
+    return not any(ch in text for ch in _PRINTABLE_IGNORABLES) and b"\xf3\xa0" not in text.encode("utf-8", "surrogatepass")
+
+
 def _ordinary(run: str) -> bool:
     return len(run) <= ORDINARY_SPACE_CHARS and len(_BREAK_RE.findall(run)) <= 2
 
@@ -393,7 +413,8 @@ def normalise_text(text: str) -> Normalised:
     3. Whitespace at both ends is removed (the prompt template frames the document itself).
 
     An ordinary text (single spaces, paragraphs split by one blank line, no invisible characters) comes back
-    unchanged but for its ends, so its token ids are what they were. The cost is two regular-expression scans.
+    unchanged but for its ends, so its token ids are what they were. Such a text is recognised with string methods
+    (:func:`_plain`, a few microseconds for a news article); the others take two regular-expression scans.
 
     Args:
         text: a decoded document.
@@ -401,6 +422,8 @@ def normalise_text(text: str) -> Normalised:
     Returns:
         :class:`Normalised`: the text and the characters dropped (``note()`` says it in words).
     """
+    if _plain(text):
+        return Normalised(text.strip(), 0, 0)
     invisible = 0
     if invisible_re().search(text) is not None:
         shorter = invisible_re().sub("", text)

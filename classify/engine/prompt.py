@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from classify.config.sections import ClassifyConfig
-from classify.documents.text import normalise_text
+from classify.documents.text import Normalised, normalise_text
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,8 @@ NEXT_CHUNK_MARGIN = 1.1
 """A further chunk is sized for the ids still lacking times this, at the document's own characters per token..."""
 NEXT_CHUNK_SLACK = 32
 """...plus this many characters."""
+NORMALISE_CHARS_PER_TOKEN = 64
+"""Characters of a document normalised per token of the budget (:meth:`PromptBuilder._normalised`); more is never read."""
 BPE_CACHE_WORDS = 100_000
 """Words the private tokenizer copy's BPE cache holds: a word already seen skips the BPE merges. The
 ``tokenizers`` default, 10,000, fills with the first words seen and then caches nothing new (the 1,891 news
@@ -441,6 +443,20 @@ class PromptBuilder:
         n = len(table)
         return any(i >= n or table[i] for i in ids)
 
+    def _normalised(self, text: str) -> Normalised:
+        """:func:`classify.documents.text.normalise_text` of the part of ``text`` the budget can read.
+
+        A text over :data:`NORMALISE_CHARS_PER_TOKEN` x budget characters (+ 1,024) is normalised up to there only,
+        so a 200 KB document costs what a short one does: at most 32 characters per token of what is left (no
+        tokenizer comes near) still gives more ids than the budget. When padding leaves less than half of that
+        prefix, the whole text is normalised (rare: a document that is mostly padding).
+        """
+        limit = self.budget * NORMALISE_CHARS_PER_TOKEN + 1024
+        if len(text) <= limit:
+            return normalise_text(text)
+        head = normalise_text(text[:limit])
+        return head if len(head.text) >= limit // 2 else normalise_text(text)
+
     def build(self, texts: Sequence[str]) -> list[Prompt]:
         """The prompts of ``texts``, normalised and tokenized in one batch.
 
@@ -457,7 +473,7 @@ class PromptBuilder:
             ``dropped`` says what was not scored.
         """
         prefix, suffix, window = self.prefix_ids, self.suffix_ids, self.max_doc_tokens
-        normalised = [normalise_text(t) for t in texts]
+        normalised = [self._normalised(t) for t in texts]
         out = []
         for (ids, cut), norm in zip(self.document_ids([n.text for n in normalised]), normalised, strict=True):
             spans = window_spans(len(ids), window)
