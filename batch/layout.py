@@ -48,8 +48,9 @@ SHARDS = "shards"
 SHARDS_PER_FOLDER = 1000
 RESULT_COLUMNS = (("id", "string"), ("status", "string"), ("category", "string"), ("score", "float64"),
                   ("reason", "string"), ("input_sha256", "string"), ("n_chars", "int64"), ("n_tokens", "int64"),
-                  ("n_doc_tokens", "int64"), ("n_windows", "int64"), ("truncated", "bool_"))
-"""The columns of ``results.parquet`` (the fields of :class:`classify.records.Result`) and their Arrow types."""
+                  ("n_doc_tokens", "int64"), ("n_windows", "int64"), ("truncated", "bool_"), ("dropped", "string"))
+"""The columns of ``results.parquet`` (the fields of :class:`classify.records.Result`) and their Arrow types
+(``dropped``: null on a row that does not carry it)."""
 
 RESUME_KEYS = ("corpus_fingerprint", "config_sha256", "model_fingerprint", "adapter_sha256")
 """Manifest fields that must be unchanged for a batch id to resume."""

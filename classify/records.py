@@ -52,6 +52,9 @@ class Result(BaseModel):
         review: only with ``classify.review_below_score`` set: ``True`` when an accepted result's score
             is under it (or unknown), ``False`` otherwise; ``None`` (rejected rows, or no threshold)
             is left out of the stored row, so rows without the threshold are what they always were.
+        dropped: what of the document was not scored, in words (invisible characters and whitespace padding
+            dropped before tokenising, windows without words: :meth:`classify.engine.prompt.PromptBuilder.build`);
+            ``None`` (nothing dropped) is left out of the stored row.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -68,6 +71,7 @@ class Result(BaseModel):
     n_windows: int = 0
     truncated: bool = False
     review: bool | None = None
+    dropped: str | None = None
 
     @classmethod
     def rejected(cls, doc: Document, reason: str, n_tokens: int = 0) -> Result:
@@ -83,10 +87,11 @@ class Result(BaseModel):
 
     def row(self) -> dict[str, Any]:
         """The record as the JSON object written to shard files and ``results.jsonl`` (every field, JSON types;
-        ``review`` only when set)."""
+        ``review`` and ``dropped`` only when set)."""
         row = dict(self.__dict__)  # the fields' values, already JSON types: model_dump's output at a tenth of its cost
-        if row.get("review") is None:
-            row.pop("review", None)
+        for optional in OPTIONAL_FIELDS:
+            if row.get(optional) is None:
+                row.pop(optional, None)
         return row
 
     @classmethod
@@ -131,6 +136,9 @@ class Result(BaseModel):
             return cls.model_construct(**values)
 
 
-RESULT_FIELDS: tuple[str, ...] = tuple(f for f in Result.model_fields if f != "review")
-"""The fields of :class:`Result` every row holds, in order (the columns of ``results.parquet``); ``review``
-is added to a row only when set."""
+OPTIONAL_FIELDS = ("review", "dropped")
+"""Fields of :class:`Result` a row holds only when they are set."""
+
+RESULT_FIELDS: tuple[str, ...] = tuple(f for f in Result.model_fields if f not in OPTIONAL_FIELDS)
+"""The fields of :class:`Result` every row holds, in order; ``review`` and ``dropped`` are added to a row only
+when set."""

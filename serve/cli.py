@@ -83,7 +83,7 @@ def uvicorn_config(app: Any, settings: ServeSettings) -> Any:
     is answered 400 and the connection closed, before the app sees it.
 
     Slow and idle clients (slowloris) are bounded by :func:`serve.conn.guarded_protocol` on top of uvicorn's h11
-    protocol: a header deadline, a body deadline and a connection cap; uvicorn's own ``timeout_keep_alive``
+    protocol: a header deadline, a body deadline, a connection cap and a per-client-address cap; uvicorn's own ``timeout_keep_alive``
     closes idle keep-alive connections.
 
     Args:
@@ -97,7 +97,10 @@ def uvicorn_config(app: Any, settings: ServeSettings) -> Any:
 
     from serve.conn import guarded_protocol
 
-    protocol = guarded_protocol(settings.max_connections, settings.header_timeout_s, settings.body_timeout_s)
+    protocol = guarded_protocol(settings.max_connections, settings.header_timeout_s, settings.body_timeout_s,
+                                settings.max_connections_per_client,
+                                None if settings.insecure_no_auth or settings.api_token is None
+                                else settings.api_token.get_secret_value())
     return uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                           timeout_graceful_shutdown=int(settings.graceful_timeout_s), access_log=False,
                           http=protocol, h11_max_incomplete_event_size=settings.max_header_bytes,

@@ -13,10 +13,17 @@ A thousand of them exhausted the process's file descriptors (``ulimit -n`` 1,024
 - a **body deadline**: the body must be complete ``body_timeout_s`` after its headers (else the connection is
   closed: the app sees a hang-up, as for a client that left, and the request counts 499);
 - a **connection cap**: at most ``max_connections`` open connections. A new connection over it closes the
-  oldest one still waiting for its request headers (a slow or idle client); when every open connection has
-  a request in progress, the new one is answered ``503`` and closed. uvicorn's ``limit_concurrency`` is not
-  used for this: it answers 503 to new *requests* but keeps every idle connection open, so idle ones would
-  shut out real clients.
+  oldest one still waiting for its request headers (a slow or idle client; one that never sent the token
+  first), else the oldest one holding a request without the token (a body sent to an open route); when
+  every open connection has an authenticated request in progress, the new one is answered ``503`` and closed.
+  uvicorn's ``limit_concurrency`` is not used for this: it answers 503 to new *requests* but keeps every idle
+  connection open, so idle ones would shut out real clients;
+- a **per-client cap**: at most ``max_connections_per_client`` open connections from one client address. A new
+  one over it closes that address's oldest evictable connection (as above), else it is answered ``429`` and
+  closed: one address cannot fill the server, so ``/healthz`` and other clients keep being served.
+
+A request refused for its token is answered ``401`` with ``Connection: close`` (:class:`serve.guard.AuthGuard`), so
+the connection ends with the answer instead of being held for a body that would be discarded.
 
 :func:`check_fd_budget` checks at start-up that the cap fits the process's file-descriptor limit, raising the
 soft limit to the hard one when needed (``resource.setrlimit``).
@@ -39,6 +46,8 @@ engine core)."""
 
 _RESPONSE_408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
                  b"content-length: %d\r\n\r\n%s")
+_RESPONSE_429 = (b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+                 b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s")
 _RESPONSE_503 = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
                  b"retry-after: 1\r\ncontent-length: %d\r\n\r\n%s")
 
@@ -52,7 +61,7 @@ class _Counts:
     """Connections closed by each limit (logged at the first and every 100th; read by tests)."""
 
     def __init__(self) -> None:
-        self.header_timeouts = self.body_timeouts = self.evicted = self.refused = 0
+        self.header_timeouts = self.body_timeouts = self.evicted = self.refused = self.refused_per_client = 0
 
     def bump(self, what: str, message: str) -> None:
         n = getattr(self, what) + 1
@@ -61,51 +70,84 @@ class _Counts:
             log.warning("%s (%d so far)", message, n)
 
 
-def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout_s: float) -> type:
-    """uvicorn's h11 protocol class with a header deadline, a body deadline and a connection cap.
+def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout_s: float,
+                     max_connections_per_client: int | None = None, token: str | None = None) -> type:
+    """uvicorn's h11 protocol class with a header deadline, a body deadline, a connection cap and a per-client cap.
 
     Pass the result as ``uvicorn.Config(http=...)`` (:func:`serve.cli.uvicorn_config`).
 
     Args:
-        max_connections: most open connections; over it the oldest one still waiting for its request headers is
-            closed (503 to the new one when none is).
+        max_connections: most open connections; over it the oldest evictable connection is closed (one waiting for
+            its request headers, else one holding a request without the token); 503 to the new one when none is.
         header_timeout_s: seconds from a connection's start (or its previous response's end) to its request
             headers' end.
         body_timeout_s: seconds from a request's headers to its body's end.
+        max_connections_per_client: most open connections from one client address (``None``, or over
+            ``max_connections``: ``max_connections``);
+            over it that address's oldest evictable connection is closed, else 429 to the new one.
+        token: the bearer token (``None``: no auth, every request counts as authenticated); a request that carries it
+            is not evicted while in progress.
 
     Returns:
         A subclass of ``uvicorn.protocols.http.h11_impl.H11Protocol``; its ``counts`` attribute holds the
-        connections each limit closed.
+        connections each limit closed, ``per_client`` the open connections per client address.
     """
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
+    from serve.guard import check_authorization
+
     counts = _Counts()
+    per_client: dict[str, int] = {}
+    per_client_cap = min(max_connections_per_client or max_connections, max_connections)
+    expected = token.encode("utf-8") if token is not None else None
 
     class GuardedH11Protocol(H11Protocol):
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             self._deadline: Any = None
             self._deadline_for: Any = None
             self._waiting_since = time.monotonic()
+            self._authenticated = expected is None
+            self._cycle_seen: Any = None
+            peer = transport.get_extra_info("peername")
+            self._client = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+            per_client[self._client] = per_client.get(self._client, 0) + 1
             super().connection_made(transport)
+            if per_client[self._client] > per_client_cap and not self._make_room(same_client=True):
+                counts.bump("refused_per_client", f"connection from {self._client} refused: {per_client_cap} connections "
+                                                  "open from that address (--max-connections-per-client), each with an "
+                                                  "authenticated request in progress")
+                transport.write(_raw(_RESPONSE_429, f"too many connections from your address ({per_client_cap}); "
+                                                    "retry\n"))
+                transport.close()
+                return
             if len(self.connections) > max_connections and not self._make_room():
                 counts.bump("refused", f"connection refused: {max_connections} connections open (--max-connections), "
-                                       "each with a request in progress")
+                                       "each with an authenticated request in progress")
                 transport.write(_raw(_RESPONSE_503, f"server at its connection limit ({max_connections}); retry\n"))
                 transport.close()
                 return
             self._arm(h11.IDLE)
 
-        def _make_room(self) -> bool:
-            waiting = [c for c in self.connections
-                       if c is not self and isinstance(c, GuardedH11Protocol) and c._waiting()]
-            if not waiting:
-                return False
-            oldest = min(waiting, key=lambda c: c._waiting_since)
-            counts.bump("evicted", f"closed a connection waiting {time.monotonic() - oldest._waiting_since:.1f} s for "
-                                   f"its request headers: {max_connections} connections open (--max-connections)")
-            oldest._close()
-            return True
+        def _make_room(self, same_client: bool = False) -> bool:
+            """Close the oldest evictable connection (of this client's address with ``same_client``): one waiting for
+            its request headers (one never authenticated first), else one holding a request without the token."""
+            others = [c for c in self.connections
+                      if c is not self and isinstance(c, GuardedH11Protocol) and not c.transport.is_closing()
+                      and (not same_client or c._client == self._client)]
+            waiting = [c for c in others if c._waiting()]
+            held = [c for c in others if not c._waiting() and not c._authenticated]
+            for group, what in ((waiting, "waiting {:.1f} s for its request headers"),
+                                (held, "holding a request without the token for {:.1f} s")):
+                if group:
+                    oldest = min(group, key=lambda c: (c._authenticated, c._waiting_since))
+                    limit = (f"{per_client_cap} connections open from {self._client} (--max-connections-per-client)"
+                             if same_client else f"{max_connections} connections open (--max-connections)")
+                    counts.bump("evicted", f"closed a connection {what.format(time.monotonic() - oldest._waiting_since)}: "
+                                           f"{limit}")
+                    oldest._close()
+                    return True
+            return False
 
         def _waiting(self) -> bool:
             """No request in progress: its headers not complete yet (or an idle keep-alive connection)."""
@@ -147,6 +189,11 @@ def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout
 
         def _follow(self) -> None:
             state = self.conn.their_state
+            cycle = getattr(self, "cycle", None)
+            if cycle is not None and cycle is not self._cycle_seen and state is not h11.IDLE:  # a new request's headers
+                self._cycle_seen = cycle
+                self._authenticated = expected is None or check_authorization(
+                    next((v for k, v in self.scope.get("headers", ()) if k == b"authorization"), None), expected) is None
             if state is not self._deadline_for and state in (h11.IDLE, h11.SEND_BODY):
                 self._arm(state)
             elif state not in (h11.IDLE, h11.SEND_BODY):
@@ -162,9 +209,15 @@ def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            left = per_client.get(self._client, 1) - 1
+            if left > 0:
+                per_client[self._client] = left
+            else:
+                per_client.pop(self._client, None)
             super().connection_lost(exc)
 
     GuardedH11Protocol.counts = counts  # type: ignore[attr-defined]
+    GuardedH11Protocol.per_client = per_client  # type: ignore[attr-defined]
     return GuardedH11Protocol
 
 

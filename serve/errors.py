@@ -115,7 +115,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _docpilot(request: Request, exc: DocpilotError) -> JSONResponse:
         if isinstance(exc, EngineError) and not isinstance(exc, EngineNotReady):
             _note_engine_error(request, exc)
-        headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+        headers = {"WWW-Authenticate": "Bearer", "Connection": "close"} if exc.http_status == 401 else None
         if isinstance(exc, Overloaded):
             headers = {"Retry-After": str(exc.retry_after_s)}
         if exc.http_status >= 500:

@@ -49,7 +49,8 @@ def check_authorization(value: bytes | None, expected: bytes) -> str | None:
 
 
 class AuthGuard:
-    """Answer 401 for protected paths from the headers alone, before the body is read.
+    """Answer 401 for protected paths from the headers alone, before the body is read, and close the connection
+    (``Connection: close``): a client without the token holds no slot while a body it was refused is sent.
 
     Args:
         app: the wrapped ASGI app.
@@ -79,6 +80,7 @@ class AuthGuard:
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             (b"www-authenticate", b"Bearer"),
+            (b"connection", b"close"),  # closed once answered: the slot is not held waiting for a discarded body
         ]})
         await send({"type": "http.response.body", "body": body})
 

@@ -2,7 +2,7 @@
 
 The result subset (``id, status, category, score, reason``, how much of the document was read:
 ``n_doc_tokens, n_windows, truncated``, and ``review`` when the server's
-``classify.review_below_score`` is set) is the one result record
+``classify.review_below_score`` is set, ``dropped`` when padding was not scored) is the one result record
 :class:`classify.records.Result` that pilot and batch write, minus the bookkeeping fields.
 """
 
@@ -98,11 +98,16 @@ class ResultOut(_Body):
     review: bool | None = Field(None, description="present only when the server's `classify.review_below_score` is "
                                 "set: true when an accepted result's score is under it")
 
+    dropped: str | None = Field(None, description="present only when something was not scored: invisible characters "
+                                 "or whitespace padding dropped before tokenising, windows without words")
+
     @model_serializer(mode="wrap")
     def _review_only_when_set(self, handler: SerializerFunctionWrapHandler):  # noqa: ANN202 - keeps the field schema
         data = handler(self)
         if self.review is None:
             data.pop("review", None)  # no threshold: the response is what it was before review flags existed
+        if self.dropped is None:
+            data.pop("dropped", None)
         return data
 
     @classmethod
@@ -110,7 +115,7 @@ class ResultOut(_Body):
         """The public view of a :class:`classify.records.Result`."""
         return cls(id=result.id, status=result.status, category=result.category, score=result.score, reason=result.reason,
                    n_doc_tokens=result.n_doc_tokens, n_windows=result.n_windows, truncated=result.truncated,
-                   review=getattr(result, "review", None))
+                   review=getattr(result, "review", None), dropped=getattr(result, "dropped", None))
 
 
 class ClassifyResponse(_Body):

@@ -109,6 +109,10 @@ class ServeSettings(BaseSettings):
             more: 400 and the connection is closed before the headers reach the app).
         max_connections: most open connections (:mod:`serve.conn`); over it the oldest connection still waiting
             for its request headers is closed, or the new one answered 503 when every one has a request in progress.
+        max_connections_per_client: most open connections from one client address (over it that address's oldest
+            connection waiting for its headers is closed, or the new one answered 429); behind a proxy or load
+            balancer every client has its address: set it to ``max_connections`` there (a value over ``max_connections``
+            acts as ``max_connections``).
         header_timeout_s: seconds a connection has to send its request line and headers, from its start or its
             previous response's end (more: 408 and the connection closed).
         body_timeout_s: seconds a request has to send its whole body after its headers (more: the connection is
@@ -156,6 +160,10 @@ class ServeSettings(BaseSettings):
     max_connections: int = Field(
         512, ge=16, le=65_536,
         description="open connections; over it the oldest one still sending its headers is closed (503 if none is)")
+    max_connections_per_client: int = Field(
+        64, ge=1, le=65_536,
+        description="open connections from one client address (more: its oldest waiting one closed, else 429); "
+                    "set it to max_connections behind a proxy")
     header_timeout_s: float = Field(
         10.0, gt=0, le=600, description="seconds to send the request line and headers (more: 408, connection closed)")
     body_timeout_s: float = Field(

@@ -29,7 +29,7 @@ from batch.corpus.tabular import (
     parquet_text_values,
 )
 from classify.documents.read import jsonl_line_id
-from classify.documents.text import escape_surrogates, refuse_wide_file
+from classify.documents.text import escape_surrogates, refuse_compressed, refuse_wide_file
 from classify.errors import InputError
 from classify.records import Document
 from classify.runs.files import NotRegularFile, regular_file_sha256
@@ -48,7 +48,8 @@ def detect_format(path: Path, fmt: str) -> str:
         ``jsonl``, ``csv``, ``parquet`` or ``dir``.
 
     Raises:
-        InputError: ``auto`` cannot tell the format (the caller, :func:`batch.corpus.plan.locate_corpus`, has
+        InputError: a compressed file (``.jsonl.gz``: :func:`classify.documents.text.refuse_compressed`), or ``auto``
+            cannot tell the format (the caller, :func:`batch.corpus.plan.locate_corpus`, has
             checked that the path exists).
     """
     if fmt != "auto":
@@ -56,6 +57,8 @@ def detect_format(path: Path, fmt: str) -> str:
     if path.is_dir():
         return "dir"
     suffix = path.suffix.lower()
+    if fmt == "auto" and suffix not in (".parquet", ".pq"):
+        refuse_compressed(path, b"")  # `.jsonl.gz`, `.csv.bz2`...: named as compressed, not as an unknown suffix
     if suffix in (".jsonl", ".ndjson"):
         return "jsonl"
     if suffix == ".csv":

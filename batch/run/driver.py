@@ -432,6 +432,22 @@ def prepare_detach(argv: list[str]) -> DetachPlan:
     return DetachPlan("batch", args.stop_when_done, wrap_up_to, args.lots_config, open_run)
 
 
+def _all_rejected_as_not_text(summary: dict[str, Any]) -> str | None:
+    """The error of a batch whose every row was rejected because its bytes are not text (a compressed or binary
+    corpus read as text), or ``None``: such a batch never exits 0."""
+    reasons = summary.get("reject_reasons") or {}
+    if not summary.get("total") or summary.get("accepted") or not reasons:
+        return None
+    from classify.documents.text import not_text_reason
+
+    if not all(not_text_reason(r) for r in reasons):
+        return None
+    named = ", ".join(f"{r} ({n})" for r, n in list(reasons.items())[:3])
+    return (f"batch {summary.get('batch_id')}: every one of its {summary['total']} rows was rejected because its bytes "
+            f"are not text ({named}); nothing was classified. Is the corpus compressed or binary? Decompress it "
+            f"(`gunzip -k`) or give the text file; the rows are in {summary.get('run_dir')}/results.jsonl")
+
+
 def main(argv: list[str] | None = None) -> int:
     """``docpilot batch``: run or resume a batch; prints where the results are.
 
@@ -439,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         argv: command-line arguments (default ``sys.argv[1:]``).
 
     Returns:
-        0 when the batch completed, was exported and re-checked; with ``--detach``, 0 once the detached batch
+        0 when the batch completed, was exported and re-checked (never when every row was rejected for bytes that
+        are not text: :class:`InputError`, exit 3); with ``--detach``, 0 once the detached batch
         started (its own status goes to ``exit.json`` in the run folder).
 
     Raises:
@@ -480,7 +497,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         _record_foreground_exit(args.batch_id, 1)  # an unexpected error: `docpilot` exits 1 with its traceback
         raise
-    _record_foreground_exit(args.batch_id, 0)
+    not_text = _all_rejected_as_not_text(summary)
+    _record_foreground_exit(args.batch_id, InputError.exit_code if not_text else 0)
+    if not_text:
+        raise InputError(not_text)
     t = summary["this_attempt"]
     counts = (f"batch {summary['batch_id']}: {summary['total']} ids = {summary['accepted']} accepted + "
               f"{summary['rejected']} rejected ({summary['input_rows']} input rows, {summary['duplicate_rows']} duplicate rows)")

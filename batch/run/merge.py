@@ -301,6 +301,8 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
 LATER_COLUMNS = ("n_doc_tokens", "n_windows", "truncated")
 """``results.parquet`` columns added by issue 41 (long documents): a run folder written before them is re-checked on
 the columns it has."""
+DROPPED_COLUMNS = ("dropped",)
+"""``results.parquet`` columns added by issue 55 (what padding was not scored): likewise."""
 
 
 def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, Any]) -> list[str]:
@@ -410,11 +412,12 @@ class _ParquetCheck:
             self.problem = f"{RESULTS_PARQUET}: cannot read: {err}"
             return
         names = [name for name, _ in RESULT_COLUMNS] + ([REVIEW_COLUMN[0]] if review else [])
-        earlier = [n for n in names if n not in LATER_COLUMNS]  # a run written before issue 41's columns
-        if pf.schema_arrow.names not in (names, earlier):
+        earlier = [[n for n in names if n not in added]  # a run written before issue 55's, or issue 41's, columns
+                   for added in (DROPPED_COLUMNS, LATER_COLUMNS + DROPPED_COLUMNS)]
+        if pf.schema_arrow.names != names and pf.schema_arrow.names not in earlier:
             self.problem = f"{RESULTS_PARQUET}: columns {pf.schema_arrow.names} != {names}"
             return
-        self.columns = None if pf.schema_arrow.names == names else earlier
+        self.columns = None if pf.schema_arrow.names == names else pf.schema_arrow.names
         self.matcher = RowMatcher(pf.iter_batches(batch_size=65_536))
 
     def take(self, table: Any, lines: bytes) -> None:

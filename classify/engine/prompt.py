@@ -16,6 +16,8 @@ The prompt is built as token ids, never as a string the engine tokenizes again
   (``<|im_start|>``, ``<|im_end|>``, ...) stays text and never becomes a control token
   (the tokenizer's ``encode_special_tokens`` mode, on a private copy of the fast tokenizer),
   so a document cannot close its user turn and forge an assistant answer;
+* what carries no text is dropped before tokenising (:func:`classify.documents.text.normalise_text`: invisible
+  characters, whitespace padding), so padding cannot move a category; the row says what was dropped;
 * the document's ids are cut to the builder's budget (``max_doc_tokens``; ``max_doc_tokens x max_windows``
   with ``classify.long_documents: windows``); a character pre-cut at a space bounds the work on long
   documents without changing the first ids;
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from classify.config.sections import ClassifyConfig
+from classify.documents.text import Normalised, normalise_text
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,8 @@ NEXT_CHUNK_MARGIN = 1.1
 """A further chunk is sized for the ids still lacking times this, at the document's own characters per token..."""
 NEXT_CHUNK_SLACK = 32
 """...plus this many characters."""
+NORMALISE_CHARS_PER_TOKEN = 64
+"""Characters of a document normalised per token of the budget (:meth:`PromptBuilder._normalised`); more is never read."""
 BPE_CACHE_WORDS = 100_000
 """Words the private tokenizer copy's BPE cache holds: a word already seen skips the BPE merges. The
 ``tokenizers`` default, 10,000, fills with the first words seen and then caches nothing new (the 1,891 news
@@ -102,12 +107,18 @@ class Prompt:
             ``max_doc_tokens x max_windows`` in ``windows`` mode, are not read).
         later_windows: the prompts of the document's later windows (``classify.long_documents: windows``),
             each the same prefix + its window + suffix; empty for a document of one window.
+        dropped: what was not scored, in words (characters dropped before tokenising, windows without
+            words), or ``None``; it goes into the result row.
+        words: ``False`` when no window holds a word (a letter or digit): nothing is scored, the document is
+            rejected (:meth:`classify.engine.scoring.Scorer.prompts`) and training skips it.
     """
 
     ids: list[int]
     n_doc_tokens: int
     truncated: bool
     later_windows: tuple[list[int], ...] = ()
+    dropped: str | None = None
+    words: bool = True
 
     @property
     def windows(self) -> list[list[int]]:
@@ -240,6 +251,7 @@ class PromptBuilder:
         self._lock = threading.Lock()
         self.chars_per_token = float(FIRST_CHUNK_CHARS_PER_TOKEN)
         self._fast = self._fast_copy(tokenizer)
+        self._word_ids: bytes | None = None
         self._self_check()
 
     @staticmethod
@@ -410,20 +422,77 @@ class PromptBuilder:
         weight = min(1.0, len(ratios) / LEARN_WINDOW)
         self.chars_per_token = min(16.0, max(1.0, (1 - weight) * self.chars_per_token + weight * seen))
 
+    def word_ids(self) -> bytes:
+        """Per token id, ``1`` when the token's text holds a letter or a digit (or is part of a character split over
+        several byte tokens), else ``0``: the table that tells a window with words from one without. Built once per
+        builder (every id of the vocabulary decoded alone, one batched call); empty for a tokenizer that does not
+        tell its size (every id then counts as a word)."""
+        if self._word_ids is None:
+            try:
+                n = len(self.tokenizer)
+            except TypeError:
+                self._word_ids = b""
+                return self._word_ids
+            ids = [[i] for i in range(n)]
+            pieces = (self._fast.decode_batch(ids, skip_special_tokens=False) if self._fast is not None
+                      else self.tokenizer.batch_decode(ids, skip_special_tokens=False))
+            table = bytearray(n)
+            for i, piece in enumerate(pieces):
+                if i not in self.control_ids and ("\ufffd" in piece or any(ch.isalnum() for ch in piece)):
+                    table[i] = 1
+            self._word_ids = bytes(table)
+        return self._word_ids
+
+    def has_words(self, ids: Sequence[int]) -> bool:
+        """Whether document ids hold a word (:meth:`word_ids`); an id past the table counts as one."""
+        table = self.word_ids()
+        n = len(table)
+        return any(i >= n or table[i] for i in ids)
+
+    def _normalised(self, text: str) -> Normalised:
+        """:func:`classify.documents.text.normalise_text` of the part of ``text`` the budget can read.
+
+        A text over :data:`NORMALISE_CHARS_PER_TOKEN` x budget characters (+ 1,024) is normalised up to there only,
+        so a 200 KB document costs what a short one does: at most 32 characters per token of what is left (no
+        tokenizer comes near) still gives more ids than the budget. When padding leaves less than half of that
+        prefix, the whole text is normalised (rare: a document that is mostly padding).
+        """
+        limit = self.budget * NORMALISE_CHARS_PER_TOKEN + 1024
+        if len(text) <= limit:
+            return normalise_text(text)
+        head = normalise_text(text[:limit])
+        return head if len(head.text) >= limit // 2 else normalise_text(text)
+
     def build(self, texts: Sequence[str]) -> list[Prompt]:
-        """The prompts of ``texts``, tokenized in one batch.
+        """The prompts of ``texts``, normalised and tokenized in one batch.
+
+        Each text is first normalised (:func:`classify.documents.text.normalise_text`: invisible characters and
+        whitespace padding dropped), then tokenized and cut (:meth:`document_ids`) and split into windows
+        (:func:`window_spans`). A window without a word (:meth:`has_words`) is never scored: it is left out of the
+        prompts (and of ``n_doc_tokens``); a document with none left gets ``words=False``.
 
         Args:
             texts: decoded documents.
 
         Returns:
-            One :class:`Prompt` per text, in order; ``ids`` = prefix + (first window of the) document + suffix.
+            One :class:`Prompt` per text, in order; ``ids`` = prefix + (first scored window of the) document + suffix;
+            ``dropped`` says what was not scored.
         """
         prefix, suffix, window = self.prefix_ids, self.suffix_ids, self.max_doc_tokens
+        normalised = [self._normalised(t) for t in texts]
         out = []
-        for ids, cut in self.document_ids(texts):
-            prompts = [prefix + ids[a:b] + suffix for a, b in window_spans(len(ids), window)]
-            out.append(Prompt(prompts[0], len(ids), cut, tuple(prompts[1:])))
+        for (ids, cut), norm in zip(self.document_ids([n.text for n in normalised]), normalised, strict=True):
+            spans = window_spans(len(ids), window)
+            kept = [(a, b) for a, b in spans if self.has_words(ids[a:b])]
+            notes = [norm.note()] if norm.note() else []
+            if len(kept) < len(spans) and kept:
+                notes.append(f"{len(spans) - len(kept)} of {len(spans)} windows without words not scored")
+            dropped = "; ".join(notes) or None
+            if not kept:
+                out.append(Prompt(prefix + ids + suffix, 0, cut, (), dropped, words=False))
+                continue
+            prompts = [prefix + ids[a:b] + suffix for a, b in kept]
+            out.append(Prompt(prompts[0], sum(b - a for a, b in kept), cut, tuple(prompts[1:]), dropped))
         return out
 
 
@@ -543,6 +612,9 @@ def build_training_examples(tokenizer: Any, cfg: ClassifyConfig, texts: Sequence
                for c in set(categories)}
     out = []
     for prompt, category in zip(build_prompts(tokenizer, cfg, texts), categories, strict=True):
+        if not prompt.words:  # nothing to learn from: no window holds a word (inference rejects it too)
+            log.warning("a training document without words is skipped (%s)", prompt.dropped or "no letter or digit")
+            continue
         answer = answers[category]
         out += [{"input_ids": ids + answer, "labels": [-100] * len(ids) + answer} for ids in prompt.windows]
     return out
@@ -553,9 +625,12 @@ def build_training_example(tokenizer: Any, cfg: ClassifyConfig, text: str, categ
     window in ``windows`` mode).
 
     Raises:
-        ValueError: ``category`` is not an allowed category.
+        ValueError: ``category`` is not an allowed category, or the document has no word to learn from.
     """
-    return build_training_examples(tokenizer, cfg, [text], [category])[0]
+    examples = build_training_examples(tokenizer, cfg, [text], [category])
+    if not examples:
+        raise ValueError("the document has no word (letter or digit) to learn from")
+    return examples[0]
 
 
 def category_first_tokens(tokenizer: Any, categories: tuple[str, ...]) -> list[int] | None:

@@ -159,7 +159,7 @@ class Scorer:
 
         Returns:
             Per document, in order: its :class:`Prompt`, or a rejected :class:`Result` (rejected at
-            reading, or prompt not under ``max_model_len``).
+            reading, no word left to score (``no words: ...``), or prompt not under ``max_model_len``).
         """
         out: list[Prompt | Result] = [Result.rejected(d, d.reject_reason or "no text")
                                       if d.reject_reason is not None or d.text is None else None  # type: ignore[misc]
@@ -167,7 +167,10 @@ class Scorer:
         todo = [i for i, r in enumerate(out) if r is None]
         built = self.builder.build([docs[i].text for i in todo])  # type: ignore[misc]
         for i, prompt in zip(todo, built, strict=True):
-            if prompt.longest >= self.max_model_len:
+            if not prompt.words:
+                out[i] = Result.rejected(docs[i], "no words: nothing to classify (no letter or digit"
+                                         + (f"; dropped {prompt.dropped})" if prompt.dropped else ")"))
+            elif prompt.longest >= self.max_model_len:
                 out[i] = Result.rejected(
                     docs[i],
                     f"prompt is {prompt.longest} tokens, over max_model_len {self.max_model_len} "
@@ -213,7 +216,8 @@ class Scorer:
             ``accepted`` with an allowed category and its probability (and ``review`` when
             ``classify.review_below_score`` is set: :func:`needs_review`), or ``rejected`` with the
             reason when the engine answered outside the allowed set (never silently dropped). The record
-            carries ``n_tokens`` (every window's prompt), ``n_doc_tokens``, ``n_windows`` and ``truncated``.
+            carries ``n_tokens`` (every window's prompt), ``n_doc_tokens``, ``n_windows``, ``truncated``, and
+            ``dropped`` when padding or windows without words were not scored.
         """
         completions = list(completion) if isinstance(completion, (list, tuple)) else [completion]
         if len(completions) != prompt.n_windows:
@@ -238,6 +242,7 @@ class Scorer:
             n_windows=prompt.n_windows,
             truncated=prompt.truncated,
             review=needs_review(score, self.cfg.review_below_score),
+            dropped=prompt.dropped,
         )
 
     def window_logprobs(self, completion: Any) -> dict[int, float]:

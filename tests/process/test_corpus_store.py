@@ -142,3 +142,47 @@ def test_a_resume_with_the_same_object_reuses_the_plan_without_reading_it(tmp_pa
     with pytest.raises(PlannedAgain):
         attempt.plan_or_reuse(cfg, where, fmt, old, "b")
     assert opened == [url]  # hashed once (the quick fingerprint), then planned again
+
+
+def _gzip_corpus(local: Path) -> bytes:
+    import gzip
+
+    write_texts(local, numbered_texts(50))
+    return gzip.compress(local.read_bytes())
+
+
+@pytest.mark.parametrize("shape", ["gzip bytes under .jsonl", "Content-Encoding: gzip", ".jsonl.gz key"])
+def test_a_gzip_object_is_refused_before_planning_naming_the_compression(tmp_path, lease_s3, shape):  # noqa: F811
+    """Issue 55: gzip in the store used to be read as text: every "line" a rejected row, exit 0, nothing said."""
+    import s3fs
+
+    from batch.corpus.plan import locate_corpus
+    from classify.errors import InputError
+
+    packed = _gzip_corpus(tmp_path / "c.jsonl")
+    key = f"gz/{shape.split()[0].strip('.:')}/c.jsonl" + (".gz" if shape.endswith("key") else "")
+    s3fs.S3FileSystem.clear_instance_cache()
+    extra = {"ContentEncoding": "gzip", "ContentType": "application/json"} if "Content-Encoding" in shape else {}
+    s3fs.S3FileSystem().pipe_file(f"{BUCKET}/{key}", packed, **extra)
+    url = f"s3://{BUCKET}/{key}"
+    for attempt in (lambda: locate_corpus(_cfg(url)), lambda: _plan(url)):
+        with pytest.raises(InputError, match=rf"{url} is gzip-compressed \(.*decompress it first: `aws s3 cp {url} - "
+                                             r"\| gunzip -c > corpus.jsonl`") as err:
+            attempt()
+        assert err.value.exit_code == 3
+
+
+@pytest.mark.parametrize("name", ["c.jsonl.gz", "c.csv.gz", "c.jsonl", "c.csv"])
+def test_a_local_gzip_corpus_is_refused_naming_the_compression(tmp_path, name):
+    from classify.errors import InputError
+
+    local = tmp_path / name
+    local.write_bytes(_gzip_corpus(tmp_path / ("plain" + (".csv" if ".csv" in name else ".jsonl"))))
+    with pytest.raises(InputError, match=rf"{local} is gzip-compressed \((first bytes 1F 8B|by its name)\); .* `gunzip -k {local}`"):
+        _plan(local)
+
+
+def _cfg(url: str):
+    from batch.config import CorpusConfig
+
+    return CorpusConfig(path=url, id_column="id")

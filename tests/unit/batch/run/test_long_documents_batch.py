@@ -98,14 +98,15 @@ def test_an_adapter_trained_on_windows_and_piloted_cut_is_named_a_prompt_mismatc
 def test_a_results_parquet_written_before_the_new_columns_still_rechecks(tmp_path):
     import pyarrow.parquet as pq
 
-    from batch.run.merge import LATER_COLUMNS, _ParquetCheck
+    from batch.run.merge import DROPPED_COLUMNS, LATER_COLUMNS, _ParquetCheck
 
     body = b"".join(json.dumps(r.row()).encode() + b"\n" for r in _rows())
     _, table = read_rows(body, review=False)
-    earlier = [n for n in table.schema.names if n not in LATER_COLUMNS]
+    earlier = [n for n in table.schema.names if n not in LATER_COLUMNS + DROPPED_COLUMNS]
     pq.write_table(table.select(earlier), tmp_path / "old.parquet")
+    pq.write_table(table.select([n for n in table.schema.names if n not in DROPPED_COLUMNS]), tmp_path / "issue41.parquet")
     pq.write_table(table, tmp_path / "new.parquet")
-    for name in ("old", "new"):
+    for name in ("old", "issue41", "new"):
         check = _ParquetCheck(tmp_path / f"{name}.parquet", review=False)
         check.take(table, body)
         assert check.finish() == [], name

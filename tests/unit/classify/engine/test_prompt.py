@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from classify.config.sections import ClassifyConfig
+from classify.documents.text import normalise_text
 from classify.engine.prompt import (
     PromptBuilder,
     answer_text,
@@ -100,12 +101,13 @@ def _odd_documents() -> list[str]:
 
 
 def test_cut_ids_are_the_whole_documents_first_ids(tokenizer, bbc_texts):
-    """The character chunks never change the ids: the cut document is the whole document's first max_doc_tokens ids."""
+    """The character chunks never change the ids: the cut document is the whole (normalised) document's first
+    max_doc_tokens ids."""
     cfg = ClassifyConfig()
     builder = prompt_builder(tokenizer, cfg)
     texts = bbc_texts[1][:150] + [(t + " ") * 3 for t in bbc_texts[1][:60]] + _odd_documents()
     for text, prompt in zip(texts, builder.build(texts), strict=True):
-        whole = tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        whole = tokenizer(normalise_text(text).text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         start = len(builder.prefix_ids)
         assert prompt.ids[start: start + prompt.n_doc_tokens] == whole[: cfg.max_doc_tokens], text[:60]
         assert prompt.truncated == (len(whole) > cfg.max_doc_tokens)
@@ -185,7 +187,7 @@ def test_a_second_tokenizer_and_chat_template_keep_special_strings_as_text(secon
     assert tok.decode(builder.suffix_ids).endswith("Category: [/INST]")
     texts = bbc_texts[1][:40] + _odd_documents()
     for text, prompt in zip(texts, builder.build(texts), strict=True):  # the cut is the whole document's first ids
-        whole = builder.encode([text])[0]
+        whole = builder.encode([normalise_text(text).text])[0]
         start = len(builder.prefix_ids)
         assert prompt.ids[start: start + prompt.n_doc_tokens] == whole[: cfg.max_doc_tokens]
 
@@ -286,3 +288,21 @@ def test_the_chunk_rounds_give_the_whole_texts_ids_for_any_text_and_budget(token
         for text, (ids, cut) in zip(texts, builder.document_ids(texts), strict=True):
             whole = builder.encode([text])[0]
             assert (ids, cut) == (whole[:budget], len(whole) > budget), (budget, text[:40])
+
+
+def test_padding_gives_the_same_windows_and_windows_without_words_are_not_scored(tokenizer, bbc_texts):
+    """Issue 55: a tail of blank lines or invisible characters changes no id; a window of symbols alone is dropped."""
+    cfg = ClassifyConfig(long_documents="windows", max_windows=8)
+    article = bbc_texts[1][0]
+    builder = PromptBuilder(tokenizer, cfg)
+    plain, padded, symbols = builder.build([article, article + "\n" * 2000 + "\u200b\u2060" * 900,
+                                            article + " \u2014 ~" * 1500])
+    assert padded.windows == plain.windows and plain.dropped is None
+    assert padded.dropped == ("1800 invisible characters (zero-width, format or control) and 2000 whitespace "
+                              "characters of padding before tokenising")
+    whole = builder.document_ids([article + " \u2014 ~" * 1500])[0][0]
+    assert len(whole) >= 4 * cfg.max_doc_tokens  # the symbols fill windows of their own
+    assert symbols.n_windows < len(plain.windows) + 4 and symbols.dropped.endswith("windows without words not scored")
+    assert all(builder.has_words(w[len(builder.prefix_ids):-len(builder.suffix_ids)]) for w in symbols.windows)
+    (nothing,) = builder.build(["\u2014 ~ " * 50 + "\u200b"])
+    assert not nothing.words and nothing.n_doc_tokens == 0
