@@ -90,8 +90,8 @@ def _scaled_config(train_config, tiny_model: Path, data: Path, **training):
         "data": cfg.data.model_copy(update={"path": str(data), "validation_rows": 5}),
         "lora": cfg.lora.model_copy(update={"layers": None}),
         "training": cfg.training.model_copy(update={
-            "recipe": "scaled", "max_seq_tokens": 160, "batch_size": 2, "epochs": 1.0, "max_steps": None,
-            "min_steps": 8, "eval_every_steps": 2, "patience_evals": 2, "learning_rate": 5e-3, "warmup_steps": 0,
+            "recipe": "scaled", "max_seq_tokens": 160, "batch_size": 2, "epochs": 0.5, "max_steps": None,
+            "min_steps": 6, "eval_every_steps": 2, "patience_evals": 2, "learning_rate": 5e-3, "warmup_steps": 0,
             "checkpoint_every_steps": 4, "dtype": "float32", **training}),
         "checks": cfg.checks.model_copy(update={"min_format_share": 0.0}),  # a random tiny model answers anything
         "output": cfg.output.model_copy(update={"publish": False}),
@@ -108,11 +108,11 @@ def test_a_scaled_run_chooses_its_length_on_the_check_rows_and_refits_on_all_row
     recipe = json.loads((out.run_dir / "summary.json").read_text())["recipe"]
     sel = recipe["selection"]
     assert recipe["name"] == "scaled" and recipe["rows"] == 20
-    assert sel["train_examples"] == 15 and sel["check_rows"] == 5 and sel["budget_steps"] == 8  # max(8, ceil(15 / 2))
+    assert sel["train_examples"] == 15 and sel["check_rows"] == 5 and sel["budget_steps"] == 6  # max(6, ceil(0.5 * 15 / 2))
     assert [e["step"] for e in sel["evals"]] == list(range(2, sel["steps_run"] + 1, 2))
     best = min(sel["evals"], key=lambda e: e["loss"])
     assert sel["best_step"] == best["step"]
-    assert sel["stopped"].startswith("early stop at step") or sel["stopped"] == "step budget reached (8 steps)"
+    assert sel["stopped"].startswith("early stop at step") or sel["stopped"] == "step budget reached (6 steps)"
     assert recipe["epochs"] == pytest.approx(sel["best_step"] * 2 / 15, abs=1e-3)
     assert recipe["final_fit"]["examples"] == 20
     assert recipe["steps"] == recipe["final_fit"]["steps"] == math.ceil(sel["best_step"] * 2 / 15 * 20 / 2)
@@ -128,8 +128,8 @@ def test_the_fixed_recipe_summary_says_rows_steps_epochs_and_why_it_stopped(trai
         writer = csv.writer(fh)
         writer.writerow(["text", "category"])
         writer.writerows((text, cat) for cat, texts in TOPICS.items() for text in texts)
-    out = train(_scaled_config(train_config, tiny_model, data, recipe="fixed", max_steps=3, epochs=None))
+    out = train(_scaled_config(train_config, tiny_model, data, recipe="fixed", max_steps=2, epochs=None))
     recipe = out.summary["recipe"]
-    assert recipe == {"name": "fixed", "rows": 15, "examples": 15, "steps": 3, "epochs": 0.4,
-                      "stopped": "step budget reached (3 steps)",
-                      "summary": "15 training rows, 3 steps = 0.40 epochs; step budget reached (3 steps)"}
+    assert recipe == {"name": "fixed", "rows": 15, "examples": 15, "steps": 2, "epochs": 0.267,
+                      "stopped": "step budget reached (2 steps)",
+                      "summary": "15 training rows, 2 steps = 0.27 epochs; step budget reached (2 steps)"}
