@@ -279,6 +279,7 @@ class TrainConfig(CommandConfig):
                     update={
                         "max_seq_tokens": s.max_seq_tokens,
                         "max_steps": s.max_steps,
+                        "min_steps": min(self.training.min_steps, s.max_steps),  # the scaled recipe's budget stays small
                         "epochs": None,
                         "batch_size": s.batch_size,
                         "grad_accum_steps": s.grad_accum_steps,
