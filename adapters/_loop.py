@@ -154,7 +154,7 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
         run_dir: the run folder (``checkpoints/`` lives there).
         config_sha256: hash of the resolved config (checked on resume).
         steps: optimizer steps to train (the linear schedule's length); ``None``: :func:`total_steps`.
-        after_step: called after each step (and its checkpoint) with ``(step, state)``; may add JSON-able
+        after_step: called after each step (before its checkpoint) with ``(step, state)``; may add JSON-able
             entries to ``state`` (they are checkpointed with it) and returns why to stop before ``steps``, or
             ``None`` (the scaled recipe's early stopping, :mod:`adapters.recipe`).
 
@@ -226,6 +226,11 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
         state["history"].append(entry)
         log.info("step %d/%d loss %.4f lr %.2e tokens %d (%.0f tok/s cpu, %.0f tok/s wall)",
                  step, steps, entry["loss"], lr, tokens, tokens / max(cpu_s, 1e-9), tokens / max(wall_s, 1e-9))
+        if after_step is not None:  # before the checkpoint, which then holds what it added to the state
+            stopped = after_step(step, state)
+            if stopped:
+                state["stopped"] = stopped
+                log.info("%s", stopped)
         by_time = t.checkpoint_every_s is not None and time.monotonic() - last_checkpoint >= t.checkpoint_every_s
         if step % t.checkpoint_every_steps == 0 or step == steps or by_time:
             if device.type == "cuda":
@@ -234,11 +239,6 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
                                    keep=t.keep_checkpoints)
             last_checkpoint = time.monotonic()
             log.info("checkpoint %s%s", path.name, f" ({t.checkpoint_every_s:g} s since the last)" if by_time else "")
-        if after_step is not None:
-            stopped = after_step(step, state)
-            if stopped:
-                state["stopped"] = stopped
-                log.info("%s", stopped)
     state["steps"] = step
     state.setdefault("stopped", f"step budget reached ({steps} steps)")
     return state
