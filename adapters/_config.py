@@ -107,6 +107,13 @@ class TrainingSection(Frozen):
             the card on a GPU lot with the cuda profile, else the CPU), ``cpu`` or ``cuda``.
         threads: torch intra-op CPU threads (the machine may be shared); applies on the CPU only.
         loss_window_steps: steps averaged for the "loss fell" check (first window vs last).
+        recipe: ``fixed`` (default: train ``max_steps`` or ``epochs`` on the training rows, the validation rows
+            held out to the end) or ``scaled`` (issue 56, for few labels; :mod:`adapters.recipe`): a step budget
+            that grows as the rows shrink (at least ``min_steps``), early stopping on the validation ("check")
+            rows' answer loss, then a final fit on ALL rows, check rows included, for the epochs the check chose.
+        min_steps: ``scaled`` only: the least step budget of the selection fit (few rows get more passes).
+        eval_every_steps: ``scaled`` only: steps between two evaluations of the check rows' answer loss.
+        patience_evals: ``scaled`` only: evaluations without a lower check loss that stop the selection fit.
     """
 
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
@@ -127,6 +134,10 @@ class TrainingSection(Frozen):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = Field(1, ge=1, le=512)
     loss_window_steps: int = Field(10, ge=1)
+    recipe: Literal["fixed", "scaled"] = "fixed"
+    min_steps: int = Field(60, ge=1)
+    eval_every_steps: int = Field(5, ge=1)
+    patience_evals: int = Field(4, ge=1)
 
     def run_device(self) -> str:
         """The torch device training computes on: ``"cuda"`` or ``"cpu"`` (:attr:`device` resolved here).
@@ -268,6 +279,7 @@ class TrainConfig(CommandConfig):
                     update={
                         "max_seq_tokens": s.max_seq_tokens,
                         "max_steps": s.max_steps,
+                        "min_steps": min(self.training.min_steps, s.max_steps),  # the scaled recipe's budget stays small
                         "epochs": None,
                         "batch_size": s.batch_size,
                         "grad_accum_steps": s.grad_accum_steps,

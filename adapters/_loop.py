@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,25 @@ PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 
 
 def answer_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
-    """Summed cross-entropy over answer tokens only, computing logits for the last positions only.
+    """Summed cross-entropy over answer tokens only, computing logits for the last positions only
+    (:func:`answer_logits`).
+
+    Args:
+        model: as :func:`answer_logits`.
+        batch: as :func:`answer_logits`.
+
+    Returns:
+        ``(loss_sum tensor, answer token count)``.
+    """
+    import torch
+
+    logits, labels = answer_logits(model, batch)
+    loss = torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+    return loss, int((labels != -100).sum())
+
+
+def answer_logits(model: Any, batch: dict[str, Any]) -> tuple[Any, Any]:
+    """Float32 logits of the last ``answer_len`` positions' next tokens and their labels, computing no others.
 
     With left padding every answer ends at the last position, so the hidden states of the last
     ``answer_len + 1`` positions predict every answer token (the vocabulary projection is the
@@ -96,10 +115,9 @@ def answer_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
             ``position_ids`` and ``labels`` of shape (batch, seq), ``answer_len`` (int).
 
     Returns:
-        ``(loss_sum tensor, answer token count)``.
+        ``(logits, labels)``: ``(batch * answer_len, vocab)`` float32 and ``(batch * answer_len,)`` (``-100``
+        where a shorter answer's window holds prompt), row ``j``'s positions at ``j * answer_len ...``.
     """
-    import torch
-
     k = batch["answer_len"]
     causal = model.get_base_model() if hasattr(model, "get_base_model") else model
     if getattr(causal.config, "model_type", None) in PLAIN_HEAD_MODEL_TYPES:
@@ -120,13 +138,12 @@ def answer_loss_sum(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
             use_cache=False,
         )
         logits = out.logits[:, :-1, :].float().reshape(-1, out.logits.size(-1))
-    labels = batch["labels"][:, -k:].reshape(-1)
-    loss = torch.nn.functional.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
-    return loss, int((labels != -100).sum())
+    return logits, batch["labels"][:, -k:].reshape(-1)
 
 
 def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]], *, pad_id: int, run_dir: Path,
-             config_sha256: str) -> dict[str, Any]:
+             config_sha256: str, steps: int | None = None,
+             after_step: Callable[[int, dict[str, Any]], str | None] | None = None) -> dict[str, Any]:
     """Train to the last step on the model's device, checkpointing by steps and by wall time; resume from the latest.
 
     Args:
@@ -136,12 +153,17 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
         pad_id: the tokenizer's pad token id.
         run_dir: the run folder (``checkpoints/`` lives there).
         config_sha256: hash of the resolved config (checked on resume).
+        steps: optimizer steps to train (the linear schedule's length); ``None``: :func:`total_steps`.
+        after_step: called after each step (before its checkpoint) with ``(step, state)``; may add JSON-able
+            entries to ``state`` (they are checkpointed with it) and returns why to stop before ``steps``, or
+            ``None`` (the scaled recipe's early stopping, :mod:`adapters.recipe`).
 
     Returns:
         State: ``history`` (one entry per step: loss, lr, tokens, cpu_s, wall_s), ``tokens``,
         ``cpu_s``, ``wall_s``, ``resumed_from``, ``skipped_checkpoints`` (unusable ones passed over on
         resume), ``steps``, ``device`` (in words) and, on a card, ``peak_device_bytes``
-        (``torch.cuda.max_memory_allocated``, bytes).
+        (``torch.cuda.max_memory_allocated``, bytes), ``stopped`` (why the loop ended: the last step, or
+        ``after_step``'s reason; ``steps`` is then the step it stopped at).
 
     Raises:
         ConfigError: the checkpoint to resume from was written with another config.
@@ -155,7 +177,7 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
         torch.set_num_threads(t.threads)  # a card's run leaves the host's threads alone (data collation, the tokenizer)
     else:
         torch.cuda.reset_peak_memory_stats(device)
-    steps = total_steps(cfg, len(examples))
+    steps = total_steps(cfg, len(examples)) if steps is None else steps
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(t.warmup_steps, steps))
@@ -175,7 +197,8 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
              t.batch_size, t.grad_accum_steps, t.learning_rate, t.compute_dtype())
     state["device"] = on
     last_checkpoint = time.monotonic()
-    while step < steps:
+    stopped = state.get("stopped") if step < steps else None
+    while step < steps and not stopped:
         cpu0, wall0 = time.process_time(), time.time()
         micro = [micro_batch_indices(step, m, accum=t.grad_accum_steps, batch=t.batch_size, n=len(examples), seed=t.seed)
                  for m in range(t.grad_accum_steps)]
@@ -203,6 +226,11 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
         state["history"].append(entry)
         log.info("step %d/%d loss %.4f lr %.2e tokens %d (%.0f tok/s cpu, %.0f tok/s wall)",
                  step, steps, entry["loss"], lr, tokens, tokens / max(cpu_s, 1e-9), tokens / max(wall_s, 1e-9))
+        if after_step is not None:  # before the checkpoint, which then holds what it added to the state
+            stopped = after_step(step, state)
+            if stopped:
+                state["stopped"] = stopped
+                log.info("%s", stopped)
         by_time = t.checkpoint_every_s is not None and time.monotonic() - last_checkpoint >= t.checkpoint_every_s
         if step % t.checkpoint_every_steps == 0 or step == steps or by_time:
             if device.type == "cuda":
@@ -211,7 +239,8 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
                                    keep=t.keep_checkpoints)
             last_checkpoint = time.monotonic()
             log.info("checkpoint %s%s", path.name, f" ({t.checkpoint_every_s:g} s since the last)" if by_time else "")
-    state["steps"] = steps
+    state["steps"] = step
+    state.setdefault("stopped", f"step budget reached ({steps} steps)")
     return state
 
 

@@ -259,8 +259,9 @@ def fit_calibration(logprobs: dict[str, list[float]], rows: list[Row], categorie
         out_dir: where to write ``reliability_validation.png`` (before/after), or ``None``.
 
     Returns:
-        ``{"temperature", "ece_before", "ece_after", "nll_before", "nll_after", "fitted_on"}`` (ECE with
-        15 bins, NLL in nats per row), or ``None`` when no row has log-probs (``choice`` scoring).
+        ``{"temperature", "ece_before", "ece_after", "nll_before", "nll_after", "fitted_on", "smoothing"}`` (ECE
+        with 15 bins, NLL in nats per row, T fitted with the rule-of-succession smoothing
+        :func:`adapters.calibration.fit_temperature` names), or ``None`` when no row has log-probs (``choice`` scoring).
     """
     import numpy as np
 
@@ -270,6 +271,7 @@ def fit_calibration(logprobs: dict[str, list[float]], rows: list[Row], categorie
         fit_temperature,
         negative_log_likelihood,
         reliability_diagram,
+        succession_smoothing,
     )
 
     kept = [r for r in rows if r.id in logprobs]
@@ -288,6 +290,7 @@ def fit_calibration(logprobs: dict[str, list[float]], rows: list[Row], categorie
             reliability_diagram(scores, right, out_dir / f"reliability_validation_{tag}.png",
                                 f"validation split, {'raw scores' if tag == 'before' else f'temperature T = {t:.2f}'}")
     out["fitted_on"] = f"validation split, n={len(kept)}"
+    out["smoothing"] = round(succession_smoothing(len(kept)), 5)  # rule of succession: no T -> 0 on an error-free split
     log.info("calibration: T = %.3f fitted on %d validation rows: NLL %.3f -> %.3f nats/row (what T is fitted to), "
              "ECE %.2f%% -> %.2f%% (15 bins)", t, len(kept), out["nll_before"], out["nll_after"],
              100 * out["ece_before"], 100 * out["ece_after"])

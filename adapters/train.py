@@ -38,7 +38,14 @@ from adapters._support import (
     plot_loss,
     write_support_note,
 )
-from adapters._validate import FORMAT_ROWS, checkpoints_exist, free_answers, loss_fell, through_engine
+from adapters._validate import (
+    FORMAT_ROWS,
+    _calibration_or_none,
+    checkpoints_exist,
+    free_answers,
+    loss_fell,
+    through_engine,
+)
 from adapters.registry import Registry, ResolvedAdapter
 from classify.config.sections import classification_sha256, config_sha256, load_config
 from classify.engine.model import resolve_model
@@ -235,11 +242,18 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
                  len(examples), cfg.classify.long_documents, len(val_rows), total_steps(cfg, len(examples)),
                  disk["total"] / 2**20, disk["free"] / 2**20)
         check_inputs(run_dir, run_inputs(cfg.data.resolved_path(), data_sha, model_ref))  # records them for a new run
-        stage = "load-model"
-        model = build_lora_model(cfg, model_ref.path)
         stage = "train"
-        state = run_loop(cfg, model, examples, pad_id=tokenizer.pad_token_id or tokenizer.eos_token_id, run_dir=run_dir,
-                         config_sha256=sha)
+        if cfg.training.recipe == "scaled":
+            model, state, recipe = _scaled_fit(cfg, tokenizer, model_ref, examples, val_rows, run_dir=run_dir, sha=sha,
+                                               n_rows=len(train_rows) + len(val_rows))
+        else:
+            stage = "load-model"
+            model = build_lora_model(cfg, model_ref.path)
+            stage = "train"
+            state = run_loop(cfg, model, examples, pad_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+                             run_dir=run_dir, config_sha256=sha)
+            recipe = _fixed_recipe(cfg, len(train_rows), len(examples), state)
+        log.info("recipe %s: %s", recipe["name"], recipe["summary"])
         stage = "save"
         adapter_dir = _save_adapter(cfg, model, run_dir, run_id, state["history"])
         stage = "checks"
@@ -256,9 +270,16 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         failed = [name for name, c in checks.items() if not c["passed"]]
         log.info("end checks done in %.0f s: %s", time.time() - checks_t0,
                  f"failed {failed}" if failed else "all passed")
+        if recipe["name"] == "scaled":  # the temperature comes from the check rows while they were held out
+            recipe["calibration"] = _calibration_or_none(recipe.pop("check_logprobs"), val_rows, cfg.classify.categories,
+                                                         adapter_dir)
+            if "engine" in checks:
+                checks["engine"]["calibration"] = recipe["calibration"]
+                checks["engine"]["note"] = "accuracy on the check rows, which the final fit trained on"
         summary = _train_summary(cfg, run_id=run_id, smoke=smoke, sha=sha, data_sha=data_sha, rows=rows,
                                  train_rows=train_rows, val_rows=val_rows, state=state, dtypes=dtypes, checks=checks,
                                  failed=failed, run_wall_s=time.time() - t_run, disk=disk)
+        summary["recipe"] = recipe
         if failed:
             raise VerificationError(f"training run {run_id} failed its end-of-run checks {failed}: "
                                     + "; ".join(f"{n}: {json.dumps({k: v for k, v in checks[n].items() if k != 'examples'})}" for n in failed))
@@ -283,6 +304,96 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
     finally:
         log.removeHandler(handler)
         handler.close()
+
+
+def _fixed_recipe(cfg: TrainConfig, n_rows: int, n_examples: int, state: dict[str, Any]) -> dict[str, Any]:
+    """``summary.json``'s ``recipe`` block of the ``fixed`` recipe: rows, steps, epochs, why it stopped."""
+    eff = cfg.training.batch_size * cfg.training.grad_accum_steps
+    epochs = state["steps"] * eff / max(1, n_examples)
+    return {"name": "fixed", "rows": n_rows, "examples": n_examples, "steps": state["steps"], "epochs": round(epochs, 3),
+            "stopped": state.get("stopped"),
+            "summary": f"{n_rows} training rows, {state['steps']} steps = {epochs:.2f} epochs; {state.get('stopped')}"}
+
+
+def _scaled_fit(cfg: TrainConfig, tokenizer: Any, model_ref: Any, examples: list[dict[str, list[int]]],
+                val_rows: list[Any], *, run_dir: Path, sha: str, n_rows: int) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The ``scaled`` recipe (:mod:`adapters.recipe`): a selection fit with early stopping on the check rows, then
+    a final fit on every row for the epochs it chose.
+
+    The selection fit lives in ``<run>/select/`` (its checkpoints, and ``choice.json`` once it has chosen: a
+    resume after that goes straight to the final fit); the final fit in the run folder itself.
+
+    Returns:
+        ``(model, state, recipe)``: the final fit's model and loop state, and ``summary.json``'s ``recipe`` block
+        (with ``check_logprobs``, the check rows' log-probs at the chosen step, for the temperature).
+    """
+    from adapters.recipe import RULE, EarlyStop, check_eval, final_steps, step_budget
+    from classify.engine.prompt import category_first_tokens
+
+    t = cfg.training
+    eff = t.batch_size * t.grad_accum_steps
+    pad_id = tokenizer.pad_token_id or tokenizer.eos_token_id
+    check_examples, check_ids = [], []
+    for row in val_rows:
+        mine = tokenize(tokenizer, cfg.classify, [row], t.max_seq_tokens)
+        check_examples += mine
+        check_ids += [row.id] * len(mine)
+    select_dir = run_dir / "select"
+    choice_file = select_dir / "choice.json"
+    budget = step_budget(len(examples), eff, epochs=t.epochs, max_steps=t.max_steps, min_steps=t.min_steps)
+    if choice_file.is_file():
+        choice = json.loads(choice_file.read_text())
+        log.info("selection fit already chose step %d (%s): going on with the final fit", choice["best_step"],
+                 choice_file)
+    else:
+        first_tokens = category_first_tokens(tokenizer, cfg.classify.categories)
+        model = build_lora_model(cfg, model_ref.path)
+
+        def after_step(step: int, state: dict[str, Any]) -> str | None:
+            if step % t.eval_every_steps and step != budget:
+                return None
+            kept = state.get("early_stop") or {}
+            stopper = EarlyStop(t.patience_evals, evals=list(kept.get("evals", [])), best=kept.get("best"))
+            loss, logprobs = check_eval(model, check_examples, check_ids, first_tokens, pad_id, t.batch_size)
+            reason = stopper.update(step, loss, logprobs)
+            log.info("check rows at step %d: answer loss %.4f (lowest %.4f at step %d)", step, loss,
+                     stopper.best["loss"], stopper.best["step"])
+            state["early_stop"] = {"evals": stopper.evals, "best": stopper.best}
+            return reason
+
+        log.info("scaled recipe: selection fit on %d example(s), %d check row(s), budget %d steps (%s)",
+                 len(examples), len(val_rows), budget, RULE)
+        selected = run_loop(cfg, model, examples, pad_id=pad_id, run_dir=select_dir, config_sha256=sha, steps=budget,
+                            after_step=after_step)
+        best = selected["early_stop"]["best"]
+        choice = {"budget_steps": budget, "steps_run": selected["steps"], "stopped": selected["stopped"],
+                  "evals": selected["early_stop"]["evals"], "best_step": best["step"],
+                  "best_check_loss": round(best["loss"], 6), "check_logprobs": best["logprobs"],
+                  "wall_s": round(selected["wall_s"], 1)}
+        write_json_atomic(choice_file, choice)
+        del model
+        gc.collect()
+    steps, epochs = final_steps(choice["best_step"], len(examples), len(examples) + len(check_examples), eff)
+    log.info("scaled recipe: final fit on all %d example(s) (check rows included): %d steps = %.2f epochs",
+             len(examples) + len(check_examples), steps, epochs)
+    model = build_lora_model(cfg, model_ref.path)
+    state = run_loop(cfg, model, examples + check_examples, pad_id=pad_id, run_dir=run_dir, config_sha256=sha,
+                     steps=steps)
+    recipe = {
+        "name": "scaled", "rule": RULE, "rows": n_rows, "selection": {
+            "train_examples": len(examples), "check_rows": len(val_rows), "budget_steps": budget,
+            "steps_run": choice["steps_run"], "evals": choice["evals"], "best_step": choice["best_step"],
+            "best_check_loss": choice["best_check_loss"], "stopped": choice["stopped"], "wall_s": choice.get("wall_s")},
+        "epochs": round(epochs, 3), "steps": state["steps"],
+        "final_fit": {"examples": len(examples) + len(check_examples), "steps": state["steps"], "epochs": round(epochs, 3),
+                      "wall_s": round(state["wall_s"], 1)},
+        "stopped": choice["stopped"],
+        "check_logprobs": choice["check_logprobs"],
+    }
+    recipe["summary"] = (f"{len(examples)} training + {len(val_rows)} check rows; selection fit: budget {budget} steps, "
+                         f"{choice['stopped']}, chose step {choice['best_step']} = {epochs:.2f} epochs; final fit on all "
+                         f"{len(examples) + len(check_examples)} examples: {state['steps']} steps")
+    return model, state, recipe
 
 
 def _open_run(cfg: TrainConfig, *, sha: str, smoke: bool, resume: str | None) -> tuple[TrainConfig, Path, list[str]]:
@@ -432,7 +543,7 @@ def _publish(cfg: TrainConfig, registry: Registry, adapter_dir: Path, model_ref:
         "loss_curve": "loss_curve.png",
         "code_revision": code_revision(),
     }
-    calibration = (summary["checks"].get("engine") or {}).get("calibration")
+    calibration = (summary["checks"].get("engine") or {}).get("calibration") or summary.get("recipe", {}).get("calibration")
     if calibration:  # the score temperature pilot, batch and serve apply (adapters.card.AdapterCard.temperature)
         card["calibration"] = calibration
     for _ in range(5):  # another publisher may take the next version between listing and renaming

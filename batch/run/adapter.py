@@ -104,9 +104,10 @@ def resolve_adapter(ref: str | None, model: ModelRef, engine: Any = None,
     return BatchAdapter(resolved, "merged", merged_model(resolved, model, compute_dtype(model_cfg)))
 
 
-PROMPT_FIELDS = ("categories", "instruction", "max_doc_tokens", "long_documents")
+PROMPT_FIELDS = ("categories", "instruction", "max_doc_tokens", "long_documents", "descriptions")
 """The ``classify`` fields that shape the prompt an adapter was trained on (``long_documents``: its examples were
-windows or cut documents; a card written before issue 41 has no such field and is not compared on it)."""
+windows or cut documents; a card written before issue 41 has no such field and is not compared on it; likewise
+``descriptions`` before issue 56, where ``null`` and ``{}`` are the same prompt)."""
 
 
 def prompt_mismatch(card: dict[str, Any], classify_cfg: ClassifyConfig) -> list[str]:
@@ -122,5 +123,9 @@ def prompt_mismatch(card: dict[str, Any], classify_cfg: ClassifyConfig) -> list[
     """
     trained = card.get("classify") or {}
     now = classify_cfg.model_dump(mode="json")
+    if trained.get("descriptions") == {}:  # no descriptions either way: the same prompt
+        trained = {**trained, "descriptions": None}
+    if now.get("descriptions") == {}:
+        now["descriptions"] = None
     return [f"{k}: trained {trained[k]!r}, piloted {now[k]!r}" for k in PROMPT_FIELDS
             if k in trained and trained[k] != now[k]]

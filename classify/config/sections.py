@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from classify.config.base import Frozen, canonical_json, format_validation_error, parse_config
 from classify.config.engine import DEVICES, ENGINE_AUTO, Device, EngineConfig, EngineSettings
@@ -45,6 +45,9 @@ DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
 
 DEFAULT_CATEGORIES = ("business", "entertainment", "politics", "sport", "tech")
 """Five news topics, the default label set (the shipped config names them too)."""
+
+MAX_DESCRIPTION_CHARS = 200
+"""Longest category description (``classify.descriptions``): one line of the system message."""
 
 _CATEGORY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 
@@ -93,6 +96,11 @@ class ClassifyConfig(Frozen):
         scoring: ``first-token`` (one forward pass, log-probs of the categories' distinct
             first tokens), ``choice`` (vLLM structured output), or ``auto`` (first-token when
             the first tokens are distinct, else choice).
+        descriptions: an optional one-line description per category (category -> text, at most
+            :data:`MAX_DESCRIPTION_CHARS` characters, no line break), listed in the prompt's system message
+            after the category's name (``- business: companies, markets, the economy``); a category without one
+            is listed by name only. The answer is still the bare name, so scoring is unchanged. ``null``
+            (default) or ``{}``: the category list of one line as before, and the same pilot-gate key.
     """
 
     categories: tuple[str, ...] = DEFAULT_CATEGORIES
@@ -108,6 +116,24 @@ class ClassifyConfig(Frozen):
     max_doc_bytes: int = Field(200_000, ge=1, le=100_000_000)
     scoring: Literal["auto", "first-token", "choice"] = "auto"
     review_below_score: float | None = Field(None, gt=0, le=1)
+    descriptions: dict[str, str] | None = None
+
+    @field_validator("descriptions")
+    @classmethod
+    def _check_descriptions(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for name, text in (value or {}).items():
+            if not text.strip() or "\n" in text or "\r" in text or len(text) > MAX_DESCRIPTION_CHARS:
+                raise ValueError(f"`{name}` must be one non-empty line of at most {MAX_DESCRIPTION_CHARS} "
+                                 f"characters, got {text!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _descriptions_name_categories(self) -> ClassifyConfig:
+        unknown = sorted(set(self.descriptions or {}) - set(self.categories))
+        if unknown:
+            raise ValueError(f"`descriptions` must describe categories of `categories`, got {unknown} "
+                             f"(allowed: {list(self.categories)})")
+        return self
 
     @field_validator("categories")
     @classmethod
@@ -232,9 +258,13 @@ def classification_sha256(model: ModelConfig, classify: ClassifyConfig) -> str:
     ``classify.review_below_score`` is left out: it flags answers for review, it does not change them.
     ``classify.long_documents`` and ``max_windows`` are left out in ``cut`` mode (the default, where
     ``max_windows`` changes nothing), so the keys of pilots made before windows existed stay what they were.
+    ``classify.descriptions`` counts when set (they are in the prompt: a changed description is a new key, so the
+    pilot must be run again) and is left out when ``null`` or ``{}`` (the prompt of a config without them).
     """
     model_json = model.model_dump(mode="json", exclude={"adapter_mode"})
     left_out = {"review_below_score"} | ({"long_documents", "max_windows"} if classify.long_documents == "cut" else set())
+    if not classify.descriptions:
+        left_out.add("descriptions")
     return hashlib.sha256(
         canonical_json({"model": model_json, "classify": classify.model_dump(mode="json", exclude=left_out)}).encode()
     ).hexdigest()

@@ -154,10 +154,18 @@ class Prompt:
         return tokenizer.decode(self.ids, skip_special_tokens=False)
 
 
+def category_list(cfg: ClassifyConfig) -> str:
+    """The system message's category list: one line of names, or with ``classify.descriptions`` one line per
+    category (``- name: description``; a category without a description by name only)."""
+    if not cfg.descriptions:
+        return f"Categories: {', '.join(cfg.categories)}."
+    lines = [f"- {c}: {cfg.descriptions[c]}" if c in cfg.descriptions else f"- {c}" for c in cfg.categories]
+    return "Categories:\n" + "\n".join(lines)
+
+
 def _messages(cfg: ClassifyConfig, document: str) -> list[dict[str, str]]:
-    categories = ", ".join(cfg.categories)
     return [
-        {"role": "system", "content": f"{cfg.instruction}\nCategories: {categories}."},
+        {"role": "system", "content": f"{cfg.instruction}\n{category_list(cfg)}"},
         {"role": "user", "content": f"Article:\n{document}\n\nCategory:"},
     ]
 

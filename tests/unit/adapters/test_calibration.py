@@ -99,3 +99,36 @@ def test_reliability_diagram_writes_png(tmp_path):
     p = cal.apply_temperature(lp, 1.0)
     out = cal.reliability_diagram(p.max(axis=1), p.argmax(axis=1) == labels, tmp_path / "sub" / "rel.png", "synthetic")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _error_free(n: int, k: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` rows all answered right by a sure model: the true category's log-prob about -0.05, the rest -4 to -8."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, size=n)
+    lp = rng.uniform(-8.0, -4.0, size=(n, k))
+    lp[np.arange(n), labels] = rng.uniform(-0.1, -0.01, size=n)
+    return lp, labels
+
+
+@pytest.mark.parametrize("n", [5, 10, 40])
+def test_an_error_free_tiny_split_keeps_the_scores_below_one(n):
+    """Few validation rows, all right (the few-label regime of issue 56): the plain NLL runs T to its floor and
+    every score to 1.0; the rule-of-succession smoothing keeps a finite T and scores near 1 - 1/(n + 2)."""
+    lp, labels = _error_free(n)
+    plain = cal.fit_temperature(lp, labels, smoothing=0.0)
+    assert plain < 2 * cal.T_MIN  # what the old fit gave: T at its floor (within the search tolerance)
+    assert cal.apply_temperature(lp, plain).max(axis=1).min() > 1 - 1e-12
+    t = cal.fit_temperature(lp, labels)
+    assert t > 4 * cal.T_MIN
+    scores = cal.apply_temperature(lp, t).max(axis=1)
+    assert scores.max() < 1 - 1e-4 and len(np.unique(np.round(scores, 6))) > n // 2  # scores still rank documents
+    assert abs(scores.mean() - (1 - 1 / (n + 2))) < 0.05
+    threshold = np.quantile(scores, 0.2)  # a review threshold still sends some documents to review, not none
+    assert 0 < (scores < threshold).sum() < n
+
+
+def test_the_smoothing_moves_a_fit_with_errors_only_a_little():
+    lp, labels = _overconfident()
+    assert cal.fit_temperature(lp, labels) == pytest.approx(cal.fit_temperature(lp, labels, smoothing=0.0), rel=0.05)
+    with pytest.raises(ValueError, match=r"smoothing must be in \[0, 0.5\], got 0.7"):
+        cal.fit_temperature(lp, labels, smoothing=0.7)

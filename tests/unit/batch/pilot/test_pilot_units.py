@@ -102,6 +102,10 @@ def test_prompt_mismatch_names_each_prompt_field_the_adapter_was_trained_without
     assert prompt_mismatch({"classify": smoke}, pilot_config.classify) == [
         f"max_doc_tokens: trained 48, piloted {pilot_config.classify.max_doc_tokens}"]
     assert prompt_mismatch({}, pilot_config.classify) == []
+    described = {**trained, "descriptions": {"sport": "games and results"}}  # issue 56
+    assert prompt_mismatch({"classify": described}, pilot_config.classify) == [
+        "descriptions: trained {'sport': 'games and results'}, piloted None"]
+    assert prompt_mismatch({"classify": {**trained, "descriptions": {}}}, pilot_config.classify) == []
 
 
 def _measured(peak_gib: float, est_gib: float | None, machine_gib: float = 16.0, device: str = "cpu") -> dict:

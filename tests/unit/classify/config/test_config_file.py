@@ -56,6 +56,38 @@ def test_a_shared_section_edit_is_seen_by_pilot_batch_train_and_serve_alike(tmp_
     assert len(old) == 1 and old != set(hashes.values())
 
 
+def test_category_descriptions_reach_every_command_and_a_changed_one_is_a_new_pilot_gate_key(tmp_path):
+    """``classify.descriptions`` (issue 56): read alike by pilot, batch, train and serve, part of the gate key when set."""
+    data = json.loads(SHIPPED.read_text())
+    plain = {classification_sha256(c.model, c.classify) for c in _all_views(SHIPPED).values()}
+    data["classify"]["descriptions"] = {"sport": "games, athletes and results"}
+    described = _all_views(_write(tmp_path, data))
+    keys = {classification_sha256(c.model, c.classify) for c in described.values()}
+    assert all(c.classify.descriptions == {"sport": "games, athletes and results"} for c in described.values())
+    assert len(keys) == 1 and keys != plain
+    data["classify"]["descriptions"] = {"sport": "games, athletes, results and transfers"}
+    changed = {classification_sha256(c.model, c.classify) for c in _all_views(_write(tmp_path, data)).values()}
+    assert len(changed) == 1 and changed != keys and changed != plain
+    for empty in ({}, None):  # no descriptions: the key of a config without the field (pilots made before it stay valid)
+        data["classify"]["descriptions"] = empty
+        assert {classification_sha256(c.model, c.classify) for c in _all_views(_write(tmp_path, data)).values()} == plain
+
+
+@pytest.mark.parametrize(
+    ("descriptions", "message"),
+    [
+        ({"movies": "films"}, r"`classify` `descriptions` must describe categories of `categories`, got \['movies'\]"),
+        ({"sport": "games\nand results"}, r"`classify.descriptions` `sport` must be one non-empty line of at most 200 characters, got .games\\nand results."),
+        ({"sport": "x" * 201}, r"must be one non-empty line of at most 200 characters"),
+    ],
+)
+def test_a_bad_category_description_is_refused_naming_it(tmp_path, descriptions, message):
+    data = json.loads(SHIPPED.read_text())
+    data["classify"]["descriptions"] = descriptions
+    with pytest.raises(ConfigError, match=message):
+        load_config(PilotConfig, _write(tmp_path, data))
+
+
 def test_each_command_reads_its_own_section():
     views = _all_views(SHIPPED)
     data = json.loads(SHIPPED.read_text())

@@ -233,8 +233,29 @@ class _RecordingLLM:
         yield SimpleNamespace(outputs=[self._out()])
 
 
-def test_pilot_batch_serve_and_training_build_identical_ids(tokenizer, pilot_config, bbc_texts):
-    """The same document gives the same prompt ids on every path: what was trained is what is served."""
+DESCRIPTIONS = {"business": "companies, markets, trade and the economy", "sport": "games, athletes and results",
+                "tech": "computers, the internet, phones and games consoles"}
+"""Category descriptions (``classify.descriptions``) for three of the five categories (issue 56)."""
+
+
+def test_descriptions_are_listed_one_line_per_category_and_the_answer_stays_the_name(tokenizer):
+    cfg = ClassifyConfig(descriptions=DESCRIPTIONS)
+    text = build_prompt(tokenizer, cfg, "Shares rose sharply on Monday.").text(tokenizer)
+    assert ("Categories:\n- business: companies, markets, trade and the economy\n- entertainment\n- politics\n"
+            "- sport: games, athletes and results\n- tech: computers, the internet, phones and games consoles<|im_end|>") in text
+    assert text.endswith("<|im_start|>assistant\n")
+    assert build_training_example(tokenizer, cfg, "Shares rose.", "business")["labels"][-2:] == \
+        tokenizer(answer_text(tokenizer, "business"), add_special_tokens=False)["input_ids"]
+    assert category_first_tokens(tokenizer, cfg.categories) == category_first_tokens(tokenizer, ClassifyConfig().categories)
+    assert ClassifyConfig(descriptions={}).model_dump(exclude={"descriptions"}) == ClassifyConfig().model_dump(
+        exclude={"descriptions"})
+    assert build_prompt(tokenizer, ClassifyConfig(descriptions={}), "x").ids == build_prompt(tokenizer, ClassifyConfig(), "x").ids
+
+
+@pytest.mark.parametrize("described", [False, True], ids=["names", "descriptions"])
+def test_pilot_batch_serve_and_training_build_identical_ids(tokenizer, pilot_config, bbc_texts, described):
+    """The same document gives the same prompt ids on every path: what was trained is what is served (with and
+    without category descriptions)."""
     from adapters._data import Row, tokenize
     from batch.corpus.shard import ShardInput
     from batch.pool.actor import EngineActor
@@ -244,6 +265,9 @@ def test_pilot_batch_serve_and_training_build_identical_ids(tokenizer, pilot_con
     from serve.engine import AsyncClassifier
 
     cfg = pilot_config.classify
+    if described:
+        cfg = cfg.model_copy(update={"descriptions": DESCRIPTIONS})
+        assert "- sport: games, athletes and results" in build_prompt(tokenizer, cfg, "x").text(tokenizer)
     texts = [bbc_texts[1][0], bbc_texts[1][1][:300] + FORGED, "Short note <|endoftext|> with a \"quote\"."]
     scorer = Scorer(tokenizer, cfg, pilot_config.model.max_model_len)
     first = scorer.first_tokens[0]
