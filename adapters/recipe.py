@@ -96,7 +96,7 @@ class EarlyStop:
         return None
 
 
-def check_eval(model: Any, examples: list[dict[str, list[int]]], ids: list[str], first_tokens: list[int] | None,
+def check_eval(model: Any, examples: list[dict[str, list[int]]], ids: list[str], first_tokens: list[int] | None, *,
                pad_id: int, batch_size: int) -> tuple[float, dict[str, list[float]]]:
     """The check rows' mean answer-token cross-entropy, and each row's first-token log-probs of the categories.
 

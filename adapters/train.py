@@ -184,6 +184,22 @@ def _log_to(run_dir: Path) -> logging.Handler:
     return handler
 
 
+def _engine_check(cfg: TrainConfig, checks: dict[str, Any], recipe: dict[str, Any], *, adapter_dir: Path,
+                  val_rows: list[Any], model_ref: Any, classifier: Any, label: str, n_checks: int) -> list[str]:
+    """The last end check (the validation rows through vLLM with the new adapter, where configured) and, for the
+    scaled recipe, the temperature from the check rows while they were held out; returns the failed checks' names."""
+    if cfg.checks.validation_engine == "vllm":
+        log.info("end check 4/%d: %d validation row(s) through vLLM with the new adapter", n_checks, len(val_rows))
+        checks["engine"] = through_engine(cfg, adapter_dir, val_rows, model_ref, classifier=classifier, label=label)
+    if recipe["name"] == "scaled":
+        recipe["calibration"] = _calibration_or_none(recipe.pop("check_logprobs"), val_rows, cfg.classify.categories,
+                                                     adapter_dir)
+        if "engine" in checks:
+            checks["engine"]["calibration"] = recipe["calibration"]
+            checks["engine"]["note"] = "accuracy on the check rows, which the final fit trained on"
+    return [name for name, c in checks.items() if not c["passed"]]
+
+
 def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, publish: bool | None = None,
           classifier: Any = None, registry: Registry | None = None, resume_command: str | None = None) -> TrainOutcome:
     """Run (or resume) one training run end to end.
@@ -257,25 +273,15 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         stage = "save"
         adapter_dir = _save_adapter(cfg, model, run_dir, run_id, state["history"])
         stage = "checks"
-        n_checks = 4 if cfg.checks.validation_engine == "vllm" else 3
-        checks_t0 = time.time()
+        n_checks, checks_t0 = (4 if cfg.checks.validation_engine == "vllm" else 3), time.time()
         checks = _checks_on_the_trained_model(cfg, model, tokenizer, run_dir=run_dir, history=state["history"],
                                               val_rows=val_rows, n_checks=n_checks)
         del model  # the trained model's memory is free before the engine check loads its own
         gc.collect()
-        if cfg.checks.validation_engine == "vllm":
-            log.info("end check 4/%d: %d validation row(s) through vLLM with the new adapter", n_checks, len(val_rows))
-            checks["engine"] = through_engine(cfg, adapter_dir, val_rows, model_ref, classifier=classifier,
-                                              label=f"{run_id}-candidate")
-        failed = [name for name, c in checks.items() if not c["passed"]]
+        failed = _engine_check(cfg, checks, recipe, adapter_dir=adapter_dir, val_rows=val_rows, model_ref=model_ref,
+                               classifier=classifier, label=f"{run_id}-candidate", n_checks=n_checks)
         log.info("end checks done in %.0f s: %s", time.time() - checks_t0,
                  f"failed {failed}" if failed else "all passed")
-        if recipe["name"] == "scaled":  # the temperature comes from the check rows while they were held out
-            recipe["calibration"] = _calibration_or_none(recipe.pop("check_logprobs"), val_rows, cfg.classify.categories,
-                                                         adapter_dir)
-            if "engine" in checks:
-                checks["engine"]["calibration"] = recipe["calibration"]
-                checks["engine"]["note"] = "accuracy on the check rows, which the final fit trained on"
         summary = _train_summary(cfg, run_id=run_id, smoke=smoke, sha=sha, data_sha=data_sha, rows=rows,
                                  train_rows=train_rows, val_rows=val_rows, state=state, dtypes=dtypes, checks=checks,
                                  failed=failed, run_wall_s=time.time() - t_run, disk=disk)
@@ -354,7 +360,8 @@ def _scaled_fit(cfg: TrainConfig, tokenizer: Any, model_ref: Any, examples: list
                 return None
             kept = state.get("early_stop") or {}
             stopper = EarlyStop(t.patience_evals, evals=list(kept.get("evals", [])), best=kept.get("best"))
-            loss, logprobs = check_eval(model, check_examples, check_ids, first_tokens, pad_id, t.batch_size)
+            loss, logprobs = check_eval(model, check_examples, check_ids, first_tokens, pad_id=pad_id,
+                                         batch_size=t.batch_size)
             reason = stopper.update(step, loss, logprobs)
             log.info("check rows at step %d: answer loss %.4f (lowest %.4f at step %d)", step, loss,
                      stopper.best["loss"], stopper.best["step"])
