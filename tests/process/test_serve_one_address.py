@@ -11,9 +11,7 @@ from __future__ import annotations
 import socket
 import time
 
-import httpx
-
-from tests.support.serve_app import AUTH, FakeEngine, serving
+from tests.support.serve_app import FakeEngine, served_within, serving
 from tests.support.serve_app import registry as registry  # noqa: F401  (fixture: ok@1 published and piloted)
 
 CROWD = "127.0.0.2"
@@ -37,22 +35,13 @@ def _crowd(url: str, n: int, head: bytes) -> list[socket.socket]:
     return out
 
 
-def _served(url: str) -> None:
-    t0 = time.monotonic()
-    with httpx.Client(timeout=5) as client:
-        assert client.get(f"{url}/healthz").status_code == 200
-        r = client.post(f"{url}/v1/classify", headers=AUTH, json={"documents": [{"id": "a", "text": "hello"}]})
-    assert r.status_code == 200, r.text
-    assert time.monotonic() - t0 < 3.0
-
-
 def test_a_request_refused_for_its_token_is_closed_with_its_401(registry):  # noqa: F811
     limits = {**LONG, "max_connections": 32, "max_connections_per_client": 32}
     with serving(registry, FakeEngine(), **limits) as (url, _app, server):
         socks = _crowd(url, 100, NO_TOKEN)
         try:
             time.sleep(0.3)
-            _served(url)  # the crowd's slots were given back with their 401s
+            served_within(url, 3.0)  # the crowd's slots were given back with their 401s
             for s in socks[-5:]:
                 got, t0 = b"", time.monotonic()
                 s.settimeout(1.0)
@@ -80,7 +69,7 @@ def test_one_address_holding_requests_without_the_token_cannot_lock_out_others(r
             socks = _crowd(url, 60, OPEN_ROUTE_BODY)
             try:
                 time.sleep(0.3)
-                _served(url)
+                served_within(url, 3.0)
                 protocol = server.config.http_protocol_class
                 assert protocol.per_client.get(CROWD, 0) <= per_client, (per_client, protocol.per_client)
                 assert protocol.counts.evicted >= 60 - per_client and protocol.counts.refused == 0, vars(protocol.counts)

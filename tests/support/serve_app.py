@@ -13,6 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 
+import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -105,6 +106,17 @@ def make_client(registry):
     yield make
     for client in clients:
         client.__exit__(None, None, None)
+
+
+def served_within(url: str, seconds: float) -> None:
+    """A health probe and one authenticated classify call both answer 200 within ``seconds`` (the real server at
+    ``url``, while a test holds other connections open)."""
+    t0 = time.monotonic()
+    with httpx.Client(timeout=5) as client:
+        assert client.get(f"{url}/healthz").status_code == 200
+        r = client.post(f"{url}/v1/classify", headers=AUTH, json={"documents": [{"id": "a", "text": "hello"}]})
+    assert r.status_code == 200, r.text
+    assert time.monotonic() - t0 < seconds
 
 
 def free_port() -> int:

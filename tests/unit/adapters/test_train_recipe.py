@@ -98,12 +98,18 @@ def _scaled_config(train_config, tiny_model: Path, data: Path, **training):
     })
 
 
-def test_a_scaled_run_chooses_its_length_on_the_check_rows_and_refits_on_all_rows(train_config, tiny_model, tmp_path):
+def _labels_csv(tmp_path) -> Path:
+    """TOPICS as a labelled CSV (text, category) in ``tmp_path``."""
     data = tmp_path / "labels.csv"
     with data.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["text", "category"])
         writer.writerows((text, cat) for cat, texts in TOPICS.items() for text in texts)
+    return data
+
+
+def test_a_scaled_run_chooses_its_length_on_the_check_rows_and_refits_on_all_rows(train_config, tiny_model, tmp_path):
+    data = _labels_csv(tmp_path)
     out = train(_scaled_config(train_config, tiny_model, data))
     recipe = json.loads((out.run_dir / "summary.json").read_text())["recipe"]
     sel = recipe["selection"]
@@ -123,11 +129,7 @@ def test_a_scaled_run_chooses_its_length_on_the_check_rows_and_refits_on_all_row
 
 
 def test_the_fixed_recipe_summary_says_rows_steps_epochs_and_why_it_stopped(train_config, tiny_model, tmp_path):
-    data = tmp_path / "labels.csv"
-    with data.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["text", "category"])
-        writer.writerows((text, cat) for cat, texts in TOPICS.items() for text in texts)
+    data = _labels_csv(tmp_path)
     out = train(_scaled_config(train_config, tiny_model, data, recipe="fixed", max_steps=2, epochs=None))
     recipe = out.summary["recipe"]
     assert recipe == {"name": "fixed", "rows": 15, "examples": 15, "steps": 2, "epochs": 0.267,

@@ -89,8 +89,6 @@ def test_the_default_run_selects_nothing_under_tests_slow():
 
 def test_make_test_keeps_the_heavy_tiers_on_one_worker_and_side_files_need_no_engine_or_ray():
     """`make test`'s xdist grouping (tests/conftest.py): unit tests each alone, the side files together, all else in one unit."""
-    import importlib
-
     root = importlib.import_module("tests.conftest")
     assert root.xdist_scope("tests/unit/bench/test_baseline.py::test_x") == "tests/unit/bench/test_baseline.py::test_x"
     assert root.xdist_scope("tests/process/test_make_words.py::test_y[a]") == root.SIDE_GROUP
