@@ -12,14 +12,14 @@ import argparse
 import datetime as dt
 import json
 import logging
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from batch import layout as mf
 from batch.config import BATCH_ID_RE
-from batch.run.lease import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check
+from batch.lease.clock import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check, lease_end
+from batch.run.export import export_partial
 from batch.runfiles import EarlierRunFolder, ProgressFile
 from classify.errors import InputError, StoreUnreachable
 from classify.paths import runs_dir
@@ -151,43 +151,6 @@ def _print_batches(root: Path) -> int:
         print(f"  {st['batch_id']}  {counts}  {st['state']}")
     print(f"one batch in detail: `{user_command('docpilot status ' + batches[-1]['batch_id'])}`")
     return 0
-
-
-def export_partial(st: dict[str, Any], dest_root: str) -> Any:
-    """Copy a batch's run folder as it is now to ``<dest_root>/<batch-id>-partial-<utc>/`` and re-check it
-    (``...-<utc>-2/`` and so on for another copy within the same second).
-
-    Complete shard files are final (written atomically), so the copy holds every finished shard;
-    the temporary file of a shard being written is hidden and skipped.
-
-    Args:
-        st: :func:`batch_status` output.
-        dest_root: a folder or an object-storage URL.
-
-    Returns:
-        The copy's destination.
-
-    Raises:
-        VerificationError: the copy fails its re-check (names the file).
-    """
-    from classify.runs import storage
-    from classify.runs.accounting import recheck_export
-    from classify.runs.export import export_run
-
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    from classify.runs.export import export_complete
-
-    dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}")
-    n = 1
-    while export_complete(dest):  # a second copy within the same second (a wrap-up rerun): never overwritten
-        n += 1
-        dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}-{n}")
-    with storage.local_copy_dir("partial") as tmp:  # a snapshot first: progress.json is rewritten while it runs
-        snapshot = Path(tmp) / st["batch_id"]
-        shutil.copytree(st["run_dir"], snapshot, ignore=shutil.ignore_patterns(".*"))
-        export_run(snapshot, dest)
-    recheck_export(dest, None, f"partial export {dest}")
-    return dest
 
 
 def remote_status(location: str) -> dict[str, Any]:
@@ -572,8 +535,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.batch_id:
         return _print_batches(runs_dir())
     st = batch_status(args.batch_id)
-    from batch.plan.plan import lease_end
-
     lease = lease_end(args.lots_config, args.lease_ends)
     if lease is not None:
         if not args.upload_mib_per_s > 0:

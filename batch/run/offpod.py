@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from batch import layout as mf
+from batch.lease.clock import eta_text
 from batch.run.owner import HEARTBEAT_EVERY_S, ExportOwner
 from batch.runfiles import Manifest
 from classify.errors import DocpilotError, InputError, VerificationError
@@ -359,8 +360,6 @@ class ShardUploader:
 
 def offpod_short(lag: dict[str, Any], lease: dict[str, Any] | None = None) -> str:
     """The progress line's postfix: ``off pod 12/40 shards, 2 waiting (oldest 35s)`` after the lease verdict, if any."""
-    from batch.run.lease import eta_text
-
     text = f"off pod {lag['shards_copied']}/{lag['shards_total']} shards"
     if lag["shards_pending"]:
         text += f", {lag['shards_pending']} waiting (oldest {eta_text(lag['oldest_pending_s'])})"

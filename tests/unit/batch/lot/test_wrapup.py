@@ -176,7 +176,7 @@ def test_nothing_exported_or_a_running_batch_never_stops_the_lease(tmp_path, mon
 
 
 def test_stop_command_runs_without_a_shell_and_a_failing_one_is_an_error(tmp_path):
-    from batch.lot.stop import stop_the_meter
+    from batch.lease.stop import stop_the_meter
     from batch.plan.lots import LeaseSection
 
     lease = LeaseSection(stop_command=["echo", "$HOME; touch", str(tmp_path / "injected")])

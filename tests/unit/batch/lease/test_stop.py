@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from batch.lot.stop import check_stop_command, stop_the_meter
+from batch.lease.stop import check_stop_command, stop_the_meter
 from batch.plan.lots import LeaseSection
 from classify.errors import ConfigError
 from tests.support.processes import docpilot_env, run_docpilot
