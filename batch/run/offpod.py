@@ -41,7 +41,7 @@ from batch.run.owner import HEARTBEAT_EVERY_S, ExportOwner
 from batch.runfiles import Manifest
 from classify.errors import DocpilotError, InputError, VerificationError
 from classify.runs import storage
-from classify.runs.export import SHA256SUMS, read_sums, sums_text
+from classify.runs.export import SHA256SUMS, sums_text
 from classify.runs.records import write_bytes_atomic
 from classify.usercommand import user_flag
 
@@ -457,9 +457,3 @@ def restore_run(dest: str, run_dir: Path) -> tuple[Manifest, int]:
     write_bytes_atomic(run_dir / LEDGER, sums_text(dict(sorted(ledger.items()))))
     mf.write_manifest(run_dir, manifest)
     return manifest, len(ledger)
-
-
-def local_ledger(run_dir: Path) -> dict[str, str]:
-    """The run folder's record of shards copied off the pod (empty when there is none)."""
-    path = run_dir / LEDGER
-    return read_sums(path) if path.is_file() else {}
