@@ -28,7 +28,7 @@ from batch.pool import local_ray as _ray_local
 from batch.run.adapter import BatchAdapter
 from batch.run.debris import remove_stale_temporaries
 from batch.run.disk import full_disk_is_environment
-from batch.run.export import check_export_root, export_batch
+from batch.run.export import check_export_root, export_batch, export_dest
 from batch.run.finish import off_pod_within
 from batch.run.hooks import RunHooks
 from batch.run.manifest import build_manifest
@@ -42,7 +42,7 @@ from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
 from classify.engine.args import cpp_compiler
 from classify.engine.model import ModelRef
 from classify.errors import InputError, Interrupted, OffPodPending, VerificationError
-from classify.paths import exports_dir, verbose_logs
+from classify.paths import verbose_logs
 from classify.runs import storage
 from classify.runs.export import export_complete
 from classify.runs.records import utc_now, write_bytes_atomic, write_json_atomic
@@ -159,10 +159,6 @@ class BatchRun:
         if self.hooks is not None:
             self.hooks.stage(name)
 
-    def _export_dest(self) -> storage.Dest:
-        root = storage.as_dest(self.options.export_dir or self.cfg.batch.export_dir or exports_dir())
-        return storage.join(root, self.batch_id)
-
     def run(self) -> dict[str, Any]:
         """Plan (or reuse the plan), run the shards without a file, merge, summarize, export and re-check.
 
@@ -176,14 +172,14 @@ class BatchRun:
                 folder and its free space; :mod:`batch.run.disk`).
         """
         state: dict[str, Any] = {}
-        dest = self._export_dest()
+        dest = export_dest(self.options.export_dir or self.cfg.batch.export_dir, self.batch_id)
         written = [self.run_dir] + ([dest.parent] if isinstance(dest, Path) else [])
         with full_disk_is_environment(written, f"batch {self.batch_id}", state):  # exit 6 naming the folder, not a traceback
             return self._run(state)
 
     def _run(self, state: dict[str, Any]) -> dict[str, Any]:
         self.lease_ends_at = lease_end(self.options.lots_config, self.options.lease_ends)
-        dest = self._export_dest()
+        dest = export_dest(self.options.export_dir or self.cfg.batch.export_dir, self.batch_id)
         check_export_root(dest)  # before any work: a bad --export-dir is found now, not at the end
         remove_stale_temporaries(self.run_dir, dest)  # a killed attempt's debris (this process holds the lock)
         self._stage("plan")

@@ -34,12 +34,19 @@ from batch.run.hooks import RunHooks
 from batch.run.merge import Tally, shard_paths
 from batch.runfiles import Manifest
 from classify.errors import EnvironmentCheckError, InputError, VerificationError
+from classify.paths import exports_dir
 from classify.records import Result
 from classify.runs import storage
 from classify.runs.accounting import recheck_export, recount_mismatches
 from classify.runs.export import SHA256SUMS, export_complete, export_run
 
 log = logging.getLogger("docpilot.batch")  # the batch's own log lines, as the attempt's
+
+
+def export_dest(export_root: str | None, batch_id: str) -> storage.Dest:
+    """Where a batch's export copy goes: ``<export root>/<batch id>``, the root ``--export-dir``, else
+    ``batch.export_dir``, else :func:`classify.paths.exports_dir` (a folder, or an object-storage URL)."""
+    return storage.join(storage.as_dest(export_root or exports_dir()), batch_id)
 
 
 def check_export_root(dest: storage.Dest) -> None:
