@@ -8,7 +8,7 @@ adapter.py      resolve_adapter: the adapter a batch runs with, checked against 
 manifest.py     build_manifest: a new batch's manifest.json (its model: batch.runfiles.Manifest)
 progress.py     the progress bar and log redirection
 merge.py        merge_results, Tally: shards -> results.jsonl + results.parquet
-export.py       check_export_root, export_batch, check_export, export_partial: the copy off the pod and its re-check
+export.py       export_batch, check_export, export_partial, export_dest: the copy off the pod and its re-check
 resume.py       the resume command of an interrupted batch, in the user's own form
 offpod.py       finished shards copied off the pod while the batch runs, and their ledger
 owner.py        ExportOwner: one writer per export location (a conditional create, a heartbeat, a take-over)

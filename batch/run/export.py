@@ -4,9 +4,9 @@
 copies a finished run (:func:`classify.runs.export.export_run`) and re-checks the copy where it landed with
 :func:`check_export`, the batch's counts recomputed from the copy: ``results.jsonl`` compared with the shard files'
 bytes and ``results.parquet`` with their tables, the first differing row, file and field worded
-(:func:`check_export_rows`). :func:`export_partial` copies a batch as it is now (``docpilot status
---export-partial``, the wrap-up of an unfinished batch). The shards copied while the batch runs are
-:mod:`batch.run.offpod`'s; one writer per export location is :mod:`batch.run.owner`'s.
+(:func:`check_export_rows`). :func:`export_dest` is where the copy goes; :func:`export_partial` copies a batch
+as it is now (``docpilot status --export-partial``, the wrap-up of an unfinished batch). The shards copied while
+the batch runs are :mod:`batch.run.offpod`'s; one writer per export location is :mod:`batch.run.owner`'s.
 """
 
 from __future__ import annotations
