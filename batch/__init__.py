@@ -1,4 +1,4 @@
-"""Batch: the corpus, the Ray pool, a run and its files, the pilot, the end of a lot, reports and the lot plan.
+"""Batch: the corpus, the Ray pool, a run and its files, the pilot, the end of a lot, the lease, reports and the lot plan.
 
 Rooms, by floor: a module imports its own room and lower floors only (``tests/unit/project/test_rooms.py``
 checks it, that there is no import circle, and that each room's ``__init__`` names its files).
@@ -14,10 +14,11 @@ plan/        ``docpilot plan``: the lot order summary, per-card memory fit and t
 floor 2
 pool/        the Ray pool: engine actors and the shard scheduler
 report/      the quality report of a labelled run
+lease/       the lease: its clock (when it ends, whether the batch fits) and its stop command
 floor 3
-run/         ``docpilot batch``: driver, attempt, manifest, merge, export, the lease clock, submit
+run/         ``docpilot batch``: driver, attempt, manifest, merge, the export, submit
 floor 4
-lot/         the end of a lot: ``docpilot status`` from another shell, ``docpilot wrap-up``, the lease's stop
+lot/         the end of a lot: ``docpilot status`` from another shell, ``docpilot wrap-up``
 pilot/       ``docpilot pilot``: a 12-document batch, its doctor and its decision
 
 ``make pilot`` (:mod:`batch.pilot.run`) proves the path on 12 documents; ``make batch`` runs the

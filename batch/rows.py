@@ -6,7 +6,7 @@ newline, a field of another type, an unknown field, a row without ``id``) is nor
 into the same table, or refused naming the line. The merge (:func:`batch.run.merge.merge_results`), the
 accounting (:meth:`batch.run.merge.Tally.add_table`), the quality report
 (:meth:`batch.report.quality.QualityTally.add_table`) and the export re-check
-(:func:`batch.run.merge.check_export_rows`) all take these tables: there is no second, per-row path.
+(:func:`batch.run.export.check_export_rows`) all take these tables: there is no second, per-row path.
 """
 
 from __future__ import annotations

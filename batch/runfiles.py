@@ -230,7 +230,7 @@ class ProgressFile(_RunFile):
         pid, host: the driver process; pid_started, boot_id: its start time and boot
             (:func:`classify.runs.detached.process_identity`), so a reused pid or a reboot is not taken for it.
         started_at, updated_at: UTC ISO 8601.
-        lease: the latest lease verdict (:class:`batch.run.lease.LeaseWatch`), or ``None``.
+        lease: the latest lease verdict (:class:`batch.lease.clock.LeaseWatch`), or ``None``.
         offpod: the copy of complete shards off the pod (:meth:`batch.run.offpod.ShardUploader.lag`: shards
             copied, shards waiting and the oldest one's age in seconds, failures), or ``None`` without one.
     """

@@ -10,7 +10,7 @@ recorded as 128 + N, as a shell reports it). ``docpilot status ID --follow`` wai
 
 With ``--stop-when-done`` the supervisor then runs the verified wrap-up (:func:`batch.lot.wrapup.wrap_up`)
 to the export location and the lease's stop command only if every copy was re-checked where it
-landed (:func:`batch.lot.stop.stop_the_meter`); a failed run never stops the lease. Every decision is
+landed (:func:`batch.lease.stop.stop_the_meter`); a failed run never stops the lease. Every decision is
 recorded in the run folder's ``lease-stop.json``.
 
 This is the front door's half of ``--detach``: ``docpilot.cli`` sends a detachable command's arguments here with
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters._export_copy import redact
-from batch.lot.stop import check_stop_command, stop_settings, stop_the_meter
+from batch.lease.stop import check_stop_command, stop_settings, stop_the_meter
 from classify.runs.detached import (
     DETACH_RECORD,
     EXIT_RECORD,
@@ -184,7 +184,7 @@ def detach(argv: list[str], prepare: Callable[[list[str]], DetachPlan]) -> int:
     Raises:
         InputError: the command refused its detach options (``--stop-when-done`` without ``--detach`` or
             without a destination), or the run is already running detached.
-        ConfigError: the lots config's ``lease.stop_command`` cannot run here (:func:`batch.lot.stop.check_stop_command`).
+        ConfigError: the lots config's ``lease.stop_command`` cannot run here (:func:`batch.lease.stop.check_stop_command`).
     """
     plan = prepare(argv)
     if plan.stop_when_done:
@@ -255,7 +255,7 @@ def stop_when_done(run_dir: Path, kind: str, code: int, dest: str | None, lots_c
         lots_config: the lots config holding ``lease.stop_command``.
 
     Returns:
-        The stop decision (:func:`batch.lot.stop.stop_the_meter`).
+        The stop decision (:func:`batch.lease.stop.stop_the_meter`).
     """
     lease = stop_settings(lots_config)
     if code != 0:

@@ -10,19 +10,28 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import logging
-import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from batch import layout as mf
 from batch.config import BATCH_ID_RE
-from batch.run.lease import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check
+from batch.lease.clock import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check, lease_end
+from batch.run.export import export_partial
+from batch.run.mirror import MIRROR_SUFFIX
+from batch.run.offpod import LEDGER, read_remote_ledger
+from batch.run.progress import progress_bar
+from batch.run.resume import corpus_to_name, resume_command
 from batch.runfiles import EarlierRunFolder, ProgressFile
 from classify.errors import InputError, StoreUnreachable
 from classify.paths import runs_dir
+from classify.runs import storage
+from classify.runs.detached import OLD_RECORD_NOTE, log_path, pid_alive, read_detach, read_exit, record_is_old
+from classify.runs.export import SHA256SUMS, compare_sha256, read_sums
 from classify.usercommand import user_command, user_flag
 
 log = logging.getLogger(__name__)
@@ -30,8 +39,6 @@ log = logging.getLogger(__name__)
 
 def _driver_alive(progress: ProgressFile) -> bool | None:
     """Whether the driver process is still running (``None`` when it ran on another host): :func:`classify.runs.detached.pid_alive`."""
-    from classify.runs.detached import pid_alive
-
     return pid_alive(progress.pid, progress.host, progress.pid_started, progress.boot_id, progress.updated_at)
 
 
@@ -69,8 +76,6 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
     complete = mf.complete_shard_indexes(run_dir, manifest)
     state = progress.state
     if state == "running" and _driver_alive(progress) is False:
-        from classify.runs.detached import OLD_RECORD_NOTE, record_is_old
-
         old = f"; {OLD_RECORD_NOTE}" if record_is_old(progress.pid_started, progress.pid) else ""
         state = f"interrupted (driver gone; resume it with the command under `resume`{old})"
     export = next(({"to": a.get("exported_to"), "verified_at": a["export_verified_at"]}
@@ -95,8 +100,6 @@ def batch_status(batch_id: str, root: Path | None = None) -> dict[str, Any]:
 
 def _resume(batch_id: str, manifest: Any) -> str:
     """The command that resumes a stopped batch (:func:`batch.run.resume.resume_command`), from its manifest."""
-    from batch.run.resume import corpus_to_name, resume_command
-
     corpus = corpus_to_name(manifest.corpus.get("path"), (manifest.full_config or {}).get("corpus"))
     config = next((a["config"] for a in reversed(manifest.attempts or []) if a.get("config")), None)
     return resume_command(batch_id, corpus, manifest.adapter,
@@ -153,43 +156,6 @@ def _print_batches(root: Path) -> int:
     return 0
 
 
-def export_partial(st: dict[str, Any], dest_root: str) -> Any:
-    """Copy a batch's run folder as it is now to ``<dest_root>/<batch-id>-partial-<utc>/`` and re-check it
-    (``...-<utc>-2/`` and so on for another copy within the same second).
-
-    Complete shard files are final (written atomically), so the copy holds every finished shard;
-    the temporary file of a shard being written is hidden and skipped.
-
-    Args:
-        st: :func:`batch_status` output.
-        dest_root: a folder or an object-storage URL.
-
-    Returns:
-        The copy's destination.
-
-    Raises:
-        VerificationError: the copy fails its re-check (names the file).
-    """
-    from classify.runs import storage
-    from classify.runs.accounting import recheck_export
-    from classify.runs.export import export_run
-
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    from classify.runs.export import export_complete
-
-    dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}")
-    n = 1
-    while export_complete(dest):  # a second copy within the same second (a wrap-up rerun): never overwritten
-        n += 1
-        dest = storage.join(storage.as_dest(dest_root), f"{st['batch_id']}-partial-{stamp}-{n}")
-    with storage.local_copy_dir("partial") as tmp:  # a snapshot first: progress.json is rewritten while it runs
-        snapshot = Path(tmp) / st["batch_id"]
-        shutil.copytree(st["run_dir"], snapshot, ignore=shutil.ignore_patterns(".*"))
-        export_run(snapshot, dest)
-    recheck_export(dest, None, f"partial export {dest}")
-    return dest
-
-
 def remote_status(location: str) -> dict[str, Any]:
     """A batch's last mirrored progress, read from its export location (any machine, the pod gone or not).
 
@@ -210,10 +176,6 @@ def remote_status(location: str) -> dict[str, Any]:
         InputError: nothing readable there (names every place looked at).
         StoreUnreachable: the object store did not answer within :func:`classify.runs.storage.store_limits` (exit 6).
     """
-    from batch.run.mirror import MIRROR_SUFFIX
-    from classify.runs import storage
-    from classify.runs.export import SHA256SUMS
-
     dest = storage.as_dest(location)
     text = str(location).rstrip("/")
     candidates = ([dest] if text.endswith(".json") else
@@ -294,11 +256,6 @@ def copy_mismatches(base: Any) -> list[str]:
     Raises:
         StoreUnreachable: the store did not answer within :func:`classify.runs.storage.store_limits`.
     """
-    import hashlib
-
-    from batch.run.offpod import LEDGER
-    from classify.runs import storage
-    from classify.runs.export import SHA256SUMS, compare_sha256
 
     def read(rel: str) -> bytes:
         if isinstance(base, Path):
@@ -340,9 +297,6 @@ def copy_mismatches(base: Any) -> list[str]:
 def _off_pod(base: Any, progress: ProgressFile) -> dict[str, Any] | None:
     """How many shards are safe at the copy ``base`` (its ``offpod.sha256`` ledger, :mod:`batch.run.offpod`), with the
     copy's lag as last mirrored; ``None`` when ``base`` holds no ledger and the record names no copy."""
-    from batch.run.offpod import LEDGER, read_remote_ledger
-    from classify.runs.export import read_sums
-
     lag = progress.offpod or {}
     safe: int | None = None
     try:
@@ -398,8 +352,6 @@ def _print_remote(st: dict[str, Any]) -> None:
 
 def _print_detached(run_dir: Path) -> None:
     """The detached run's log and, once it ended, its exit status (:mod:`docpilot.detach`)."""
-    from classify.runs.detached import read_detach, read_exit
-
     detach, ended = read_detach(run_dir), read_exit(run_dir)
     if detach:
         print(f"  detached  pid {detach.get('supervisor_pid')} on {detach.get('host')}, log {detach.get('log')}")
@@ -419,8 +371,6 @@ def _last_start_line(last: dict[str, Any], attempt_code: Any) -> str:
 def _run_processes(run_dir: Path, detach: dict[str, Any] | None) -> tuple[list[bool | None], bool]:
     """Whether each recorded process of a run (its detached supervisor, its running driver) still runs
     (:func:`classify.runs.detached.pid_alive`), and whether any record is old (no process start time)."""
-    from classify.runs.detached import pid_alive, record_is_old
-
     alive = [pid_alive(detach.get("supervisor_pid"), detach.get("host"), detach.get("supervisor_started"),
                        detach.get("boot_id"), detach.get("started_at"))] if detach else []
     old = bool(detach) and record_is_old(detach.get("supervisor_started"), detach.get("supervisor_pid"))
@@ -455,11 +405,6 @@ def follow(batch_id: str, root: Path | None = None, poll_s: float = FOLLOW_POLL_
         InputError: no such run folder.
         EarlierRunFolder: a run folder made by an earlier docpilot.
     """
-    import time
-
-    from batch.run.progress import progress_bar
-    from classify.runs.detached import OLD_RECORD_NOTE, log_path, read_detach, read_exit
-
     check = BATCH_ID_RE.match(batch_id)
     run_dir = (root or runs_dir()) / batch_id
     if not check or not run_dir.is_dir():
@@ -572,8 +517,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.batch_id:
         return _print_batches(runs_dir())
     st = batch_status(args.batch_id)
-    from batch.plan.plan import lease_end
-
     lease = lease_end(args.lots_config, args.lease_ends)
     if lease is not None:
         if not args.upload_mib_per_s > 0:

@@ -7,10 +7,10 @@ what                           where under ``DEST``                        copie
 =============================  ==========================================  =========================================
 every adapter version           ``adapters/<name>-<version>/``              :func:`adapters.transfer.export_adapter`
 (or those named)                                                            (every file's hash read back)
-every finished batch            ``<batch-id>/`` (the ``batch.export_dir``   :func:`batch.run.attempt.export_batch`
+every finished batch            ``<batch-id>/`` (the ``batch.export_dir``   :func:`batch.run.export.export_batch`
                                 layout: an earlier export there is          (hashes + the batch's counts recomputed
                                 re-checked, not copied again)               from the copy)
-every unfinished batch          ``<batch-id>-partial-<utc>/``               :func:`batch.lot.status.export_partial`
+every unfinished batch          ``<batch-id>-partial-<utc>/``               :func:`batch.run.export.export_partial`
 (complete shards so far)                                                    (hashes)
 every pilot run and decision    ``<run-id>/`` (the pilot's export layout)   :func:`classify.runs.accounting.export_checked`
                                                                             (hashes)
@@ -22,7 +22,7 @@ is written LAST to ``DEST/<utc>-wrapup-<hex>.json`` and to the wrap-up's own run
 ``runs/<utc>-wrapup-<hex>/wrap-up.json``. The command exits 8 (verification) naming every item that is
 missing when any copy failed its re-check. Then, and only when every copy verified, at least one thing
 was copied, and no batch is still running, the lots config's ``lease.stop_command`` runs
-(:func:`batch.lot.stop.stop_the_meter`); the decision and its reason are recorded in that run folder's
+(:func:`batch.lease.stop.stop_the_meter`); the decision and its reason are recorded in that run folder's
 ``lease-stop.json`` either way.
 """
 
@@ -36,12 +36,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from batch import layout as mf
+from batch.lease.stop import check_stop_command, stop_settings, stop_the_meter
+from batch.lot.status import batch_status
+from batch.run.export import export_batch, export_partial
+from batch.run.mirror import write_mirror
 from classify.errors import EnvironmentCheckError, VerificationError
 from classify.paths import registry_dir, runs_dir
 from classify.runs import storage
+from classify.runs.accounting import export_checked
 from classify.runs.export import SHA256SUMS
 from classify.runs.records import new_run_dir, utc_now, write_json_atomic
 from classify.runs.storage import Dest
+from classify.usercommand import user_flag
 
 log = logging.getLogger("docpilot.wrapup")
 
@@ -98,9 +105,6 @@ def _copy_adapters(dest: Dest, registry: Any, refs: list[str] | None) -> list[di
 
 def _copy_runs(dest: Dest, root: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Finished and unfinished batches and pilot runs under ``root``; returns ``(items, batches still running)``."""
-    from batch import layout as mf
-    from batch.lot.status import batch_status, export_partial
-
     items: list[dict[str, Any]] = []
     running: list[str] = []
     for run in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []:
@@ -115,8 +119,6 @@ def _copy_runs(dest: Dest, root: Path) -> tuple[list[dict[str, Any]], list[str]]
             if kind == "batch":
                 st = batch_status(run.name, root)
                 if st["state"] == "done" or (st.get("classified") and st["state"] != "running"):  # merged (exported or not)
-                    from batch.run.attempt import export_batch
-
                     target = storage.join(dest, run.name)
                     item.update(dest=_label(target), kind="batch")
                     export_batch(run, target)  # an earlier copy there is re-checked, never overwritten
@@ -127,8 +129,6 @@ def _copy_runs(dest: Dest, root: Path) -> tuple[list[dict[str, Any]], list[str]]
                     target = export_partial(st, str(dest))
                     item["dest"] = _label(target)
             else:
-                from classify.runs.accounting import export_checked
-
                 target = storage.join(dest, run.name)
                 item["dest"] = _label(target)
                 export_checked(run, target, None, f"pilot copy {_label(target)}")
@@ -185,8 +185,6 @@ def wrap_up(dest: str | Path, *, adapters: list[str] | None = None, registry: st
     data = (json.dumps(out, indent=2, sort_keys=True) + "\n").encode()
     write_json_atomic(record_dir / RECORD, out)
     try:  # last: the manifest lands after every copy it lists
-        from batch.run.mirror import write_mirror
-
         write_mirror(manifest_dest, data)
     except Exception as err:  # noqa: BLE001 - a manifest that cannot be written is itself a failed copy
         out["verified"] = False
@@ -206,11 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         VerificationError: a copy failed its re-check or could not be made (exit 8; names each one).
         EnvironmentCheckError: every copy verified but the stop command failed (exit 6: stop the lease yourself).
         ConfigError: without ``--no-stop``, a stop command whose program is missing or that is one string holding
-            spaces (:func:`batch.lot.stop.check_stop_command`), refused before the first copy.
+            spaces (:func:`batch.lease.stop.check_stop_command`), refused before the first copy.
     """
-    from batch.lot.stop import check_stop_command, stop_settings, stop_the_meter
-    from classify.usercommand import user_flag
-
     p = argparse.ArgumentParser(prog="docpilot wrap-up", description="Copy every adapter and run off the pod, "
                                 "re-check each copy where it landed, write a manifest, then stop the lease.")
     p.add_argument("--to", required=True, metavar="DEST", help="a folder (mounted volume) or s3://bucket/prefix")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from batch.run.attempt import STAGES  # noqa: F401 - the batch's stages, which the pilot reports
+from batch.run.hooks import STAGES  # noqa: F401 - the batch's stages, which the pilot reports
 from classify.config.sections import PilotConfig
 from classify.errors import AdapterError, ConfigError, InputError, Interrupted
 from classify.records import Result

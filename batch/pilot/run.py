@@ -11,7 +11,7 @@ settings it ran with, which ``make batch`` compares).
 One trial = one NEW run folder ``runs/<utc>-pilot-<id>/`` holding everything a batch run folder
 holds (``manifest.json``, ``shards/``, ``progress.json``, ``results.*``, ``summary.json``,
 ``quality.md``) plus ``params.json``, ``environment.json``, ``inputs.json`` and the decision files.
-On failure the first error and the stage reached (:data:`batch.run.attempt.STAGES`) are recorded.
+On failure the first error and the stage reached (:data:`batch.run.hooks.STAGES`) are recorded.
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ from typing import Any
 
 from batch import layout as mf
 from batch.config import BatchConfig, load_batch_config
+from batch.lease.clock import lease_end
 from batch.pilot.decision import VERDICT_VS_DECISION, build_summary, decide, decision_markdown
 from batch.pilot.doctor import blockers, findings_json, run_checks
 from batch.pilot.inputs import read_pilot_set
 from batch.pilot.measure import measure_pool, nvml_usage, pool_peaks, process_titles
 from batch.run.adapter import BatchAdapter, prompt_mismatch, resolve_adapter
-from batch.run.attempt import BatchRun, RunHooks
+from batch.run.attempt import BatchRun
+from batch.run.hooks import RunHooks
 from classify.config.sections import PilotConfig, classification_sha256, config_sha256, load_config
 from classify.engine.model import ModelRef, resolve_model, verify_model
 from classify.errors import EnvironmentCheckError, Interrupted
@@ -448,8 +450,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--require-proceed", action="store_true", help="exit 10 unless the decision is proceed")
     args = parser.parse_args(argv)
     cfg = load_config(PilotConfig, args.config)
-    from batch.plan.plan import lease_end
-
     lease = lease_end(args.lots_config, args.lease_ends)
     with signals_raise_interrupted():  # SIGTERM / Ctrl-C: the run folder still gets its summary and decision
         outcome = run_pilot(cfg, Path(args.input), args.adapter, export_root=args.export_dir,

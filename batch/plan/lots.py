@@ -1,6 +1,6 @@
 """The lots config (``config/lots.json``): what is the lot's: the rented GPU model, period, lots, prices,
 the per-card overhead and the lease end. Read by ``docpilot plan`` (:mod:`batch.plan.plan`) and the lease clock
-(:func:`batch.plan.plan.lease_end`).
+(:func:`batch.lease.clock.lease_end`).
 
 The job the plan sizes (model, engine, training) is not here: it is ``config/docpilot.json``'s, the
 file every other command reads (:func:`job_shape`). A lots file of an earlier docpilot with its own

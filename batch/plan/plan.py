@@ -13,14 +13,11 @@ Nothing here imports vLLM or torch.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from pydantic import AwareDatetime, ValidationError
-
-from batch.plan.lots import JobShape, LotsConfig, gpu_spec, job_shape, load_lease_part, load_lots
-from classify.config.sections import ClassifyConfig, Frozen, config_sha256
+from batch.plan.lots import JobShape, LotsConfig, gpu_spec, job_shape, load_lots
+from classify.config.sections import ClassifyConfig, config_sha256
 from classify.engine.memory import (
     DTYPE_BYTES,
     GIB,
@@ -35,52 +32,8 @@ from classify.engine.memory import (
     training_estimate,
 )
 from classify.engine.shape import ModelShape
-from classify.errors import ConfigError
 
 _NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
-
-
-class _Lease(Frozen):
-    lease_ends_at: AwareDatetime
-
-
-def parse_lease_end(text: str) -> dt.datetime:
-    """Parse a lease end given on the command line (``--lease-ends``).
-
-    Args:
-        text: ISO 8601 with a timezone, e.g. ``2026-12-03T18:00:00Z`` or ``2026-12-03T19:00:00+01:00``.
-
-    Returns:
-        The aware datetime.
-
-    Raises:
-        ConfigError: not ISO 8601, or no timezone (a lease clock without one is ambiguous).
-    """
-    try:
-        return _Lease(lease_ends_at=text).lease_ends_at
-    except ValidationError:
-        raise ConfigError(f"`lease_ends_at` must be ISO 8601 with a timezone (e.g. 2026-12-03T18:00:00Z), "
-                          f"got {text!r}") from None
-
-
-def lease_end(lots_config: str | Path | None = "config/lots.json", override: str | None = None) -> dt.datetime | None:
-    """The lease end in force: ``override`` (``--lease-ends``) if given, else the lots config's ``lease_ends_at``.
-
-    Args:
-        lots_config: ``config/lots.json``; a missing file means no lease end (``None`` skips it).
-        override: a ``--lease-ends`` value.
-
-    Returns:
-        The aware datetime, or ``None`` when neither gives one.
-
-    Raises:
-        ConfigError: an invalid value or lots config.
-    """
-    if override:
-        return parse_lease_end(override)
-    if lots_config is None or not Path(lots_config).is_file():
-        return None
-    return load_lease_part(lots_config).lease_ends_at
 
 
 def order_summary(cfg: LotsConfig) -> dict[str, Any]:

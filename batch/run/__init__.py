@@ -1,13 +1,14 @@
-"""A batch run: the command, its attempt, the run folder's files, the merge and the lease clock.
+"""A batch run: the command, its attempt, the run folder's files, the merge and the export.
 
 driver.py       run_batch, parse_args, prepare_detach: ``docpilot batch``
 options.py      BatchOptions: the options of one batch
 attempt.py      BatchRun: one attempt once the run folder is locked (plan, pool, merge, export)
+hooks.py        RunHooks, STAGES: what a caller (the pilot) adds to a run, and the stages of a run
 adapter.py      resolve_adapter: the adapter a batch runs with, checked against the pilot
 manifest.py     build_manifest: a new batch's manifest.json (its model: batch.runfiles.Manifest)
 progress.py     the progress bar and log redirection
-merge.py        merge_results, check_export, Tally: shards -> results.jsonl + results.parquet, and their re-check
-lease.py        lease_check, LeaseWatch: the lease clock while a batch runs
+merge.py        merge_results, Tally: shards -> results.jsonl + results.parquet
+export.py       export_batch, check_export, export_partial, export_dest: the copy off the pod and its re-check
 resume.py       the resume command of an interrupted batch, in the user's own form
 offpod.py       finished shards copied off the pod while the batch runs, and their ledger
 owner.py        ExportOwner: one writer per export location (a conditional create, a heartbeat, a take-over)

@@ -23,13 +23,16 @@ from batch.config import BatchConfig
 from batch.corpus.plan import CorpusPlan, plan_corpus, quick_fingerprint
 from batch.corpus.shard import ShardOutput
 from batch.corpus.source import StoreObject
+from batch.lease.clock import LeaseWatch, lease_end
 from batch.pool import local_ray as _ray_local
 from batch.run.adapter import BatchAdapter
 from batch.run.debris import remove_stale_temporaries
-from batch.run.disk import FULL_ERRNOS, full_disk_is_environment
+from batch.run.disk import full_disk_is_environment
+from batch.run.export import check_export_root, export_batch, export_dest
 from batch.run.finish import off_pod_within
+from batch.run.hooks import RunHooks
 from batch.run.manifest import build_manifest
-from batch.run.merge import check_export, merge_results
+from batch.run.merge import merge_results
 from batch.run.mirror import progress_mirror
 from batch.run.offpod import ShardUploader, offpod_short
 from batch.run.owner import ExportOwner
@@ -38,11 +41,10 @@ from batch.runfiles import Manifest
 from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
 from classify.engine.args import cpp_compiler
 from classify.engine.model import ModelRef
-from classify.errors import EnvironmentCheckError, InputError, Interrupted, OffPodPending, VerificationError
-from classify.paths import exports_dir, verbose_logs
+from classify.errors import InputError, Interrupted, OffPodPending, VerificationError
+from classify.paths import verbose_logs
 from classify.runs import storage
-from classify.runs.accounting import recheck_export
-from classify.runs.export import SHA256SUMS, export_complete, export_run
+from classify.runs.export import export_complete
 from classify.runs.records import utc_now, write_bytes_atomic, write_json_atomic
 
 if TYPE_CHECKING:
@@ -114,101 +116,6 @@ def plan_or_reuse(cfg: BatchConfig, where: Path | StoreObject, fmt: str, old: Ma
     return plan
 
 
-class RunHooks:
-    """What a caller of :class:`BatchRun` may add to a run without a second pipeline (the pilot does).
-
-    Every method is a no-op here; :class:`batch.pilot.run.PilotHooks` overrides them.
-    """
-
-    mirror_progress = True
-    """Mirror ``progress.json`` beside the export copy (``<export root>/<id>.progress.json``) while the run goes;
-    a pilot (minutes, 12 documents) sets it off and leaves only its export copy there."""
-
-    def stage(self, name: str) -> None:
-        """The run enters stage ``name`` (:data:`STAGES`): a failure from here on is this stage's."""
-
-    def pool_starting(self, device: str, tp: int, place_timeout_s: float) -> None:
-        """The pool is about to place its engine actors (``tp`` GPUs each when ``device`` is not ``cpu``; Ray is
-        joined); waiting up to ``place_timeout_s`` for a placement is allowed; raising fails ``start-pool``."""
-
-    def actor_ready(self, info: dict[str, Any]) -> None:
-        """An engine actor started (``info`` is :meth:`batch.pool.actor.EngineActor.info`)."""
-
-    def shard_written(self, index: int, n_docs: int) -> None:
-        """Shard ``index`` (``n_docs`` documents) was written, its engine actors still running."""
-
-    def summarize(self, summary: dict[str, Any]) -> None:
-        """Add to the merged run's summary (in place) before ``summary.json`` is written and the run exported."""
-
-
-STAGES = ("doctor", "read-inputs", "plan", "start-pool", "load-model", "load-adapter", "classify", "write", "merge",
-          "export", "verify")
-"""The stages of one run, in the words a failed pilot reports (``stage_reached``); the pilot adds ``doctor``."""
-
-
-def check_export_root(dest: storage.Dest) -> None:
-    """Make sure a local export copy can be written: its parent folder is made (as the copy would) and a file is
-    created and removed there, and nothing but an earlier complete copy (with its ``SHA256SUMS``, re-checked at the
-    end) is where the copy goes. A URL is checked by the copy itself (:mod:`batch.run.offpod` while the batch runs).
-
-    Raises:
-        EnvironmentCheckError: the folder cannot be made or written (a path under a file, a read-only or
-            virtual file system, no permission), or ``dest`` holds something else (a file, a folder without
-            ``SHA256SUMS``), exit 6 naming it.
-    """
-    if not isinstance(dest, Path):
-        return
-    import tempfile
-
-    root = dest.parent
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=root, prefix=".docpilot-probe-"):
-            pass
-    except OSError as err:
-        raise EnvironmentCheckError(f"the export folder {root} cannot be written: {err.strerror or err}; "
-                                    "choose another with --export-dir (or batch.export_dir)") from err
-    if (dest.exists() or dest.is_symlink()) and not (dest / SHA256SUMS).is_file():  # a finished copy has its sums
-        raise EnvironmentCheckError(f"{dest} exists and is not an export copy (no {SHA256SUMS}): the batch's copy "
-                                    "goes there; move it away, or choose another --export-dir (or batch.export_dir)")
-
-
-def export_batch(run_dir: Path, dest: storage.Dest, hooks: RunHooks | None = None,
-                 reuse: dict[str, str] | None = None) -> storage.Dest:
-    """Copy the finished run with SHA256SUMS and re-check the copy (an earlier attempt's copy is re-checked, not overwritten).
-
-    ``dest`` is a folder or an object-storage URL; a URL copy is read back from the store for the
-    re-check, and an incomplete one (an interrupted upload: no SHA256SUMS) is completed. The re-check is
-    :func:`batch.run.merge.check_export`, the one re-check of batch and pilot.
-
-    Args:
-        run_dir: the finished run folder.
-        dest: where the copy goes.
-        hooks: told the ``export`` and ``verify`` stages.
-        reuse: ``{relative path: sha256}`` of files already at a URL ``dest`` (shards copied off the pod while
-            the batch ran, :mod:`batch.run.offpod`): not sent again, re-checked with the rest.
-
-    Raises:
-        VerificationError: the copy fails its re-check.
-    """
-    hooks = hooks or RunHooks()
-    hooks.stage("export")
-    if export_complete(dest):
-        log.info("export %s exists (an earlier attempt); re-checking it", dest)
-    else:
-        try:
-            export_run(run_dir, dest, reuse)
-        except OSError as err:
-            if not isinstance(dest, Path) or isinstance(err, EnvironmentCheckError) or err.errno in FULL_ERRNOS:
-                raise  # a store's own error kind, or a full disk (batch.run.disk says which folder)
-            raise EnvironmentCheckError(f"cannot write the export copy {dest}: {err.strerror or err}; the run folder "
-                                        f"{run_dir} is complete: run the same command again with a writable "
-                                        "--export-dir") from err
-    hooks.stage("verify")
-    recheck_export(dest, check_export, f"export {dest}")
-    return dest
-
-
 @dataclass
 class BatchRun:
     """One attempt of one batch, its run folder locked by this process.
@@ -252,10 +159,6 @@ class BatchRun:
         if self.hooks is not None:
             self.hooks.stage(name)
 
-    def _export_dest(self) -> storage.Dest:
-        root = storage.as_dest(self.options.export_dir or self.cfg.batch.export_dir or exports_dir())
-        return storage.join(root, self.batch_id)
-
     def run(self) -> dict[str, Any]:
         """Plan (or reuse the plan), run the shards without a file, merge, summarize, export and re-check.
 
@@ -269,16 +172,14 @@ class BatchRun:
                 folder and its free space; :mod:`batch.run.disk`).
         """
         state: dict[str, Any] = {}
-        dest = self._export_dest()
+        dest = export_dest(self.options.export_dir or self.cfg.batch.export_dir, self.batch_id)
         written = [self.run_dir] + ([dest.parent] if isinstance(dest, Path) else [])
         with full_disk_is_environment(written, f"batch {self.batch_id}", state):  # exit 6 naming the folder, not a traceback
             return self._run(state)
 
     def _run(self, state: dict[str, Any]) -> dict[str, Any]:
-        from batch.plan.plan import lease_end
-
         self.lease_ends_at = lease_end(self.options.lots_config, self.options.lease_ends)
-        dest = self._export_dest()
+        dest = export_dest(self.options.export_dir or self.cfg.batch.export_dir, self.batch_id)
         check_export_root(dest)  # before any work: a bad --export-dir is found now, not at the end
         remove_stale_temporaries(self.run_dir, dest)  # a killed attempt's debris (this process holds the lock)
         self._stage("plan")
@@ -497,7 +398,6 @@ class BatchRun:
         from batch.pool.actor import actor_class, reap
         from batch.pool.placement import NodeWatch, actor_options, node_gpus
         from batch.pool.scheduler import Deadlines, run_pool
-        from batch.run.lease import LeaseWatch
         from classify.engine.args import detect_device
         from classify.engine.memory import resolve_tensor_parallel
 

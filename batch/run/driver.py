@@ -24,6 +24,7 @@ from batch.corpus.plan import corpus_settings_for, locate_corpus, require_id_col
 from batch.layout import read_manifest
 from batch.run.adapter import resolve_adapter
 from batch.run.attempt import BatchRun
+from batch.run.export import check_export_root, export_dest
 from batch.run.options import BatchOptions as BatchOptions  # the options' home; imported here by name
 from classify.engine.model import resolve_model, verify_model
 from classify.errors import DocpilotError, InputError, Interrupted, OffPodPending
@@ -218,7 +219,7 @@ def check_start(options: BatchOptions) -> None:
     """Every check of a batch's start that needs no engine, as the foreground start makes them, for ``--detach``.
 
     Config, corpus (present, a regular file or folder, readable, its id column), the export location (a local one is
-    written to and removed; :func:`batch.run.attempt.check_export_root`), the adapter (known to the registry, its
+    written to and removed; :func:`batch.run.export.check_export_root`), the adapter (known to the registry, its
     hashes and its fit with the base model and the engine's LoRA settings), and the pilot gate. What needs the engine
     or the whole corpus (the weights re-hashed, a merged model built, the corpus planned) is left to the detached run.
 
@@ -229,14 +230,9 @@ def check_start(options: BatchOptions) -> None:
         ConfigError, InputError, EngineError, AdapterError, PilotGateError, EnvironmentCheckError: the first check
             that fails, with the exit code and message the foreground start gives.
     """
-    from batch.run.attempt import check_export_root
-    from classify.paths import exports_dir
-    from classify.runs import storage
-
     cfg, corpus_path, _, model = _checked_inputs(options)
     _check_readable(corpus_path)
-    root = storage.as_dest(options.export_dir or cfg.batch.export_dir or exports_dir())  # as BatchRun's export copy
-    check_export_root(storage.join(root, str(options.batch_id)))
+    check_export_root(export_dest(options.export_dir or cfg.batch.export_dir, str(options.batch_id)))
     resolved = None
     if options.adapter is not None:
         from adapters.registry import Registry

@@ -1,13 +1,11 @@
-"""Merging a batch's shard files into ``results.jsonl`` + ``results.parquet``, and re-checking a copy: one columnar pass.
+"""Merging a batch's shard files into ``results.jsonl`` + ``results.parquet``: one columnar pass.
 
-Both stream one shard file at a time, parsed into an Arrow table (:func:`batch.rows.read_rows`):
+It streams one shard file at a time, parsed into an Arrow table (:func:`batch.rows.read_rows`):
 ids are checked against the plan's per-shard ``ids_sha256`` (:func:`batch.layout.check_shard_ids`) and
 for uniqueness with :class:`batch.corpus.plan.IdHashBuckets`; every row is counted and checked by the one
-accounting check (:class:`Tally`, Arrow kernels, the rules of :class:`classify.runs.accounting.Ledger`).
-The merge writes each shard's lines and table; the re-check of a copied run folder
-(:func:`check_export`) compares ``results.jsonl`` with the shard files' bytes and ``results.parquet``
-with their tables, and words the first differing row, file and field. The run folder layout is
-:mod:`batch.layout`'s.
+accounting check (:class:`Tally`, Arrow kernels, the rules of :class:`classify.runs.accounting.Ledger`), and
+each shard's lines and table are written. The re-check of a copied run folder takes the same pass with the same
+:class:`Tally` (:func:`batch.run.export.check_export`). The run folder layout is :mod:`batch.layout`'s.
 """
 
 from __future__ import annotations
@@ -20,20 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from batch.layout import (
-    MANIFEST,
-    RESULT_COLUMNS,
     RESULTS,
     RESULTS_PARQUET,
-    SUMMARY,
     check_shard_ids,
     shard_path,
-    streaming_parquet,
 )
-from batch.rows import REVIEW_COLUMN, RowMatcher, has_review, parsed_shards, read_rows, results_schema
+from batch.rows import has_review, parsed_shards, results_schema
 from batch.runfiles import Manifest
-from classify.errors import InputError, VerificationError
 from classify.records import Result
-from classify.runs.accounting import Ledger, account, recount_mismatches
+from classify.runs.accounting import Ledger, account
 
 
 def check_results(rows: list[Result], expected_ids: list[str] | None, categories: list[str]) -> list[str]:
@@ -71,27 +64,6 @@ def _summary_counts(ledger: Ledger, corpus: dict[str, Any], duplicate_ids: list[
             "rejected": c["rejected"], "input_rows": corpus["input_rows"], "duplicate_rows": corpus["duplicate_rows"],
             "duplicate_ids": duplicate_ids, "by_category": c["by_category"], "reject_reasons": c["reject_reasons"],
             "n_tokens": c["n_tokens"], "truncated": c["truncated"], "n_windows": c["n_windows"]}
-
-
-def check_export(export_dir: Path) -> list[str]:
-    """Recompute the summary invariants from an export copy (for :func:`classify.runs.export.verify_export`).
-
-    Streams the copy (one shard file at a time, :func:`check_export_rows`): ids unique (hashes on disk);
-    each shard file holds exactly its planned ids; ``results.jsonl`` is the shard files' rows in plan
-    order; accepted + rejected == total == distinct ids of the corpus; summary counts equal the
-    recount; ``results.parquet`` equals ``results.jsonl`` row for row.
-
-    Returns:
-        Problems found (empty list = verified).
-    """
-    try:
-        manifest = Manifest.of(json.loads((export_dir / MANIFEST).read_text(encoding="utf-8")))
-        summary = json.loads((export_dir / SUMMARY).read_text(encoding="utf-8"))
-    except (OSError, ValueError, InputError) as err:  # JSONDecodeError and ValidationError are ValueErrors; an
-        return [f"cannot read the copy: {err}"]  # earlier layout is batch.runfiles.EarlierRunFolder (an InputError)
-    if not isinstance(summary, dict):
-        return [f"cannot read the copy: {SUMMARY} is not a JSON object"]
-    return check_export_rows(export_dir, manifest, summary)
 
 
 class Tally(Ledger):
@@ -193,7 +165,7 @@ class Tally(Ledger):
         return [f"accepted + rejected = {self.accepted + self.rejected} != corpus distinct ids {distinct}"]
 
 
-def _shard_paths(run_dir: Path, manifest: Manifest) -> list[Path]:
+def shard_paths(run_dir: Path, manifest: Manifest) -> list[Path]:
     return [shard_path(run_dir, shard.index) for shard in manifest.shards]
 
 
@@ -273,7 +245,7 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
     missing: list[str] = []
     out = _Outputs(run_dir, has_review(manifest)) if write else None
     try:
-        paths = _shard_paths(run_dir, manifest)
+        paths = shard_paths(run_dir, manifest)
         for shard, path, parsed in zip(manifest.shards, paths, parsed_shards(paths, has_review(manifest)), strict=True):
             if not path.is_file():
                 missing.append(f"shard {shard.index} has no file ({shard.n_docs} ids missing from results)")
@@ -296,154 +268,3 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
     if out is not None:
         out.commit()
     return tally.summary(manifest.corpus, duplicates), problems
-
-
-LATER_COLUMNS = ("n_doc_tokens", "n_windows", "truncated")
-"""``results.parquet`` columns added by issue 41 (long documents): a run folder written before them is re-checked on
-the columns it has."""
-DROPPED_COLUMNS = ("dropped",)
-"""``results.parquet`` columns added by issue 55 (what padding was not scored): likewise."""
-
-
-def check_export_rows(export_dir: Path, manifest: Manifest, summary: dict[str, Any]) -> list[str]:
-    """Re-read a copied run folder's shards, ``results.jsonl`` and ``results.parquet`` against its summary.
-
-    One pass, a shard at a time: the shard file is parsed (:func:`batch.rows.read_rows`) and its ids
-    checked against the plan; the same number of rows of ``results.jsonl`` must be the same bytes (else
-    they are parsed and each row that differs as a record is named, at most 10); the ``results.jsonl`` rows
-    are counted (:class:`Tally`) and compared with the next rows of ``results.parquet``
-    (:class:`batch.rows.RowMatcher`, the first difference named).
-
-    Args:
-        export_dir: the copy.
-        manifest: its manifest.
-        summary: its ``summary.json``.
-
-    Returns:
-        Problems; empty when every row, count and file agrees.
-    """
-    results = export_dir / RESULTS
-    review = has_review(manifest)
-    tally = Tally(manifest.categories)
-    parquet = _ParquetCheck(export_dir / RESULTS_PARQUET, review)
-    problems: list[str] = []
-    shard_rows = 0
-    try:
-        paths = _shard_paths(export_dir, manifest)
-        line = 1  # results.jsonl's line number at fh (for messages)
-        with results.open("rb") as fh:
-            for shard, path, parsed in zip(manifest.shards, paths, parsed_shards(paths, review), strict=True):
-                if isinstance(parsed, Exception):
-                    raise parsed
-                lines, table = parsed
-                copied, copied_table, read = _copied_rows(fh, lines, table, review, line)
-                line += read
-                if copied_table is not table:
-                    check_shard_ids(path, shard, table.column("id").to_pylist())
-                    problems += _differing_rows(lines, copied, tally.total, path.relative_to(export_dir),
-                                                10 - len(problems))
-                parquet.take(copied_table, copied)
-                ids = tally.add_table(copied_table)
-                if copied_table is table:  # the same rows: their ids are the shard file's
-                    check_shard_ids(path, shard, ids)
-                shard_rows += table.num_rows
-            rest, rest_table = read_rows(fh.read(), review, str(results), line)
-            if rest_table.num_rows:
-                parquet.take(rest_table, rest)
-                tally.add_table(rest_table)
-        duplicates = tally.duplicate_ids(results)
-    except (OSError, VerificationError) as err:
-        tally.ids.close()
-        return [f"cannot read the copy: {err}"]
-    if duplicates:
-        problems.append(f"duplicate ids in results: {duplicates[:10]}")
-    problems += _recount(tally, manifest, summary, duplicates)
-    if shard_rows != tally.total:
-        problems.append(f"shard files hold {shard_rows} rows but results.jsonl {tally.total}")
-    return problems + parquet.finish()
-
-
-def _copied_rows(fh: Any, lines: bytes, table: Any, review: bool, first_line: int) -> tuple[bytes, Any, int]:
-    """The next rows of ``results.jsonl`` (open as ``fh``, at line ``first_line``) that should be the shard's
-    ``lines``: when they are the same bytes, ``lines`` and the shard's own ``table`` (the caller tests ``is``);
-    else as many non-blank lines (fewer at the end of the file), parsed by :func:`batch.rows.read_rows`.
-    The third value: the lines of the file read (blank ones too)."""
-    start = fh.tell()
-    if fh.read(len(lines)) == lines:
-        return lines, table, lines.count(b"\n")
-    fh.seek(start)
-    want, got, read = lines.count(b"\n"), 0, []
-    while got < want and (line := fh.readline()):
-        read.append(line)
-        got += bool(line.strip())
-    if not got:
-        return b"", read_rows(b"", review)[1], len(read)
-    return (*read_rows(b"".join(read), review, RESULTS, first_line), len(read))
-
-
-def _differing_rows(lines: bytes, copied: bytes, first_row: int, shard_file: Path, room: int) -> list[str]:
-    """``"results.jsonl row N differs from <shard file>"`` for each copied line that is another record than the
-    shard file's (at most ``room``; a line that differs only in its JSON spelling is the same record)."""
-    out: list[str] = []
-    for n, (mine, theirs) in enumerate(zip(lines.splitlines(), copied.splitlines(), strict=False)):
-        if len(out) >= room:
-            break
-        if mine != theirs and Result.from_json(mine) != Result.from_json(theirs):
-            out.append(f"{RESULTS} row {first_row + n} differs from {shard_file}")
-    return out
-
-
-class _ParquetCheck:
-    """``results.parquet`` compared with the ``results.jsonl`` rows, a table at a time; the first problem is kept
-    (later tables are not compared).
-
-    Args:
-        path: the copy's ``results.parquet``.
-        review: the batch has the ``review`` column.
-    """
-
-    def __init__(self, path: Path, review: bool):
-        self.problem: str | None = None
-        self.matcher: RowMatcher | None = None
-        self.columns: list[str] | None = None
-        try:
-            pf = streaming_parquet(path)
-        except Exception as err:  # noqa: BLE001 - pyarrow's errors
-            self.problem = f"{RESULTS_PARQUET}: cannot read: {err}"
-            return
-        names = [name for name, _ in RESULT_COLUMNS] + ([REVIEW_COLUMN[0]] if review else [])
-        earlier = [[n for n in names if n not in added]  # a run written before issue 55's, or issue 41's, columns
-                   for added in (DROPPED_COLUMNS, LATER_COLUMNS + DROPPED_COLUMNS)]
-        if pf.schema_arrow.names != names and pf.schema_arrow.names not in earlier:
-            self.problem = f"{RESULTS_PARQUET}: columns {pf.schema_arrow.names} != {names}"
-            return
-        self.columns = None if pf.schema_arrow.names == names else pf.schema_arrow.names
-        self.matcher = RowMatcher(pf.iter_batches(batch_size=65_536))
-
-    def take(self, table: Any, lines: bytes) -> None:
-        """Compare the next ``table.num_rows`` rows of the file with ``table`` (``lines``: the same rows as JSON)."""
-        if self.problem is not None or self.matcher is None:
-            return
-        row = self.matcher.row
-        diff = self.matcher.take(table if self.columns is None else table.select(self.columns))
-        if diff is None:
-            return
-        at, prow = diff
-        if prow is None:
-            self.problem = f"{RESULTS_PARQUET} has fewer rows ({row + at}) than {RESULTS}"
-        else:
-            jrow = json.loads(lines.splitlines()[at])
-            self.problem = f"{RESULTS_PARQUET} row {row + at} differs from {RESULTS}: {prow} != {jrow}"
-
-    def finish(self) -> list[str]:
-        """The problem found, or that the file holds rows past ``results.jsonl``'s."""
-        if self.problem is None and self.matcher is not None and not self.matcher.finish():
-            self.problem = f"{RESULTS_PARQUET} has more rows than {RESULTS} ({self.matcher.row} there)"
-        return [self.problem] if self.problem else []
-
-
-def _recount(tally: Tally, manifest: Manifest, summary: dict[str, Any], duplicates: list[str]) -> list[str]:
-    problems = list(tally.problems)
-    recount = tally.summary(manifest.corpus, duplicates)
-    problems += recount_mismatches(summary, recount, ("total", "accepted", "rejected", "input_rows", "duplicate_rows"))
-    return problems + tally.balance(manifest)

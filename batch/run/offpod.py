@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from batch import layout as mf
+from batch.lease.clock import eta_text
 from batch.run.owner import HEARTBEAT_EVERY_S, ExportOwner
 from batch.runfiles import Manifest
 from classify.errors import DocpilotError, InputError, VerificationError
 from classify.runs import storage
-from classify.runs.export import SHA256SUMS, read_sums, sums_text
+from classify.runs.export import SHA256SUMS, sums_text
 from classify.runs.records import write_bytes_atomic
 from classify.usercommand import user_flag
 
@@ -359,8 +360,6 @@ class ShardUploader:
 
 def offpod_short(lag: dict[str, Any], lease: dict[str, Any] | None = None) -> str:
     """The progress line's postfix: ``off pod 12/40 shards, 2 waiting (oldest 35s)`` after the lease verdict, if any."""
-    from batch.run.lease import eta_text
-
     text = f"off pod {lag['shards_copied']}/{lag['shards_total']} shards"
     if lag["shards_pending"]:
         text += f", {lag['shards_pending']} waiting (oldest {eta_text(lag['oldest_pending_s'])})"
@@ -458,9 +457,3 @@ def restore_run(dest: str, run_dir: Path) -> tuple[Manifest, int]:
     write_bytes_atomic(run_dir / LEDGER, sums_text(dict(sorted(ledger.items()))))
     mf.write_manifest(run_dir, manifest)
     return manifest, len(ledger)
-
-
-def local_ledger(run_dir: Path) -> dict[str, str]:
-    """The run folder's record of shards copied off the pod (empty when there is none)."""
-    path = run_dir / LEDGER
-    return read_sums(path) if path.is_file() else {}

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from batch.run.lease import eta_text
+from batch.lease.clock import eta_text
 from classify.errors import InputError
 from classify.runs import storage
 from classify.usercommand import user_flag

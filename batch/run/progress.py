@@ -55,7 +55,7 @@ class Progress:
         self._saved_at = 0.0
         self.saves = 0
         self.previous_actors: list[dict[str, Any]] = []
-        self.lease: dict[str, Any] | None = None  # the latest lease verdict (batch.run.lease.LeaseWatch)
+        self.lease: dict[str, Any] | None = None  # the latest lease verdict (batch.lease.clock.LeaseWatch)
         self.mirror = mirror
         from classify.runs.detached import process_identity
 

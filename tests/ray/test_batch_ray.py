@@ -104,7 +104,7 @@ def _docpilot(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 
 @pytest.mark.engine
 def test_batch_end_to_end_real_ray_and_engine(tmp_path, bbc_dir, pilot_config):
-    from batch.run.merge import check_export
+    from batch.run.export import check_export
     from classify.config.sections import classification_sha256
     from classify.engine.model import resolve_model
     from classify.paths import exports_dir, runs_dir

@@ -15,7 +15,7 @@ import re
 import pytest
 
 from batch import layout as mf
-from batch.run.merge import check_export
+from batch.run.export import check_export
 from tests.support.corpora import news_rows, write_config, write_jsonl
 
 

@@ -61,7 +61,7 @@ ACCOUNTING = ("total", "accepted", "rejected", "input_rows", "duplicate_rows")
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
 def test_a_store_corpus_gives_the_results_and_accounting_of_the_local_file(local_ray, lease_s3, dirs, suffix):  # noqa: F811
-    from batch.run.merge import check_export
+    from batch.run.export import check_export
 
     local = dirs / f"c{suffix}"
     write_texts(local, numbered_texts(N) + ["", numbered_texts(1)[0]])  # an empty document: one rejected row

@@ -100,7 +100,7 @@ def test_a_full_disk_in_a_real_batch_is_exit_6_and_a_rerun_finishes_exactly_once
     rows = [json.loads(line) for line in (run_dir / mf.RESULTS).read_text().splitlines()]
     assert sorted(r["id"] for r in rows) == [f"d-{i:05d}" for i in range(1500)]  # every id exactly once
     assert summary["total"] == 1500 and summary["accepted"] + summary["rejected"] == 1500
-    from batch.run.merge import check_export
+    from batch.run.export import check_export
     from classify.runs.export import verify_export
 
     assert verify_export(Path(summary["export_dir"]), check_export) == []

@@ -103,7 +103,7 @@ def test_a_driver_killed_in_merge_or_export_leaves_debris_that_the_rerun_removes
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    from batch.run.merge import check_export
+    from batch.run.export import check_export
     from classify.runs.export import verify_export
 
     assert verify_export(exports / "kill", check_export) == []

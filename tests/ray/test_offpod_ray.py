@@ -166,7 +166,7 @@ def _wait_for_ledger(proc: subprocess.Popen, fs, dest: str, n: int, timeout_s: f
 
 
 def test_pod_loss_resumes_from_the_s3_copy_every_id_exactly_once(tmp_path, s3):
-    from batch.run.merge import check_export
+    from batch.run.export import check_export
     from classify.runs.export import verify_export
 
     moto, fs = s3
@@ -231,7 +231,7 @@ def test_resume_from_refuses_another_corpus(tmp_path, s3):
 
 @pytest.mark.slow  # about 50 s (make test-slow); the pod-loss resume from the S3 copy stays in make test
 def test_a_store_down_for_a_while_slows_only_the_copy(tmp_path, s3):
-    from batch.run.merge import check_export
+    from batch.run.export import check_export
     from batch.runfiles import ProgressFile
     from classify.runs.export import verify_export
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from batch.pilot.run import run_pilot
-from batch.run.merge import check_export
+from batch.run.export import check_export
 from classify.runs.export import verify_export
 from classify.runs.gate import combo_key, pilot_status
 from classify.runs.records import read_jsonl
@@ -297,6 +297,7 @@ def _broken_merge(monkeypatch):
 
 def _broken_shard_writer(monkeypatch):
     import batch.run.attempt
+    import batch.run.export
 
     def full_disk(path, data):
         raise OSError(28, "No space left on device", str(path))
@@ -357,6 +358,7 @@ def test_pilot_and_batch_call_the_same_reader_shard_writer_merge_and_recheck(loc
     """A spy on each shared function: one pilot, then one batch (with another actor count, which it says)."""
     import batch.corpus.plan
     import batch.run.attempt
+    import batch.run.export
     from batch.run.driver import parse_args, run_batch
 
     calls: list[str] = []
@@ -374,7 +376,7 @@ def test_pilot_and_batch_call_the_same_reader_shard_writer_merge_and_recheck(loc
     spy(batch.corpus.plan.CorpusPlan, "shard_payload")  # a shard read when dispatched
     spy(batch.run.attempt, "write_bytes_atomic")  # the shard writer
     spy(batch.run.attempt, "merge_results")  # shards -> results.jsonl + results.parquet
-    spy(batch.run.attempt, "check_export")  # the export re-check
+    spy(batch.run.export, "check_export")  # the export re-check
     shared = {"jsonl_rows", "shard_payload", "write_bytes_atomic", "merge_results", "check_export"}
     corpus = _business_set(isolated / "set")
     outcome = run_pilot(pilot_config, corpus, config_path="config/docpilot.json", _engine_actor=answer_actor())

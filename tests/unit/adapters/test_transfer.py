@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from adapters.registry import Registry
 from adapters.transfer import export_adapter, import_adapter
-from batch.run.merge import check_export
+from batch.run.export import check_export
 from classify.errors import AdapterError, AdapterIntegrityError
 from classify.runs.export import SHA256SUMS, export_complete, export_run, verify_export
 from tests.support.transfer import BUCKET, FP, batch_run, flip_object, publish, s3_fs
@@ -121,7 +121,7 @@ def test_adapter_through_s3_then_served_and_a_flipped_byte_is_refused(s3, tmp_pa
 
 
 def test_batch_run_export_to_s3_is_read_back_and_a_flipped_byte_is_named(s3, tmp_path, bbc_dir):
-    from batch.run.attempt import export_batch as _export
+    from batch.run.export import export_batch as _export
 
     run = batch_run(tmp_path, bbc_dir)
     url = f"s3://{BUCKET}/exports/b-s3"

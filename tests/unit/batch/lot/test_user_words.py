@@ -11,11 +11,11 @@ import subprocess
 import pytest
 
 from batch import layout as mf
+from batch.lease.clock import lease_check
 from batch.lot.status import batch_status
 from batch.lot.status import main as status_main
 from batch.pilot.decision import VERDICT_VS_DECISION, decision_markdown
 from batch.run.driver import warn_pipeline
-from batch.run.lease import lease_check
 from classify.config.sections import EngineConfig
 from classify.errors import InputError
 from classify.runs.gate import pipeline_settings

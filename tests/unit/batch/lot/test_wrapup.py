@@ -173,21 +173,3 @@ def test_nothing_exported_or_a_running_batch_never_stops_the_lease(tmp_path, mon
     assert wrapup.main(["--to", str(tmp_path / "d"), "--lots-config", str(tmp_path / "lots.json")]) == 0
     stop = json.loads((max(runs.glob("*-wrapup-*"), key=lambda p: p.stat().st_mtime_ns) / "lease-stop.json").read_text())
     assert not marker.exists() and "still running" in stop["decisions"][-1]["reason"]
-
-
-def test_stop_command_runs_without_a_shell_and_a_failing_one_is_an_error(tmp_path):
-    from batch.lot.stop import stop_the_meter
-    from batch.plan.lots import LeaseSection
-
-    lease = LeaseSection(stop_command=["echo", "$HOME; touch", str(tmp_path / "injected")])
-    decision = stop_the_meter(tmp_path, lease, True, "verified")
-    assert decision["decision"] == "ran" and "$HOME; touch" in decision["output_tail"]  # no shell expanded it
-    assert not (tmp_path / "injected").exists()
-    failing = stop_the_meter(tmp_path, LeaseSection(stop_command=[sys.executable, "-c", "raise SystemExit(3)"]),
-                             True, "verified")
-    assert failing["decision"] == "failed" and failing["exit_code"] == 3
-    assert stop_the_meter(tmp_path, LeaseSection(), True, "verified")["decision"] == "skipped"
-    decisions = json.loads((tmp_path / "lease-stop.json").read_text())["decisions"]
-    assert [d["decision"] for d in decisions] == ["ran", "failed", "skipped"]
-    with pytest.raises(ValueError, match="stop_command"):
-        LeaseSection(stop_command=[])

@@ -362,8 +362,8 @@ def test_an_old_lots_config_with_job_sections_says_what_moved_where(tmp_path, ca
 
 def test_an_old_lots_config_only_warns_where_its_lease_fields_are_read(tmp_path, caplog):
     """batch, pilot, status and wrap-up read only the lease fields: an old lots.json warns there, never stops them."""
-    from batch.lot.stop import stop_settings
-    from batch.plan.plan import lease_end
+    from batch.lease.clock import lease_end
+    from batch.lease.stop import stop_settings
 
     old = {**json.loads(LOTS.read_text()), "lease_ends_at": "2026-12-03T18:00:00Z",
            "model": {"base_model": "smollm2-135m-instruct"}, "engine": {"max_lora_rank": 16}}

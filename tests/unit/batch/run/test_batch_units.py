@@ -14,7 +14,8 @@ from batch import layout as mf
 from batch.config import BatchConfig, CorpusConfig, load_batch_config, results_config_sha256
 from batch.lot.status import batch_status
 from batch.lot.status import main as status_main
-from batch.run.merge import check_export, check_results, merge_results
+from batch.run.export import check_export
+from batch.run.merge import check_results, merge_results
 from batch.runfiles import Manifest
 from classify.config.sections import PilotConfig, load_config
 from classify.errors import ConfigError, InputError, VerificationError

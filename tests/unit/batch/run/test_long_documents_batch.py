@@ -98,7 +98,7 @@ def test_an_adapter_trained_on_windows_and_piloted_cut_is_named_a_prompt_mismatc
 def test_a_results_parquet_written_before_the_new_columns_still_rechecks(tmp_path):
     import pyarrow.parquet as pq
 
-    from batch.run.merge import DROPPED_COLUMNS, LATER_COLUMNS, _ParquetCheck
+    from batch.run.export import DROPPED_COLUMNS, LATER_COLUMNS, _ParquetCheck
 
     body = b"".join(json.dumps(r.row()).encode() + b"\n" for r in _rows())
     _, table = read_rows(body, review=False)

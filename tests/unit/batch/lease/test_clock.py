@@ -8,10 +8,9 @@ import json
 import pytest
 
 from batch import layout as mf
+from batch.lease.clock import LeaseWatch, lease_check, lease_end, parse_lease_end
 from batch.lot.status import batch_status
 from batch.lot.status import main as status_main
-from batch.plan.plan import lease_end, parse_lease_end
-from batch.run.lease import lease_check
 from classify.errors import ConfigError
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
@@ -104,7 +103,6 @@ def test_the_batch_progress_line_says_whether_the_lease_fits(tmp_path):
 
     from tqdm import tqdm
 
-    from batch.run.lease import LeaseWatch
 
     run = _run(tmp_path)
     out = io.StringIO()
@@ -140,7 +138,6 @@ def test_the_steady_rate_leaves_the_engine_start_out_and_drives_the_eta_and_the_
     """Issue 42 item 4: 60 s of engine start, then a shard of 100 documents every 10 s: the steady rate is 10 docs/s
     (the overall rate 3.3 docs/s); progress.json, the ETA and the lease clock go by the steady one."""
     from batch.run import progress as progress_mod
-    from batch.run.lease import LeaseWatch
     from batch.run.progress import Progress
 
     clock = [1000.0]

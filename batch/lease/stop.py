@@ -6,11 +6,22 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import shlex
+import shutil
+import subprocess
+import threading
+from collections import deque
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("batch.lot.stop")
+from batch.plan.lots import LeaseSection, load_lease_part
+from classify.errors import ConfigError
+from classify.runs.records import utc_now, write_json_atomic
+
+log = logging.getLogger(__name__)
 
 
 LEASE_STOP_RECORD = "lease-stop.json"
@@ -26,8 +37,6 @@ def stop_settings(lots_config: str | Path | None) -> Any:
     Raises:
         ConfigError: an invalid lots config.
     """
-    from batch.plan.lots import LeaseSection, load_lease_part
-
     if lots_config is None or not Path(lots_config).is_file():
         return LeaseSection()
     return load_lease_part(lots_config).lease
@@ -45,12 +54,6 @@ def check_stop_command(lease: Any, after: str = "the whole run", skip: str | Non
         ConfigError: the program is not found on ``PATH`` (or is not an executable file), or the command is one
             string holding spaces instead of an argv list; the message names the value and the fix.
     """
-    import os
-    import shlex
-    import shutil
-
-    from classify.errors import ConfigError
-
     if not lease.stop_command:
         return
     program = lease.stop_command[0]
@@ -95,10 +98,6 @@ def _run_stop_command(command: list[str], timeout_s: float) -> dict[str, Any]:
         ``{decision: ran|failed, exit_code, output_tail}``: ``ran`` when the command exited 0; ``failed`` on another
         exit status, past ``timeout_s`` (the command is killed, its output so far kept), or when it cannot start.
     """
-    import subprocess
-    import threading
-    from collections import deque
-
     try:  # bytes, decoded leniently: output that is not UTF-8 is recorded, never a traceback
         proc = subprocess.Popen(command, shell=False, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)
@@ -139,8 +138,6 @@ def _run_stop_command(command: list[str], timeout_s: float) -> dict[str, Any]:
 
 def _read_some(fd: int) -> bytes:
     """The next bytes of the pipe ``fd`` (``b""`` at its end, or once it is closed)."""
-    import os
-
     try:
         return os.read(fd, 65536)
     except OSError:
@@ -164,8 +161,6 @@ def stop_the_meter(record_dir: Path, lease: Any, verified: bool, reason: str) ->
     Returns:
         The decision: ``{at, decision: ran|skipped|failed, reason, command, exit_code, output_tail}``.
     """
-    from classify.runs.records import utc_now, write_json_atomic
-
     command = list(lease.stop_command) if lease.stop_command else None
     decision: dict[str, Any] = {"at": utc_now(), "command": command, "reason": reason, "exit_code": None,
                                 "output_tail": None}
@@ -185,8 +180,6 @@ def stop_the_meter(record_dir: Path, lease: Any, verified: bool, reason: str) ->
                       command, decision["exit_code"] if decision["exit_code"] is not None else decision["output_tail"])
     path = record_dir / LEASE_STOP_RECORD
     try:
-        import json
-
         old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"decisions": []}
     except (OSError, ValueError):
         old = {"decisions": []}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from batch.lot.stop import check_stop_command, stop_the_meter
+from batch.lease.stop import check_stop_command, stop_the_meter
 from batch.plan.lots import LeaseSection
 from classify.errors import ConfigError
 from tests.support.processes import docpilot_env, run_docpilot
@@ -101,3 +101,18 @@ def test_wrap_up_refuses_a_stop_command_that_cannot_run_before_the_first_copy(tm
     copied = run_docpilot("wrap-up", "--to", str(tmp_path / "offpod"), "--lots-config", str(tmp_path / "lots.json"),
                           "--no-stop", env=env)  # --no-stop copies without the stop command: not refused for it
     assert "lease.stop_command" not in copied.stderr and "lease stop: skipped" in copied.stdout
+
+
+def test_stop_command_runs_without_a_shell_and_a_failing_one_is_an_error(tmp_path):
+    lease = LeaseSection(stop_command=["echo", "$HOME; touch", str(tmp_path / "injected")])
+    decision = stop_the_meter(tmp_path, lease, True, "verified")
+    assert decision["decision"] == "ran" and "$HOME; touch" in decision["output_tail"]  # no shell expanded it
+    assert not (tmp_path / "injected").exists()
+    failing = stop_the_meter(tmp_path, LeaseSection(stop_command=[sys.executable, "-c", "raise SystemExit(3)"]),
+                             True, "verified")
+    assert failing["decision"] == "failed" and failing["exit_code"] == 3
+    assert stop_the_meter(tmp_path, LeaseSection(), True, "verified")["decision"] == "skipped"
+    decisions = json.loads((tmp_path / "lease-stop.json").read_text())["decisions"]
+    assert [d["decision"] for d in decisions] == ["ran", "failed", "skipped"]
+    with pytest.raises(ValueError, match="stop_command"):
+        LeaseSection(stop_command=[])

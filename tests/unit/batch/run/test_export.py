@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from batch.run import attempt
-from batch.run.attempt import check_export_root, export_batch
+from batch.run.export import check_export_root, export_batch
 from classify.errors import EnvironmentCheckError
 from tests.support.corpora import make_corpus
 

@@ -1,5 +1,6 @@
-"""The running batch against the lease clock: whether the rest of it and its export finish before the lease ends.
+"""The lease clock: when the lease ends, and whether the rest of the running batch and its export finish before it.
 
+:func:`lease_end` is the lease end in force (``--lease-ends`` or the lots config's ``lease_ends_at``);
 :func:`lease_check` is the estimate (``docpilot status --lease-ends``); :class:`LeaseWatch` runs it
 from the driver every 30 s and shows the verdict on the progress line and in ``progress.json``.
 """
@@ -8,13 +9,62 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import AwareDatetime, ValidationError
+
 from batch import layout as mf
+from batch.plan.lots import load_lease_part
+from classify.config.sections import Frozen
+from classify.errors import ConfigError
 from classify.usercommand import user_command, user_flag
 
-log = logging.getLogger("batch.lot.status")
+log = logging.getLogger(__name__)
+
+
+class _Lease(Frozen):
+    lease_ends_at: AwareDatetime
+
+
+def parse_lease_end(text: str) -> dt.datetime:
+    """Parse a lease end given on the command line (``--lease-ends``).
+
+    Args:
+        text: ISO 8601 with a timezone, e.g. ``2026-12-03T18:00:00Z`` or ``2026-12-03T19:00:00+01:00``.
+
+    Returns:
+        The aware datetime.
+
+    Raises:
+        ConfigError: not ISO 8601, or no timezone (a lease clock without one is ambiguous).
+    """
+    try:
+        return _Lease(lease_ends_at=text).lease_ends_at
+    except ValidationError:
+        raise ConfigError(f"`lease_ends_at` must be ISO 8601 with a timezone (e.g. 2026-12-03T18:00:00Z), "
+                          f"got {text!r}") from None
+
+
+def lease_end(lots_config: str | Path | None = "config/lots.json", override: str | None = None) -> dt.datetime | None:
+    """The lease end in force: ``override`` (``--lease-ends``) if given, else the lots config's ``lease_ends_at``.
+
+    Args:
+        lots_config: ``config/lots.json``; a missing file means no lease end (``None`` skips it).
+        override: a ``--lease-ends`` value.
+
+    Returns:
+        The aware datetime, or ``None`` when neither gives one.
+
+    Raises:
+        ConfigError: an invalid value or lots config.
+    """
+    if override:
+        return parse_lease_end(override)
+    if lots_config is None or not Path(lots_config).is_file():
+        return None
+    return load_lease_part(lots_config).lease_ends_at
 
 
 DEFAULT_UPLOAD_MIB_PER_S = 10.0
@@ -148,8 +198,6 @@ class LeaseWatch:
         Returns:
             The latest :func:`lease_check` verdict, or ``None`` without a lease end.
         """
-        import time
-
         if self.lease_ends_at is None:
             return None
         now = time.monotonic()
