@@ -50,7 +50,7 @@ from classify.runs.detached import (
 )
 from classify.runs.records import utc_now, write_json_atomic
 from classify.usercommand import user_command
-from docpilot.cli import log_lines
+from docpilot.logs import log_lines
 
 log = logging.getLogger("docpilot.detach")
 
