@@ -14,10 +14,11 @@ import os
 import signal
 import sys
 import threading
-import warnings
 
+from classify.engine.machine import idle_card_warning
 from classify.errors import DocpilotError, Interrupted
 from classify.paths import verbose_logs
+from docpilot.logs import configure_logging
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "model": ("classify.engine.model_cli:main", "provision the base model into the model cache"),
@@ -48,54 +49,12 @@ IDLE_CARD_COMMANDS = ("batch", "train")
 (:func:`classify.engine.machine.idle_card_warning`; the pilot's doctor says it as a blocker or a warning)."""
 
 
-QUIET_ENV: dict[str, str] = {
-    "VLLM_LOGGING_LEVEL": "ERROR",  # vllm/envs.py; read when vllm is first imported, here and in engine processes
-    "TRANSFORMERS_VERBOSITY": "error",
-    "RAY_LOGGER_LEVEL": "error",  # the `ray` Python loggers (ray_constants.LOGGER_LEVEL)
-    "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10 warnings printed as "[W... file.cpp:N] Warning: ..." (vLLM's NUMA binding note)
-    "PYTHONWARNINGS": "ignore::FutureWarning",  # libraries' deprecation notices, in the engine's child processes too
-}
-"""Environment set by default (unless the user set the name) so vLLM, Ray and transformers log only errors.
-Set before any of them is imported; child processes inherit it (Ray actors through runtime_env)."""
-
-QUIET_LOGGERS = ("vllm", "ray", "transformers", "torch", "accelerate", "peft", "matplotlib")
-
-
 def _verbose(argv: list[str]) -> tuple[bool, list[str]]:
     """``--verbose`` anywhere before ``--`` (removed from argv), or ``DOCPILOT_VERBOSE=1``."""
     end = argv.index("--") if "--" in argv else len(argv)
     flag = "--verbose" in argv[:end]
     rest = [a for i, a in enumerate(argv) if not (a == "--verbose" and i < end)]
     return flag or verbose_logs(), rest
-
-
-def log_lines() -> None:
-    """The one ``logging.basicConfig`` of docpilot: INFO and above to stderr as ``time level logger: message``
-    (every command through :func:`configure_logging`, and the detached run's supervisor)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
-def configure_logging(verbose: bool) -> None:
-    """docpilot's own INFO lines always; vLLM's, Ray's and transformers' only when ``verbose``.
-
-    Quiet mode lowers third-party logging to errors through their own environment variables
-    (:data:`QUIET_ENV`, set before they are imported) and Python loggers. Errors are never hidden:
-    the first error of a failed command is still printed whole by :func:`main`.
-
-    Args:
-        verbose: ``docpilot --verbose`` or ``DOCPILOT_VERBOSE=1``: everything, as the libraries log it.
-    """
-    if verbose:
-        os.environ["DOCPILOT_VERBOSE"] = "1"  # seen by the batch driver (Ray log_to_driver) and child processes
-    else:
-        for name, value in QUIET_ENV.items():
-            os.environ.setdefault(name, value)
-    log_lines()
-    if not verbose:
-        for name in QUIET_LOGGERS:
-            logging.getLogger(name).setLevel(logging.ERROR)
-        if os.environ.get("PYTHONWARNINGS") == QUIET_ENV["PYTHONWARNINGS"]:  # this process read it before it was set
-            warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 def _usage() -> str:
@@ -155,7 +114,7 @@ def _main(argv: list[str] | None = None) -> int:
         _warn_idle_card()
     func = _resolve(COMMANDS[name][0])
     if name in DETACHABLE and _wants_detach(rest):
-        from docpilot.detach import detach
+        from docpilot.detach import detach  # lazy: only a detach needs the lot's wrap-up and stop
 
         prepare = _resolve(DETACHABLE[name])
         func = lambda argv: detach(argv, prepare)  # noqa: E731
@@ -176,8 +135,6 @@ IDLE_CARD_SAID = "DOCPILOT_IDLE_CARD_SAID"
 
 
 def _warn_idle_card() -> None:
-    from classify.engine.machine import idle_card_warning
-
     line = idle_card_warning()
     if line:
         logging.getLogger("docpilot").warning(line)

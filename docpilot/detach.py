@@ -15,7 +15,9 @@ recorded in the run folder's ``lease-stop.json``.
 
 This is the front door's half of ``--detach``: ``docpilot.cli`` sends a detachable command's arguments here with
 that command's ``prepare_detach`` (which checks its options and opens its run folder through a
-:class:`~classify.runs.detached.DetachPlan`), so neither ``batch`` nor ``adapters`` imports this module.
+:class:`~classify.runs.detached.DetachPlan`), so neither ``batch`` nor ``adapters`` imports this module. What a command
+checks in its run folder once its child ended comes with the plan too, as an import string
+(:attr:`~classify.runs.detached.DetachPlan.after_exit`): nothing here asks which command it runs.
 
 Files in the run folder: ``detach.json`` (:data:`DETACH_RECORD`: the supervisor's and the child's pid,
 host, command, log), ``<kind>.log`` and ``exit.json``.
@@ -27,6 +29,7 @@ import argparse
 import fcntl
 import logging
 import os
+import pkgutil
 import shlex
 import signal
 import socket
@@ -38,6 +41,8 @@ from typing import Any
 
 from adapters._export_copy import redact
 from batch.lease.stop import check_stop_command, stop_settings, stop_the_meter
+from batch.lot.wrapup import wrap_up
+from classify.errors import InputError
 from classify.runs.detached import (
     DETACH_RECORD,
     EXIT_RECORD,
@@ -50,7 +55,7 @@ from classify.runs.detached import (
 )
 from classify.runs.records import utc_now, write_json_atomic
 from classify.usercommand import user_command
-from docpilot.cli import log_lines
+from docpilot.logs import log_lines
 
 log = logging.getLogger("docpilot.detach")
 
@@ -89,7 +94,8 @@ def child_argv(argv: list[str]) -> list[str]:
 
 
 def start_detached(kind: str, run_id: str, run_dir: Path, argv: list[str], *, stop_when_done: bool = False,
-                   wrap_up_to: str | None = None, lots_config: str | None = "config/lots.json") -> int:
+                   wrap_up_to: str | None = None, lots_config: str | None = "config/lots.json",
+                   after_exit: str | None = None) -> int:
     """Start ``docpilot <kind> <argv>`` detached from this terminal; print its id, log and status command.
 
     Args:
@@ -101,6 +107,8 @@ def start_detached(kind: str, run_id: str, run_dir: Path, argv: list[str], *, st
             if every copy verified.
         wrap_up_to: the wrap-up destination (folder or URL); required with ``stop_when_done``.
         lots_config: the lots config holding ``lease.stop_command``.
+        after_exit: the command's check of its run folder after the child ended
+            (:attr:`~classify.runs.detached.DetachPlan.after_exit`), given to the supervisor.
 
     Returns:
         0 (the detached run's own status is recorded in ``exit.json``).
@@ -112,15 +120,13 @@ def start_detached(kind: str, run_id: str, run_dir: Path, argv: list[str], *, st
     lock_fd = _take_detach_lock(run_id, run_dir)
     try:
         return _start(kind, run_id, run_dir, argv, lock_fd=lock_fd, stop_when_done=stop_when_done, wrap_up_to=wrap_up_to,
-                      lots_config=lots_config)
+                      lots_config=lots_config, after_exit=after_exit)
     finally:
         os.close(lock_fd)  # the supervisor holds its inherited copy
 
 
 def _take_detach_lock(run_id: str, run_dir: Path) -> int:
     """Take :data:`DETACH_LOCK` without waiting (``flock``: released by the kernel when its holder ends, however)."""
-    from classify.errors import InputError
-
     fd = os.open(run_dir / DETACH_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -137,7 +143,7 @@ def _take_detach_lock(run_id: str, run_dir: Path) -> int:
 
 
 def _start(kind: str, run_id: str, run_dir: Path, argv: list[str], *, lock_fd: int, stop_when_done: bool,
-           wrap_up_to: str | None, lots_config: str | None) -> int:
+           wrap_up_to: str | None, lots_config: str | None, after_exit: str | None) -> int:
     previous = read_exit(run_dir)  # the attempt that last ran: kept if this start is refused before its own begins
     (run_dir / EXIT_RECORD).unlink(missing_ok=True)  # a resumed run's earlier record: follow waits for this one
     logfile = log_path(run_dir, kind)
@@ -147,6 +153,8 @@ def _start(kind: str, run_id: str, run_dir: Path, argv: list[str], *, lock_fd: i
         sup += ["--stop-when-done", "--wrap-up-to", str(wrap_up_to)]
     if lots_config:
         sup += ["--lots-config", str(Path(lots_config).resolve()) if Path(lots_config).exists() else lots_config]
+    if after_exit:
+        sup += ["--after-exit", after_exit]
     sup += ["--", *command]
     shown = [redact(a) for a in command]  # a URL's user:password@ never lands in the log or the record
     with open(logfile, "ab") as out:
@@ -191,7 +199,7 @@ def detach(argv: list[str], prepare: Callable[[list[str]], DetachPlan]) -> int:
         check_stop_command(stop_settings(plan.lots_config))
     run_id, run_dir, added = plan.open_run()
     return start_detached(plan.kind, run_id, run_dir, child_argv(argv) + list(added), stop_when_done=plan.stop_when_done,
-                          wrap_up_to=plan.wrap_up_to, lots_config=plan.lots_config)
+                          wrap_up_to=plan.wrap_up_to, lots_config=plan.lots_config, after_exit=plan.after_exit)
 
 
 def _supervise(args: argparse.Namespace) -> int:
@@ -226,16 +234,16 @@ def _record_child_exit(run_dir: Path, args: argparse.Namespace, code: int, child
                        previous: dict[str, Any] | None) -> None:
     """Write ``exit.json`` for the child that ended with ``code``.
 
-    A batch start that recorded no attempt of its own (a resume refused before it began: a changed config or corpus;
-    the re-check of a complete batch; a stop during its start) must not pass for the batch's status: the record of
-    the attempt that last ran is written back, with this start under ``last_start``
-    (``{exit_code, ended_at, attempt: false, command}``), as a foreground ``docpilot batch`` leaves it
-    (:func:`batch.run.driver.attempt_recorded_by`). ``docpilot status --follow`` returns ``last_start``'s code.
+    A start that recorded no attempt of its own (a batch: a resume refused before it began, a changed config or
+    corpus; the re-check of a complete batch; a stop during its start) must not pass for the run's status: when the
+    command's plan names a check of its run folder (``--after-exit``, :attr:`DetachPlan.after_exit`; a batch's is
+    :func:`batch.run.driver.attempt_recorded_by`) and it says the child recorded none, the record of the attempt that
+    last ran is written back, with this start under ``last_start`` (``{exit_code, ended_at, attempt: false,
+    command}``), as a foreground ``docpilot batch`` leaves it. ``docpilot status --follow`` returns ``last_start``'s code.
     """
-    if args.kind == "batch" and previous:
-        from batch.run.driver import attempt_recorded_by
-
-        if not attempt_recorded_by(run_dir, child_pid, socket.gethostname()):
+    if args.after_exit and previous:
+        recorded_by = pkgutil.resolve_name(args.after_exit)  # the command's own module, named by its plan
+        if not recorded_by(run_dir, child_pid, socket.gethostname()):
             kept = {k: v for k, v in previous.items() if k != "last_start"}
             kept["last_start"] = {"exit_code": int(code), "ended_at": utc_now(), "attempt": False,
                                   "command": args.command}
@@ -263,8 +271,6 @@ def stop_when_done(run_dir: Path, kind: str, code: int, dest: str | None, lots_c
                                                     "left running so it can be resumed or copied off by hand")
     if not dest:
         return stop_the_meter(run_dir, lease, False, "no wrap-up destination: nothing was exported")
-    from batch.lot.wrapup import wrap_up
-
     try:
         outcome = wrap_up(dest)
     except Exception as err:  # noqa: BLE001 - whatever went wrong, the stop is skipped and the reason kept
@@ -273,7 +279,8 @@ def stop_when_done(run_dir: Path, kind: str, code: int, dest: str | None, lots_c
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m docpilot.detach supervise --run-dir D --kind K [--stop-when-done --wrap-up-to X] -- COMMAND...``.
+    """``python -m docpilot.detach supervise --run-dir D --kind K [--stop-when-done --wrap-up-to X] [--after-exit M:F]
+    -- COMMAND...``.
 
     Internal: started by :func:`start_detached` in its own session; not a ``docpilot`` subcommand.
 
@@ -288,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--stop-when-done", action="store_true")
     s.add_argument("--wrap-up-to")
     s.add_argument("--lots-config")
+    s.add_argument("--after-exit", metavar="MODULE:FUNCTION")
     s.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     if args.command and args.command[0] == "--":

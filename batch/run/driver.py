@@ -425,7 +425,8 @@ def prepare_detach(argv: list[str]) -> DetachPlan:
         added = ("--batch-id", batch_id) if args.batch_id is None else ()
         return batch_id, run_dir, added + (() if "--no-progress" in argv else ("--no-progress",))
 
-    return DetachPlan("batch", args.stop_when_done, wrap_up_to, args.lots_config, open_run)
+    return DetachPlan("batch", args.stop_when_done, wrap_up_to, args.lots_config, open_run,
+                      after_exit="batch.run.driver:attempt_recorded_by")
 
 
 def _all_rejected_as_not_text(summary: dict[str, Any]) -> str | None:

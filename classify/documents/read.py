@@ -1,11 +1,13 @@
-"""Document reading for pilot, batch and serve: folders and JSONL (CSV and Parquet: :mod:`batch.corpus.tabular`),
-with a reason for every reject (the text rules: :mod:`classify.documents.text`).
+"""Document reading for pilot, batch and serve: one file, one JSONL line or one text field becomes a document
+(CSV and Parquet rows: :mod:`batch.corpus.tabular`), with a reason for every reject (the text rules:
+:mod:`classify.documents.text`). Walking a folder corpus and cutting a JSONL file into lines are the batch
+reader's (:func:`batch.corpus.scan.walk_files`, :mod:`batch.corpus.shard`), which the pilot shares.
 
 Nothing is dropped: an unreadable, empty, invisible-only, binary, non-UTF-8 or oversize
-document becomes a :class:`~classify.records.Document` with ``reject_reason`` set, and a
-repeated id is reported by :func:`find_duplicate_ids` (pilot refuses it, batch
-rejects the id with a reason naming every occurrence). Mojibake (``Â£``) is valid
-UTF-8 and stays text.
+document becomes a :class:`~classify.records.Document` with ``reject_reason`` set. A repeated id is
+found by the batch plan, which keeps one rejected row naming every occurrence
+(:func:`batch.corpus.plan.fold_duplicates`); the pilot refuses such a set
+(:func:`batch.pilot.inputs.pilot_documents`). Mojibake (``Â£``) is valid UTF-8 and stays text.
 
 The same rules hold for pilot, batch and serve, which all read through this module:
 
@@ -25,8 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -35,7 +35,6 @@ from classify.documents.text import (
     check_bytes,
     checked_id,
     escape_surrogates,
-    refuse_wide_file,
     surrogate_reason,
 )
 from classify.records import Document
@@ -117,21 +116,6 @@ def read_file_document(doc_id: str, path: Path, max_doc_bytes: int) -> Document:
     return document_from_bytes(doc_id, raw, max_doc_bytes, str(path))
 
 
-def iter_directory(folder: Path, max_doc_bytes: int, exclude: tuple[str, ...] = LABEL_FILES) -> Iterator[Document]:
-    """Yield one document per file under ``folder`` (recursive, sorted); id = relative POSIX path.
-
-    Hidden files (``.name``) and top-level label files are skipped. A file name that is not UTF-8
-    (decoded by the OS with lone surrogates) gives an escaped id and a rejected row (:func:`checked_id`).
-    """
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if any(part.startswith(".") for part in rel.parts) or path.is_dir():
-            continue
-        if len(rel.parts) == 1 and rel.name in exclude:
-            continue
-        yield checked_id(read_file_document(rel.as_posix(), path, max_doc_bytes))
-
-
 def _id_type_error(value: object) -> str | None:
     """Why a JSON ``id`` value is not an id (``None`` for a string or an integer; ``bool`` is not an integer here)."""
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
@@ -139,36 +123,6 @@ def _id_type_error(value: object) -> str | None:
     kind = _JSON_TYPES.get(type(value), type(value).__name__)
     shown = "" if isinstance(value, (list, dict)) or value is None else f" {json.dumps(value)}"
     return f"`id` must be a string or an integer, got {kind}{shown}"
-
-
-def iter_jsonl(path: Path, max_doc_bytes: int) -> Iterator[tuple[Document, dict]]:
-    """Yield ``(document, record)`` per line of a JSONL file with ``id`` and ``text`` or ``path``.
-
-    ``path`` is read relative to the JSONL file's folder. A line that is not a JSON object, has
-    no ``id``, or whose ``id`` is neither a string nor an integer (``true``, ``1.5``, ``null``, a list
-    or an object: the reason names the type) is yielded as a rejected document with id
-    ``<file name>#L<line>`` so it is still accounted for. A line that is not UTF-8 is rejected with a
-    reason naming its first bad byte and the ``iconv`` fix; it keeps its id and fields (a label) when it
-    parses with the bad bytes escaped (bad bytes before the object skipped). An id with a lone
-    surrogate is escaped and rejected (:func:`checked_id`). Blank lines are skipped.
-
-    Args:
-        path: the JSONL file (UTF-8).
-        max_doc_bytes: size limit per document in bytes.
-
-    Yields:
-        ``(document, record)``; ``record`` is the line's JSON object (a rejected line's too, for its label), ``{}``
-        for a line that is not one.
-
-    Raises:
-        InputError: the file is UTF-16 or UTF-32 (the message names the encoding and the ``iconv`` fix).
-    """
-    refuse_wide_file(path)
-    name = escape_surrogates(path.name)
-    with path.open("rb") as fh:
-        for lineno, raw_line in enumerate(fh, start=1):
-            if raw_line.strip():
-                yield jsonl_line_document(path, name, lineno, raw_line, max_doc_bytes)
 
 
 _DECODER = msgspec.json.Decoder()
@@ -247,7 +201,7 @@ def jsonl_line_id(name: str, lineno: int, raw_line: bytes) -> tuple[str, dict | 
     Returns:
         ``(id, record, error)``: ``record`` is the parsed object when the line has a usable id
         (``None`` otherwise) and ``error`` the reject reason of a line without one or not in UTF-8 (``None`` otherwise);
-        the id is what :func:`iter_jsonl` gives the same line (``<name>#L<line>`` when there is no usable id).
+        the id is what :func:`jsonl_line_document` gives the same line (``<name>#L<line>`` when there is no usable id).
     """
     where = f"{name}#L{lineno}"
     try:
@@ -265,7 +219,16 @@ def jsonl_line_id(name: str, lineno: int, raw_line: bytes) -> tuple[str, dict | 
 
 
 def jsonl_line_document(path: Path, name: str, lineno: int, raw_line: bytes, max_doc_bytes: int) -> tuple[Document, dict]:
-    """The ``(document, record)`` of one non-blank JSONL line (see :func:`iter_jsonl` for the rules).
+    """The ``(document, record)`` of one non-blank JSONL line with ``id`` and ``text`` or ``path``.
+
+    ``path`` is read relative to the JSONL file's folder. A line that is not a JSON object, has
+    no ``id``, or whose ``id`` is neither a string nor an integer (``true``, ``1.5``, ``null``, a list
+    or an object: the reason names the type) is a rejected document with id ``<file name>#L<line>``
+    so it is still accounted for. A line that is not UTF-8 is rejected with a reason naming its first
+    bad byte and the ``iconv`` fix; it keeps its id and fields (a label) when it parses with the bad
+    bytes escaped (bad bytes before the object skipped). An id with a lone surrogate is escaped and
+    rejected (:func:`checked_id`). Blank lines are the caller's to skip; a UTF-16 or UTF-32 file is
+    refused before its lines are read (:func:`classify.documents.text.refuse_wide_file`).
 
     Args:
         path: the JSONL file (a ``path`` field is read relative to its folder).
@@ -295,35 +258,3 @@ def _jsonl_document(path: Path, doc_id: str, record: dict, max_doc_bytes: int, w
             return Document(doc_id, None, "", 0, reason, where)
         return read_file_document(doc_id, target, max_doc_bytes)
     return Document(doc_id, None, "", 0, "record has neither `text` nor `path`", where)
-
-
-def find_duplicate_ids(docs: list[Document]) -> dict[str, list[str]]:
-    """Map each id that occurs more than once to the sources of its occurrences."""
-    seen: dict[str, list[str]] = defaultdict(list)
-    for doc in docs:
-        seen[doc.id].append(doc.source or doc.id)
-    return {k: v for k, v in seen.items() if len(v) > 1}
-
-
-def collapse_duplicates(docs: list[Document]) -> list[Document]:
-    """One document per id: an id given more than once becomes one rejected document naming all occurrences.
-
-    The first occurrence keeps its place; the reason lists every source and sha256 so nothing is lost.
-    """
-    dups = find_duplicate_ids(docs)
-    out: list[Document] = []
-    emitted: set[str] = set()
-    for doc in docs:
-        if doc.id in emitted:
-            continue
-        emitted.add(doc.id)
-        if doc.id in dups:
-            shas = [d.input_sha256[:12] for d in docs if d.id == doc.id]
-            reason = (
-                f"duplicate id: given {len(dups[doc.id])} times ({', '.join(dups[doc.id])}; "
-                f"sha256 {', '.join(shas)}); give each document a unique id"
-            )
-            out.append(Document(doc.id, None, doc.input_sha256, doc.n_chars, reason, doc.source))
-        else:
-            out.append(doc)
-    return out

@@ -168,6 +168,10 @@ class DetachPlan:
         open_run: runs the command's own start checks that need no engine (a batch: config, corpus, export
             location, adapter, pilot gate; raising as the foreground start does), then makes (or opens) the run
             folder: ``(run id, folder, arguments added to the child's)``.
+        after_exit: an import string ``"package.module:function"`` naming the command's check, in the supervisor
+            once the child ended, ``(run folder, child pid, host) -> bool``: whether that child recorded an attempt of
+            its own there. When it did not (a batch resume refused before it began), the exit record of the attempt
+            that last ran is kept. ``None`` (training): every start's exit status is the run's.
     """
 
     kind: str
@@ -175,3 +179,4 @@ class DetachPlan:
     wrap_up_to: str | None
     lots_config: str | None
     open_run: Callable[[], tuple[str, Path, tuple[str, ...]]]
+    after_exit: str | None = None

@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 QUIET_PROBE = """
 import logging, sys
-from docpilot import cli
+from docpilot import cli, logs
 verbose, rest = cli._verbose(sys.argv[1:])
-cli.configure_logging(verbose)
+logs.configure_logging(verbose)
 from vllm.logger import init_logger  # vLLM configures its logging from VLLM_LOGGING_LEVEL at this import
 init_logger("vllm.probe").info("vllm-info-line")
 init_logger("vllm.probe").error("vllm-error-line")
@@ -77,8 +77,8 @@ def test_third_party_logs_are_quiet_unless_verbose(args):
 
 FONT_PROBE = """
 import sys
-from docpilot import cli
-cli.configure_logging(False)
+from docpilot import logs
+logs.configure_logging(False)
 from classify.runs.plots import pyplot, save_png
 plt = pyplot()
 fig, ax = plt.subplots()

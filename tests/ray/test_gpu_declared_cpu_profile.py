@@ -3,7 +3,7 @@
 This module starts its own Ray with ``num_gpus=1`` (the edge faked: Ray's count, not docpilot's code), then
 runs the real placement and the real batch driver with the bench's instant engine. Before the one device
 decision, the pool took Ray's GPU branch here: one actor, ``num_gpus=1``, ``batch.cpu_actors`` and the core
-split ignored (``../shared/reviews/gpu-path.md`` §2.1).
+split ignored (``docs/setup.md``, "Where a run computes is one decision").
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import pkgutil
 import subprocess
 import sys
 
@@ -101,3 +102,13 @@ def test_batch_and_train_warn_once_when_a_card_sits_idle_beside_a_cpu_venv(tmp_p
     quiet = subprocess.run([sys.executable, "-m", "docpilot", "train", "--config", str(tmp_path / "none.json")],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "sits idle" not in quiet.stderr  # no card on PATH: nothing said
+
+
+def test_a_detach_plan_names_its_after_exit_check_by_an_import_string():
+    """The supervisor asks no command's name: a batch's plan names its check of the run folder, training's none."""
+    from batch.run.driver import attempt_recorded_by
+    from docpilot.cli import _resolve
+
+    batch = _resolve(DETACHABLE["batch"])(["--detach"])
+    assert pkgutil.resolve_name(batch.after_exit) is attempt_recorded_by
+    assert _resolve(DETACHABLE["train"])(["--detach"]).after_exit is None

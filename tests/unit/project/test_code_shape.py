@@ -1,6 +1,6 @@
 """Function shape in ``batch/`` and ``adapters/``: bodies of about 80 lines at most, at most 5 positional parameters.
 
-Measured as in ``../shared/reviews/structure.md`` §9: a body's length is ``end_lineno - lineno + 1`` of the
+How it is measured: a body's length is ``end_lineno - lineno + 1`` of the
 function without its docstring; parameters are positional-only and ordinary ones, without ``self``/``cls``
 (keyword-only parameters do not count: a call names them).
 """

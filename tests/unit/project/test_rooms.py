@@ -249,9 +249,9 @@ def test_every_dotted_name_in_code_bench_and_docs_resolves(package):
 
 
 def test_logging_is_set_up_once_at_the_front_door():
-    """One ``logging.basicConfig`` in the product, in ``docpilot/cli.py``: packages below only name their loggers."""
+    """One ``logging.basicConfig`` in the product, in ``docpilot/logs.py``: packages below only name their loggers."""
     calls = [f"{p.relative_to(ROOT)}:{node.lineno}" for pkg in ("classify", "adapters", "serve", "batch", "docpilot")
              for p in sorted((ROOT / pkg).rglob("*.py"))
              for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "basicConfig"]
-    assert len(calls) == 1 and calls[0].startswith("docpilot/cli.py:"), calls
+    assert len(calls) == 1 and calls[0].startswith("docpilot/logs.py:"), calls

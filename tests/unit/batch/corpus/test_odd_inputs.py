@@ -21,12 +21,13 @@ from pathlib import Path
 import pytest
 
 from batch.config import CorpusConfig
+from batch.corpus.shard import jsonl_documents
 from batch.corpus.tabular import iter_csv
 from batch.layout import scan_done, write_shard
 from batch.pilot.inputs import read_pilot_set
 from batch.runfiles import Manifest
 from classify.config.sections import ClassifyConfig
-from classify.documents.read import document_from_text, iter_directory
+from classify.documents.read import document_from_text
 from classify.documents.text import check_bytes, check_text
 from classify.errors import InputError
 from classify.records import Result
@@ -113,7 +114,7 @@ def test_surrogate_file_names_in_a_folder_get_safe_ids(tmp_path):
     names = [b"\xff.txt", b"caf\xe9.txt", b"ok.txt"]  # not UTF-8: os decodes them with surrogateescape
     for name in names:
         (tmp_path / name.decode("utf-8", "surrogateescape")).write_text("Shares rose.")
-    docs = list(iter_directory(tmp_path, 1000))
+    docs = read_corpus(CorpusConfig(path=str(tmp_path)), 1000).docs
     assert sorted(d.id for d in docs) == ["\\udcff.txt", "caf\\udce9.txt", "ok.txt"]
     for doc in docs:
         (doc.id + (doc.reject_reason or "") + doc.source).encode("utf-8")
@@ -157,7 +158,7 @@ def test_text_without_a_visible_character_is_an_empty_document(text):
     assert check_text(visible) == (visible, None)
 
 
-def test_invisible_texts_are_rejected_by_the_corpus_and_directory_readers(tmp_path):
+def test_invisible_texts_are_rejected_in_a_jsonl_and_a_folder_corpus(tmp_path):
     lines = [json.dumps({"id": f"inv-{i}", "text": t}).encode() for i, t in enumerate(INVISIBLE)]
     lines += [json.dumps({"id": f"vis-{i}", "text": t}).encode() for i, t in enumerate(VISIBLE)]
     corpus = read_corpus(CorpusConfig(path=str(_jsonl(tmp_path / "c.jsonl", lines))), 1000)
@@ -168,7 +169,7 @@ def test_invisible_texts_are_rejected_by_the_corpus_and_directory_readers(tmp_pa
     folder.mkdir()
     for i, text in enumerate(INVISIBLE[:5] + VISIBLE[:5]):
         (folder / f"{i:02d}.txt").write_text(text, encoding="utf-8")
-    docs = list(iter_directory(folder, 1000))
+    docs = read_corpus(CorpusConfig(path=str(folder)), 1000).docs
     assert [d.reject_reason is not None for d in docs] == [True] * 5 + [False] * 5
 
 
@@ -341,13 +342,11 @@ def test_a_csv_row_that_is_not_utf8_is_rejected_by_its_byte_offset_and_the_rest_
 def test_a_jsonl_line_that_is_not_utf8_is_rejected_by_its_byte_and_keeps_its_id(tmp_path):
     """A stray UTF-16 mark or a latin-1 byte costs its line, named (was: "not valid JSON: Expecting value"), and the
     line keeps its id when it parses with the bad bytes escaped, as a CSV row does; the plan and the read agree."""
-    from classify.documents.read import iter_jsonl
-
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"id": "a", "text": "fine"}\n\xff\xfe{"id": "b", "text": "x"}\n{"id": "c", "text": "caf\xe9"}\n'
                     b'{"id": "d\xff", "text": "ok"}\n{"id": "e", "text": "ok"}\n{"id": "c", "text": "again \xe9"}\n')
     hint = "(the file, or this line, is in another encoding: convert it, e.g. iconv -f <its encoding> -t UTF-8 IN > OUT)"
-    docs = [d for d, _ in iter_jsonl(bad, 1000)]
+    docs = [d for _, d in jsonl_documents(bad, bad.name, 1, bad.read_bytes(), 1000)]  # an actor's read of a shard
     assert [(d.id, d.reject_reason) for d in docs] == [
         ("a", None),
         ("b", f"line 2 is not valid UTF-8: byte 0xFF at byte 0 of the line {hint}"),  # a stray mark: skipped for the id
@@ -369,17 +368,14 @@ def test_a_jsonl_line_that_is_not_utf8_keeps_its_label_and_a_first_line_mark(tmp
     from batch.corpus.labels import iter_labels
     from batch.corpus.plan import plan_corpus
     from batch.pilot.inputs import read_pilot_set
-    from classify.documents.read import iter_jsonl
 
     bad = tmp_path / "lab.jsonl"
     bad.write_bytes(b'\xef\xbb\xbf{"id": "b1", "text": "caf\xe9", "label": "reject"}\n'
                     b'{"id": "ok", "text": "fine", "label": "sport"}\n'
                     b'\xff\xfe{"id": "m", "text": "x", "label": "reject"}\n')
-    pairs = list(iter_jsonl(bad, 1000))
-    assert [(d.id, d.text is None, r.get("label")) for d, r in pairs] == [
-        ("b1", True, "reject"), ("ok", False, "sport"), ("m", True, "reject")]
-    assert "byte 0xE9 at byte 28 of the line" in pairs[0][0].reject_reason  # counted in the line's bytes, mark included
     docs, labels, *_ = read_pilot_set(bad, ClassifyConfig(), 3)
+    assert [(d.id, d.text is None) for d in docs] == [("b1", True), ("ok", False), ("m", True)]
+    assert "byte 0xE9 at byte 28 of the line" in docs[0].reject_reason  # counted in the line's bytes, mark included
     assert labels == {"b1": "reject", "ok": "sport", "m": "reject"}
     plan = plan_corpus(CorpusConfig(path=str(bad)), 16, 1 << 20, bad, 1000)
     assert list(iter_labels(plan, "label")) == [("b1", "reject"), ("ok", "sport"), ("m", "reject")]
@@ -388,17 +384,15 @@ def test_a_jsonl_line_that_is_not_utf8_keeps_its_label_and_a_first_line_mark(tmp
 def test_a_stray_utf16_mark_at_the_start_of_a_utf8_jsonl_costs_only_its_line(tmp_path):
     """FF FE then `{"` cannot be UTF-16 (no zero beside the ASCII): not refused as UTF-16 (whose iconv would
     garble the file), the first line is one rejected row; a real UTF-16 file is still refused."""
-    from classify.documents.read import iter_jsonl
-
     stray = tmp_path / "stray.jsonl"
     stray.write_bytes(b'\xff\xfe{"id": "s1", "text": "one"}\n{"id": "s2", "text": "two"}\n')
-    docs = [d for d, _ in iter_jsonl(stray, 1000)]
+    docs = read_corpus(CorpusConfig(path=str(stray)), 1000).docs
     assert [(d.id, d.text) for d in docs] == [("s1", None), ("s2", "two")]
     assert docs[0].reject_reason.startswith("line 1 is not valid UTF-8: byte 0xFF at byte 0 of the line")
     wide = tmp_path / "wide.jsonl"
     wide.write_bytes('{"id": "w", "text": "x"}\n'.encode("utf-16"))  # with its mark
     with pytest.raises(InputError, match=r"UTF-16 LE \(byte-order mark FF FE\), not UTF-8"):
-        list(iter_jsonl(wide, 1000))
+        read_corpus(CorpusConfig(path=str(wide)), 1000)
 
 
 def test_csv_rows_of_the_wrong_width_are_rejected_rows_never_a_silent_cut(tmp_path):

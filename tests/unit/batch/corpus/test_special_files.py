@@ -20,7 +20,9 @@ import pytest
 from batch.config import CorpusConfig
 from batch.corpus.plan import locate_corpus, plan_corpus
 from batch.corpus.tabular import iter_csv
-from classify.documents.read import iter_directory, iter_jsonl, read_file_document
+from batch.pilot.inputs import read_pilot_set
+from classify.config.sections import ClassifyConfig
+from classify.documents.read import read_file_document
 from classify.errors import InputError
 from classify.runs.files import NotRegularFile, open_regular, read_regular
 from tests.support.corpora import read_corpus
@@ -52,9 +54,9 @@ def _specials(folder: Path) -> dict[str, str]:
             "null.txt": "character device", "link-to-fifo.txt": "FIFO", "sock.txt": "socket"}
 
 
-def _folder_corpus(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    folder = tmp_path / "docs"
-    folder.mkdir()
+def _folder_corpus(tmp_path: Path, name: str = "docs") -> tuple[Path, dict[str, str]]:
+    folder = tmp_path / name
+    folder.mkdir(parents=True)
     (folder / "a.txt").write_text("Shares rose sharply today.")
     (folder / "z.txt").write_text("The match ended two all.")
     return folder, _specials(folder)
@@ -80,8 +82,10 @@ def test_folder_corpus_special_files_are_rejected_rows_in_plan_and_shards(tmp_pa
 
 
 def test_pilot_folder_reader_rejects_special_files_without_reading_them(tmp_path):
-    folder, expected = _folder_corpus(tmp_path)
-    _check_rows(list(iter_directory(folder, 1000)), expected, {"a.txt", "z.txt"})
+    _, expected = _folder_corpus(tmp_path / "pilot", "documents")  # the pilot's layout: documents/ beside labels.json
+    (tmp_path / "pilot" / "labels.json").write_text(json.dumps({"a.txt": "business", "z.txt": "sport"}))
+    docs, *_ = read_pilot_set(tmp_path / "pilot", ClassifyConfig(), len(expected) + 2)
+    _check_rows(docs, expected, {"a.txt", "z.txt"})
 
 
 def test_jsonl_path_records_special_and_outside_paths_never_opened(tmp_path):
@@ -96,18 +100,18 @@ def test_jsonl_path_records_special_and_outside_paths_never_opened(tmp_path):
     lines += [{"id": doc_id, "path": rel} for doc_id, rel in outside.items()]
     jsonl = root / "c.jsonl"
     jsonl.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    for docs in ([d for d, _ in iter_jsonl(jsonl, 1000)], list(read_corpus(CorpusConfig(path=str(jsonl)), 1000).docs)):
-        by_id = {d.id: d for d in docs}
-        assert len(docs) == len(lines)
-        assert by_id["ok"].reject_reason is None
-        for name, words in expected.items():
-            reason = by_id[name].reject_reason
-            if (root / name).resolve().is_relative_to(root):  # a FIFO, a link to one, a socket inside the folder
-                assert reason.startswith("not a regular file") and words in reason, reason
-            else:  # a link to /dev/zero leaves the folder: refused as such, before any open
-                assert "leaves the folder" in reason, reason
-        for doc_id in outside:
-            assert "leaves the folder" in by_id[doc_id].reject_reason, by_id[doc_id].reject_reason
+    docs = read_corpus(CorpusConfig(path=str(jsonl)), 1000).docs
+    by_id = {d.id: d for d in docs}
+    assert len(docs) == len(lines)
+    assert by_id["ok"].reject_reason is None
+    for name, words in expected.items():
+        reason = by_id[name].reject_reason
+        if (root / name).resolve().is_relative_to(root):  # a FIFO, a link to one, a socket inside the folder
+            assert reason.startswith("not a regular file") and words in reason, reason
+        else:  # a link to /dev/zero leaves the folder: refused as such, before any open
+            assert "leaves the folder" in reason, reason
+    for doc_id in outside:
+        assert "leaves the folder" in by_id[doc_id].reject_reason, by_id[doc_id].reject_reason
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
@@ -125,10 +129,12 @@ def test_a_corpus_file_that_is_a_fifo_or_device_is_a_clear_input_error(tmp_path,
 
 
 def test_pilot_jsonl_and_csv_inputs_that_are_fifos_are_refused(tmp_path):
-    for name, read in (("p.jsonl", lambda p: list(iter_jsonl(p, 1000))), ("p.csv", lambda p: list(iter_csv(p, 1000)))):
+    for name in ("p.jsonl", "p.csv"):
         os.mkfifo(tmp_path / name)
         with pytest.raises(InputError, match="not a regular file"):
-            read(tmp_path / name)
+            read_pilot_set(tmp_path / name, ClassifyConfig(), 12)
+    with pytest.raises(InputError, match="not a regular file"):
+        list(iter_csv(tmp_path / "p.csv", 1000))  # the CSV reader the benches use
 
 
 def test_reads_are_bounded_by_max_doc_bytes(tmp_path):
