@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters._support import free_mib, is_disk_full, is_write_failure
-from classify.engine.model import ModelRef, tokenizer_sha256
+from adapters._support import is_write_failure
 from classify.errors import ConfigError, EnvironmentCheckError
+from classify.model.model import ModelRef, tokenizer_sha256
+from classify.runs.disk import free_mib, is_disk_full
 from classify.runs.files import atomic_dir, file_sha256
 from classify.runs.records import write_json_atomic
 

@@ -13,11 +13,11 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, Strict, field_validator, model_validator
 
 from classify.config.sections import ClassifyConfig, CommandConfig, EngineConfig, Frozen, ModelConfig
-from classify.engine.shape import LINEAR_MODULES
+from classify.model.shape import LINEAR_MODULES
 from classify.paths import DataPath, configured_path
 
 LLAMA_LORA_MODULES = LINEAR_MODULES
-"""Linear layers of a Llama-architecture block that vLLM can apply LoRA to (:data:`classify.engine.shape.LINEAR_MODULES`)."""
+"""Linear layers of a Llama-architecture block that vLLM can apply LoRA to (:data:`classify.model.shape.LINEAR_MODULES`)."""
 
 
 class DataSection(Frozen):
@@ -103,7 +103,7 @@ class TrainingSection(Frozen):
         checkpoint_every_s: also write one when this many seconds of wall time passed since the last
             (``null``: by steps only); a card does hundreds of steps a minute, a CPU a few.
         keep_checkpoints: most recent checkpoints kept on disk.
-        device: where training computes: ``auto`` (the run's device, :func:`classify.engine.args.detect_device`:
+        device: where training computes: ``auto`` (the run's device, :func:`classify.machine.device.detect_device`:
             the card on a GPU lot with the cuda profile, else the CPU), ``cpu`` or ``cuda``.
         threads: torch intra-op CPU threads (the machine may be shared); applies on the CPU only.
         loss_window_steps: steps averaged for the "loss fell" check (first window vs last).
@@ -145,7 +145,7 @@ class TrainingSection(Frozen):
         Raises:
             EnvironmentCheckError: ``device: cuda`` and torch sees no card (the doctor says why).
         """
-        from classify.engine.args import torch_device
+        from classify.machine.device import torch_device
 
         if self.device == "auto":
             return torch_device()
@@ -164,14 +164,14 @@ class TrainingSection(Frozen):
 
         Returns:
             ``"bfloat16"`` or ``"float32"``: ``auto`` is bfloat16 on a card with native bf16 (compute
-            capability 8.0+) and on a CPU with native bf16 (:func:`classify.engine.args.cpu_has_native_bf16`: on a
+            capability 8.0+) and on a CPU with native bf16 (:func:`classify.machine.device.cpu_has_native_bf16`: on a
             2-core AVX-512-BF16 CPU a training step took 0.8x the float32 time; on AVX2-only CPUs bf16 is
             emulated and slower), else float32 (an older card trains in float32: fp16 weights need loss scaling).
             A visible card never makes a CPU run bf16.
         """
         if self.dtype != "auto":
             return self.dtype
-        from classify.engine.args import auto_dtype
+        from classify.machine.device import auto_dtype
 
         dtype = auto_dtype("cpu" if self.run_device() == "cpu" else "cuda")
         return "float32" if dtype == "float16" else dtype

@@ -9,7 +9,6 @@ import shutil
 import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from adapters.registry import CARD_FILE, ResolvedAdapter, content_sha256
 from classify.errors import AdapterError, AdapterIntegrityError
@@ -17,7 +16,7 @@ from classify.runs import storage
 from classify.runs.export import SHA256SUMS, compare_sha256, read_sums, sums_text
 from classify.runs.files import file_sha256, special_kind, tree_sha256
 from classify.runs.records import write_bytes_atomic
-from classify.runs.storage import Dest
+from classify.runs.storage import Dest, redact
 
 
 def _complete(dest: Dest) -> bool:
@@ -30,15 +29,6 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 def is_archive(dest: Dest) -> bool:
     """Whether ``dest`` names an archive (``.tar``, ``.tar.gz``, ``.tgz``) rather than a folder."""
     return str(dest).lower().endswith(ARCHIVE_SUFFIXES)
-
-
-def redact(dest: Dest) -> str:
-    """``dest`` as text with any ``user:password@`` part of a URL removed (never logged or stored)."""
-    text = str(dest)
-    if not storage.is_url(dest):
-        return text
-    parts = urlsplit(text)
-    return urlunsplit(parts._replace(netloc=parts.hostname or "")) if parts.username or parts.password else text
 
 
 def stage_copy(adapter: ResolvedAdapter, into: Path) -> dict[str, str]:

@@ -1,15 +1,14 @@
-"""Around a training run: the disk check before it, the loss curve and the support note after it."""
+"""Around a training run: the disk plan before it (checked by :func:`classify.runs.disk.check_disk`), write failures
+told from bugs, the loss curve and the support note after it."""
 
 from __future__ import annotations
 
-import errno
 import os
 import platform
-import shutil
 from pathlib import Path
 from typing import Any
 
-from classify.errors import EnvironmentCheckError
+from classify.runs.disk import error_chain, is_disk_full
 
 LOG_BYTES = 20 * 2**20
 """Allowance for logs, loss history and the loss-curve PNG."""
@@ -43,63 +42,11 @@ def disk_plan(base_bytes: int, base_cached: bool, lora_params: int, keep_checkpo
     return plan
 
 
-def check_disk(folder: Path, plan: dict[str, int]) -> dict[str, int]:
-    """Stop before training when ``folder``'s file system has less free space than ``plan['total']``.
-
-    Returns:
-        ``plan`` plus ``free`` bytes.
-
-    Raises:
-        EnvironmentCheckError: the shortfall, with every item in MiB.
-    """
-    probe = folder
-    while not probe.exists():
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < plan["total"]:
-        items = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in plan.items() if k != "total" and v)
-        raise EnvironmentCheckError(
-            f"not enough free disk at {probe}: the run needs {plan['total'] / 2**20:.1f} MiB ({items}) "
-            f"but only {free / 2**20:.1f} MiB is free; free space or set DOCPILOT_RUNS elsewhere"
-        )
-    return {**plan, "free": free}
-
-
-DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-"""``OSError.errno`` values that mean the file system (or the user's quota) is full."""
-
-_DISK_FULL_WORDS = ("no space left on device", "disk quota exceeded", "os error 28)", "os error 122)")
 _WRITE_FAILURE_WORDS = ("i/o error", "ioerror", "file write failed", "pytorchstreamwriter", "unexpected pos",
                         "iostream error")
 """Text of the write failures that arrive without an errno: safetensors' ``SafetensorError`` wraps the
 OS error in its message, and ``torch.save``'s zip writer raises a ``RuntimeError`` ("file write failed",
 or "unexpected pos N vs M" when a short write went unnoticed)."""
-
-
-def _chain(err: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    while err is not None and err not in seen:
-        seen.append(err)
-        err = err.__cause__ or err.__context__
-    return seen
-
-
-def is_disk_full(err: BaseException) -> bool:
-    """Whether ``err`` (or an error it was raised from) says the disk or the quota is full.
-
-    Args:
-        err: any exception.
-
-    Returns:
-        True for an ``OSError`` with errno ``ENOSPC``/``EDQUOT`` anywhere in the chain, or an error
-        whose message carries the OS's words for them (safetensors, torch).
-    """
-    for e in _chain(err):
-        if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
-            return True
-        if any(w in str(e).lower() for w in _DISK_FULL_WORDS):
-            return True
-    return False
 
 
 def is_write_failure(err: BaseException) -> bool:
@@ -115,23 +62,12 @@ def is_write_failure(err: BaseException) -> bool:
     """
     if is_disk_full(err):
         return True
-    for e in _chain(err):
+    for e in error_chain(err):
         if isinstance(e, OSError):
             return True
         if type(e).__name__ in ("SafetensorError", "RuntimeError") and any(w in str(e).lower() for w in _WRITE_FAILURE_WORDS):
             return True
     return False
-
-
-def free_mib(folder: Path) -> float:
-    """Free space in MiB on the file system holding ``folder`` (or its nearest existing parent); -1 if unknown."""
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        return shutil.disk_usage(probe).free / 2**20
-    except OSError:
-        return -1.0
 
 
 def device_name(cfg: Any = None) -> str:

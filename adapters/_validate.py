@@ -188,7 +188,7 @@ def _merge_for_check(cfg: TrainConfig, adapter_dir: Path, model_ref: Any, out_di
     """Merge the run's (not yet published) adapter into the base for the engine check.
 
     Returns:
-        A :class:`classify.engine.model.ModelRef` on ``out_dir`` (replaced if left by an earlier attempt).
+        A :class:`classify.model.model.ModelRef` on ``out_dir`` (replaced if left by an earlier attempt).
 
     Raises:
         EnvironmentCheckError: not enough free disk for the merged weights.
@@ -198,7 +198,7 @@ def _merge_for_check(cfg: TrainConfig, adapter_dir: Path, model_ref: Any, out_di
     from adapters import merge
     from adapters.card import content_sha256
     from classify.engine.args import compute_dtype
-    from classify.engine.model import ModelRef
+    from classify.model.model import ModelRef
     from classify.runs.files import tree_sha256
 
     shutil.rmtree(out_dir, ignore_errors=True)

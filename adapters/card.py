@@ -45,7 +45,7 @@ class CardBaseModel(_Open):
 
     Attributes:
         name: its name (``smollm2-135m-instruct``, a folder or a Hugging Face id).
-        fingerprint: :func:`classify.engine.model.weights_fingerprint` of its weights; every load compares it.
+        fingerprint: :func:`classify.model.model.weights_fingerprint` of its weights; every load compares it.
         source: where the weights came from (information).
     """
 
@@ -155,6 +155,6 @@ def content_sha256(files: dict[str, str]) -> str:
         files: relative POSIX path -> sha256 hex of every adapter file (``card.json`` excluded).
 
     Returns:
-        A 64-hex digest (same construction as :func:`classify.engine.model.weights_fingerprint`).
+        A 64-hex digest (same construction as :func:`classify.model.model.weights_fingerprint`).
     """
     return hashlib.sha256("".join(f"{k}:{files[k]}\n" for k in sorted(files)).encode()).hexdigest()

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(reg.show(args.ref).card, indent=2, sort_keys=True))
     elif args.action == "verify":
         from classify.config.sections import PilotConfig, load_config
-        from classify.engine.model import resolve_model
+        from classify.model.model import resolve_model
 
         cfg = load_config(PilotConfig, args.config)
         model = resolve_model(cfg.model)
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         kwargs: dict = {"base_fingerprint": args.base_fingerprint}
         if args.base_fingerprint is None:
             from classify.config.sections import PilotConfig, load_config
-            from classify.engine.model import resolve_model
+            from classify.model.model import resolve_model
 
             cfg = load_config(PilotConfig, args.config)
             model = resolve_model(cfg.model)

@@ -2,7 +2,7 @@
 
 ``docpilot adapters merge name@version --out DIR`` writes a full Hugging Face model folder
 (peft ``merge_and_unload``: W' = W + (alpha / r) B A, Hu et al. 2021, eq. 3) with its own
-``fingerprint.json``, so :func:`classify.engine.model.resolve_model` accepts it as a base model.
+``fingerprint.json``, so :func:`classify.model.model.resolve_model` accepts it as a base model.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from adapters._support import check_disk
 from adapters.registry import ResolvedAdapter
 from classify.config.sections import ModelConfig
-from classify.engine.model import (
+from classify.errors import AdapterError
+from classify.model.model import (
     FINGERPRINT_FILE,
     TOKENIZER_FILES,
     ModelRef,
     resolve_model,
     weights_fingerprint,
 )
-from classify.errors import AdapterError
+from classify.runs.disk import check_disk
 from classify.runs.files import atomic_dir
 from classify.runs.records import utc_now
 

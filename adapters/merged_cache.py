@@ -27,8 +27,8 @@ from typing import Any
 from filelock import FileLock
 
 from adapters import merge
-from classify.engine.model import FINGERPRINT_FILE, ModelRef, weights_fingerprint
 from classify.errors import AdapterError
+from classify.model.model import FINGERPRINT_FILE, ModelRef, weights_fingerprint
 from classify.paths import model_cache_dir
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def merged_model(adapter: Any, base: ModelRef, dtype: str, cache: Path | None = 
 
     Args:
         adapter: a verified :class:`adapters.registry.ResolvedAdapter` for ``base``.
-        base: the resolved base model (:func:`classify.engine.model.resolve_model`).
+        base: the resolved base model (:func:`classify.model.model.resolve_model`).
         dtype: dtype of the merged weights; pass the engine's compute dtype
             (:func:`classify.engine.args.compute_dtype`) so the engine reads them without a cast.
         cache: model cache root (default :func:`classify.paths.model_cache_dir`).

@@ -30,14 +30,7 @@ from adapters._checkpoint import check_inputs, run_inputs
 from adapters._config import TrainConfig
 from adapters._data import load_rows, split_rows, tokenize
 from adapters._loop import build_lora_model, run_loop, total_steps
-from adapters._support import (
-    check_disk,
-    disk_plan,
-    free_mib,
-    is_disk_full,
-    plot_loss,
-    write_support_note,
-)
+from adapters._support import disk_plan, plot_loss, write_support_note
 from adapters._validate import (
     FORMAT_ROWS,
     _calibration_or_none,
@@ -48,8 +41,6 @@ from adapters._validate import (
 )
 from adapters.registry import Registry, ResolvedAdapter
 from classify.config.sections import classification_sha256, config_sha256, load_config
-from classify.engine.model import resolve_model
-from classify.engine.shape import lora_parameter_count, shape_from_folder
 from classify.errors import (
     AdapterError,
     ConfigError,
@@ -59,8 +50,11 @@ from classify.errors import (
     Interrupted,
     VerificationError,
 )
+from classify.model.model import resolve_model
+from classify.model.shape import lora_parameter_count, shape_from_folder
 from classify.paths import runs_dir
 from classify.runs.detached import DetachPlan
+from classify.runs.disk import check_disk, free_mib, is_disk_full
 from classify.runs.records import (
     code_revision,
     new_run_dir,
@@ -123,7 +117,7 @@ def resume_dtype(cfg: TrainConfig, run_dir: Path) -> tuple[TrainConfig, list[str
     * the first one again here: nothing changes;
     * float32 first, bfloat16 here: the run continues in float32 (pinned; logged);
     * bfloat16 first, float32 here (no native bf16: a bf16 product runs ~100x slower than float32 on
-      such a CPU, :func:`classify.engine.args.cpu_has_native_bf16`): the run continues in float32 with a
+      such a CPU, :func:`classify.machine.device.cpu_has_native_bf16`): the run continues in float32 with a
       warning. The LoRA weights and optimizer state are float32 either way, so the checkpoint loads;
       the base model's products change precision from that step on, and the record says so.
 
@@ -481,7 +475,7 @@ def _tokenizer(model_path: str) -> Any:
 
 
 def _check_disk(cfg: TrainConfig, run_dir: Path, model_path: str) -> dict[str, Any]:
-    """The disk check before training (:func:`adapters._support.check_disk` of :func:`disk_plan` for this run).
+    """The disk check before training (:func:`classify.runs.disk.check_disk` of :func:`disk_plan` for this run).
 
     Raises:
         EnvironmentCheckError: not enough free disk for the checkpoints, the adapter and the merged copy.

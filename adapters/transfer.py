@@ -40,7 +40,6 @@ from adapters._export_copy import (
     fetch_copy,
     is_archive,
     read_export,
-    redact,
     stage_copy,
     write_archive,
 )
@@ -51,7 +50,7 @@ from classify.runs import storage
 from classify.runs.export import SHA256SUMS
 from classify.runs.files import atomic_dir
 from classify.runs.records import utc_now, write_json_atomic
-from classify.runs.storage import Dest
+from classify.runs.storage import Dest, redact
 
 
 def _complete(dest: Dest) -> bool:

@@ -38,7 +38,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from adapters.registry import Registry
     from classify.engine.args import compute_dtype
     from classify.engine.build import build_engine
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
 
     cfg = load_config(PilotConfig, "config/docpilot.json")
     ref = os.environ.get("DOCPILOT_BENCH_ADAPTER", "bbc-news@latest")

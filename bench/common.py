@@ -58,7 +58,7 @@ def merged_registry_adapter(model_cfg: Any) -> tuple[Any, Any]:
     from adapters.merge import merge_adapter
     from adapters.registry import Registry
     from classify.config.sections import ModelConfig
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
     from classify.paths import state_dir
 
     base = resolve_model(model_cfg)

@@ -122,8 +122,8 @@ def score_adapter(cfg: Any, adapter_dir: Path, scored: list[dict[str, str]], bat
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from classify.engine.model import resolve_model
     from classify.engine.prompt import build_prompts, category_first_tokens
+    from classify.model.model import resolve_model
 
     t0 = time.perf_counter()
     torch.set_num_threads(cfg.training.threads)

@@ -79,8 +79,8 @@ def _adapter(tmp: Path) -> tuple[str, str]:
     """
     from adapters.registry import Registry
     from classify.config.sections import ModelConfig
-    from classify.engine.model import resolve_model
     from classify.errors import AdapterError
+    from classify.model.model import resolve_model
 
     ref = os.environ.get("DOCPILOT_BENCH_ADAPTER", "bbc-news@latest")
     model = resolve_model(ModelConfig())
@@ -171,7 +171,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from adapters.registry import Registry
     from classify.config.sections import ModelConfig
     from classify.engine.args import compute_dtype
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
 
     n, shard_docs = (24, 4) if quick else (None, 16)
     os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")  # a shared CPU can exceed vLLM's 300 s per step

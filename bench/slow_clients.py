@@ -44,7 +44,7 @@ def _serve(port: int) -> None:
 
     from adapters.registry import Registry
     from classify.config.sections import PilotConfig
-    from classify.engine.model import ModelRef
+    from classify.model.model import ModelRef
     from classify.records import Result
     from serve.app import create_app
     from serve.cli import uvicorn_config

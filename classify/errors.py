@@ -97,7 +97,7 @@ class EngineError(DocpilotError):
 class ModelIntegrityError(EngineError):
     """A base model's weight file does not match the fingerprint it was verified under (altered, truncated, missing).
 
-    Raised by :func:`classify.engine.model.verify_model` before a pilot, a batch or a server start; the message names the file.
+    Raised by :func:`classify.model.model.verify_model` before a pilot, a batch or a server start; the message names the file.
     """
 
     kind = "model_integrity"

@@ -20,7 +20,7 @@ from classify.errors import DocpilotError, Interrupted
 from classify.paths import verbose_logs
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "model": ("classify.engine.model_cli:main", "provision the base model into the model cache"),
+    "model": ("classify.model.model_cli:main", "provision the base model into the model cache"),
     "doctor": ("batch.pilot.doctor:main", "check interpreter, torch, devices, vLLM, Ray, disk and memory"),
     "pilot": ("batch.pilot.run:main", "run the 12-document pilot and record a decision"),
     "batch": ("batch.run.driver:main", "classify a corpus with Ray, resumable by manifest"),
@@ -45,7 +45,7 @@ DETACH_FLAGS = ("--detach", "--stop-when-done")
 
 IDLE_CARD_COMMANDS = ("batch", "train")
 """Commands that warn once, at their start, when the machine has a card and the venv computes on the CPU
-(:func:`classify.engine.machine.idle_card_warning`; the pilot's doctor says it as a blocker or a warning)."""
+(:func:`classify.machine.probe.idle_card_warning`; the pilot's doctor says it as a blocker or a warning)."""
 
 
 QUIET_ENV: dict[str, str] = {
@@ -176,7 +176,7 @@ IDLE_CARD_SAID = "DOCPILOT_IDLE_CARD_SAID"
 
 
 def _warn_idle_card() -> None:
-    from classify.engine.machine import idle_card_warning
+    from classify.machine.probe import idle_card_warning
 
     line = idle_card_warning()
     if line:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from adapters.card import CARD_FILE
 from adapters.resolved import ResolvedAdapter, lora_int_id
 from classify.config.sections import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
-from classify.engine.model import ModelRef
+from classify.model.model import ModelRef
 from classify.runs.gate import adapter_keys, gate_key, pilot_status, require_pilot
 from classify.usercommand import user_flag
 

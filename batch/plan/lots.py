@@ -14,11 +14,11 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from classify.config.sections import ClassifyConfig, EngineConfig, Frozen, ModelConfig
-from classify.engine.shape import LINEAR_MODULES
 from classify.errors import ConfigError
+from classify.model.shape import LINEAR_MODULES
 
 Period = Literal["3", "7", "30"]
-LoraTarget = Literal[LINEAR_MODULES]  # type: ignore[valid-type] # the names of classify.engine.shape.LINEAR_MODULES
+LoraTarget = Literal[LINEAR_MODULES]  # type: ignore[valid-type] # the names of classify.model.shape.LINEAR_MODULES
 
 
 class GpuSpec(Frozen):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from classify.config.sections import ClassifyConfig, ModelConfig
-from classify.engine.model import ModelRef
+from classify.model.model import ModelRef
 
 if TYPE_CHECKING:
     from adapters.resolved import ResolvedAdapter

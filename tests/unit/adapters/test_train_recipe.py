@@ -69,7 +69,7 @@ def tiny_model(tmp_path_factory, train_config):
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(train_config.model).path)
     torch.manual_seed(0)

@@ -77,7 +77,7 @@ def test_truncated_archive_is_refused_naming_the_member(tmp_path):
 
 def test_adapter_through_s3_then_served_and_a_flipped_byte_is_refused(s3, tmp_path, monkeypatch):
     from classify.config.sections import PilotConfig
-    from classify.engine.model import ModelRef
+    from classify.model.model import ModelRef
     from serve.app import create_app
     from serve.settings import load_settings
     from tests.support.serve_app import AUTH, TOKEN, FakeEngine, record_gate

@@ -33,7 +33,7 @@ WINDOWS = ClassifyConfig(long_documents="windows")
 def tokenizer(pilot_config):
     from transformers import AutoTokenizer
 
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(pilot_config.model).path)
 

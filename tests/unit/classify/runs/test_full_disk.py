@@ -14,9 +14,8 @@ import errno
 
 import pytest
 
-from batch.run.disk import disk_full, full_disk_error, full_disk_is_environment
 from classify.errors import EnvironmentCheckError, VerificationError
-from tests.support.disk import tmpfs as tmpfs  # noqa: F401  (fixture)
+from classify.runs.disk import disk_full, full_disk_error, full_disk_is_environment
 
 FULL_ERRORS = [
     OSError(errno.ENOSPC, "No space left on device", "/x/shards/00001.jsonl"),
@@ -51,8 +50,4 @@ def test_other_errors_pass_through_and_unrecorded_failures_are_said(tmp_path):
     err = full_disk_error(FULL_ERRORS[0], [tmp_path], "batch b1", unrecorded="writing /r: No space left on device")
     assert "could NOT be recorded (writing /r: No space left on device)" in str(err)
     assert "`docpilot status` will show it as interrupted" in str(err)
-
-
-# --- a real full file system --------------------------------------------------------------------------------------
-
 

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from classify.config.sections import PilotConfig, load_config
-from classify.engine.model import resolve_model
+from classify.model.model import resolve_model
 from classify.usercommand import cli_description
 
 

@@ -1,11 +1,11 @@
-"""classify.engine.shape: one LoRA parameter count for the lot plan and training, checked against peft."""
+"""classify.model.shape: one LoRA parameter count for the lot plan and training, checked against peft."""
 
 from __future__ import annotations
 
 import pytest
 
-from classify.engine.shape import LINEAR_MODULES, lora_parameter_count, shape_from_config
 from classify.errors import ConfigError
+from classify.model.shape import LINEAR_MODULES, lora_parameter_count, shape_from_config
 
 # A Qwen3-style block: head_dim set explicitly, so the query/output projections (heads x head_dim = 128)
 # are wider than hidden_size (64), and grouped-query attention gives k/v projections of 2 x 32 = 64.

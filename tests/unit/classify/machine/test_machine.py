@@ -1,4 +1,4 @@
-"""The machine probe and the install profile (``classify/engine/machine.py``), with the machine faked at its edge.
+"""The machine probe and the install profile (``classify/machine/probe.py``), with the machine faked at its edge.
 
 Fake ``nvidia-smi``/``amd-smi`` scripts on PATH and fake ``proc``/``dev`` roots; the real probe, the real
 ``choose`` and the real Makefile (``make -n setup``) run on them.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from classify.engine import machine
+from classify.machine import probe as machine
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -113,7 +113,7 @@ def test_python_3_10_is_refused_naming_the_version(tmp_path):
 
 @pytest.mark.skipif(not Path("/root/.pyenv/versions/3.10.13/bin/python3").exists(), reason="no Python 3.10 on this machine")
 def test_a_real_python_3_10_runs_the_probe_and_is_refused():
-    out = subprocess.run(["/root/.pyenv/versions/3.10.13/bin/python3", "-m", "classify.engine.machine", "check"], cwd=ROOT,
+    out = subprocess.run(["/root/.pyenv/versions/3.10.13/bin/python3", "-m", "classify.machine.probe", "check"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 3 and "[setup] refused: Python 3.10.13" in out.stderr
 
@@ -204,9 +204,9 @@ OLD_PYTHON = Path("/root/.pyenv/versions/3.6.15/bin/python3")
 def test_the_python_gate_parses_as_python_3_4_and_names_the_versions():
     import ast
 
-    from classify.engine import python_gate
+    from classify.machine import python_gate
 
-    ast.parse((ROOT / "classify/engine/python_gate.py").read_text(), feature_version=(3, 4))
+    ast.parse((ROOT / "classify/machine/python_gate.py").read_text(), feature_version=(3, 4))
     line = python_gate.refusal((3, 6, 15, "final", 0), "/usr/bin/python3")
     assert line.startswith("Python 3.6.15 (/usr/bin/python3) cannot install docpilot") and "3.11 or 3.12" in line
     assert python_gate.refusal(sys.version_info, sys.executable) is None

@@ -1,4 +1,4 @@
-# This file is run by path (`python3 classify/engine/python_gate.py`) before anything else in `make setup`, with
+# This file is run by path (`python3 classify/machine/python_gate.py`) before anything else in `make setup`, with
 # whatever `python3` the machine has: it must parse and run on any Python 3 (3.0 grammar: no f-strings, no
 # annotations, no `from __future__` features), so that a too-old Python gets one sentence instead of a
 # SyntaxError from the modern modules (tests/unit/project/test_python_gate.py parses it as Python 3.4).
@@ -6,7 +6,7 @@
 
 import sys
 
-SUPPORTED = ((3, 11), (3, 12))  # PYTHON_SUPPORTED in classify/engine/machine.py; pyproject's requires-python
+SUPPORTED = ((3, 11), (3, 12))  # PYTHON_SUPPORTED in classify/machine/probe.py; pyproject's requires-python
 
 
 def refusal(version_info, executable):

@@ -1,4 +1,4 @@
-"""Memory estimates of vLLM engines and LoRA training (model shapes: :mod:`classify.engine.shape`).
+"""Memory estimates of vLLM engines and LoRA training (model shapes: :mod:`classify.model.shape`).
 
 One set of formulas for every place that sizes an engine: ``make plan`` (per-card fit of the chosen
 lots), the pilot (its measured peak beside the estimate) and ``docpilot doctor`` (host memory on CPU).
@@ -16,13 +16,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from classify.engine.shape import (
+from classify.errors import ConfigError
+from classify.machine.probe import probe
+from classify.model.model import resolve_model
+from classify.model.shape import (
     LINEAR_MODULES,
     ModelShape,
     lora_parameter_count,
     shape_from_folder,
 )
-from classify.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -403,12 +405,10 @@ def model_shape(model_cfg: Any) -> ModelShape:
 
     Raises:
         ConfigError: a Hugging Face id that is not a local folder (the plan never downloads).
-        EngineError: the default model cannot be provisioned (from :func:`classify.engine.model.resolve_model`).
+        EngineError: the default model cannot be provisioned (from :func:`classify.model.model.resolve_model`).
     """
     if model_cfg.base_model in BUILTIN_SHAPES:
         return BUILTIN_SHAPES[model_cfg.base_model]
-    from classify.engine.model import resolve_model
-
     ref = resolve_model(model_cfg)
     if not Path(ref.path).is_dir():
         raise ConfigError(
@@ -433,7 +433,7 @@ def resolve_tensor_parallel(engine: Any, model_cfg: Any, device: str, *, cards_p
         device: where the engines compute (``cpu``, ``cuda``, ``rocm``).
         cards_per_node: the most GPUs one node of the cluster has.
         card_mib: one card's memory in MiB; ``None``: the first card this process can use
-            (:meth:`classify.engine.machine.Machine.visible`: ``CUDA_VISIBLE_DEVICES`` applied, a MIG slice's own memory).
+            (:meth:`classify.machine.probe.Machine.visible`: ``CUDA_VISIBLE_DEVICES`` applied, a MIG slice's own memory).
 
     Returns:
         1, 2, 4 or 8.
@@ -450,8 +450,6 @@ def resolve_tensor_parallel(engine: Any, model_cfg: Any, device: str, *, cards_p
     if tp != "auto":
         return tp
     if card_mib is None:
-        from classify.engine.machine import probe
-
         card_mib = next((g.memory_mib for g in probe().visible() if g.memory_mib), None)
     if card_mib is None:
         log.warning("`engine.tensor_parallel_size: auto`: this machine does not report its card's memory; "

@@ -1,4 +1,4 @@
-"""The cards this process can use (:meth:`classify.engine.machine.Machine.visible`): ``CUDA_VISIBLE_DEVICES`` and MIG.
+"""The cards this process can use (:meth:`classify.machine.probe.Machine.visible`): ``CUDA_VISIBLE_DEVICES`` and MIG.
 
 The machine is a fake ``nvidia-smi`` on PATH (:mod:`tests.support.fake_smi`) answering the real probe's queries
 like an 8 x H100 host and like an H100 cut into MIG slices.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from classify.engine import machine
+from classify.machine import probe as machine
 from tests.support import fake_smi
 
 
