@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters._config import DataSection
+from classify.config.training import DataSection
 from classify.documents.text import check_text
 from classify.engine.prompt import build_training_examples
 from classify.errors import ConfigError, InputError

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from adapters._checkpoint import resume_latest, save_checkpoint
-from adapters._config import TrainConfig
 from adapters._data import collate_left, micro_batch_indices
+from classify.config.training import TrainConfig
 
 log = logging.getLogger("adapters.train")
 
@@ -32,7 +32,7 @@ def total_steps(cfg: TrainConfig, n_train: int) -> int:
 def build_lora_model(cfg: TrainConfig, model_path: str) -> Any:
     """Load the base model in ``training.dtype`` on the run's device and wrap it with a seeded peft LoRA.
 
-    The device is :meth:`~adapters._config.TrainingSection.run_device` (the card on a GPU lot), the dtype
+    The device is :meth:`~classify.config.training.TrainingSection.run_device` (the card on a GPU lot), the dtype
     ``training.dtype`` resolved for that device. The LoRA weights are created on the same device (peft puts a
     new adapter beside its base layer's weight) and initialised from the seeded CPU generator, so a card and a
     CPU start from the same adapter.

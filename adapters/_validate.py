@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from adapters._checkpoint import list_checkpoints
-from adapters._config import TrainConfig
 from adapters._data import Row
+from classify.config.training import TrainConfig
 from classify.engine.prompt import answer_text, build_prompt
 from classify.errors import EngineError
 

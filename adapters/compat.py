@@ -23,8 +23,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from classify.config.training import LINEAR_MODULES
 from classify.errors import AdapterIncompatible
-from classify.model.shape import LINEAR_MODULES
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"

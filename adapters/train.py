@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from adapters._checkpoint import check_inputs, run_inputs
-from adapters._config import TrainConfig
 from adapters._data import load_rows, split_rows, tokenize
 from adapters._loop import build_lora_model, run_loop, total_steps
 from adapters._support import disk_plan, plot_loss, write_support_note
@@ -41,6 +40,7 @@ from adapters._validate import (
 )
 from adapters.registry import Registry, ResolvedAdapter
 from classify.config.sections import classification_sha256, config_sha256, load_config
+from classify.config.training import TrainConfig
 from classify.errors import (
     AdapterError,
     ConfigError,

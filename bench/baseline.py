@@ -90,10 +90,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         ImportError: scikit-learn is missing (``pip install -e '.[test]'``).
         InputError: unreadable training data.
     """
-    from adapters._config import TrainConfig
     from adapters._data import load_rows, split_rows
     from bench.common import bbc_test
     from classify.config.sections import load_config
+    from classify.config.training import TrainConfig
 
     cfg = load_config(TrainConfig, TRAIN_CONFIG)
     cats = cfg.classify.categories

@@ -122,9 +122,9 @@ def train(model_path: Path, bbc: Path, steps: int, cpu_steps: int) -> dict[str, 
     import torch
     from transformers import AutoTokenizer
 
-    from adapters._config import TrainConfig
     from adapters._loop import build_lora_model, run_loop
     from classify.config.sections import load_config
+    from classify.config.training import TrainConfig
     from classify.engine.prompt import build_training_examples
     from classify.model.memory import training_estimate
     from classify.model.shape import shape_from_folder

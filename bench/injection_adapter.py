@@ -57,9 +57,9 @@ def train_adapter(classifier: Any, steps: int = BENCH_STEPS, validation_rows: in
     Raises:
         ConfigError, InputError, EnvironmentCheckError, VerificationError: as :func:`adapters.train.train`.
     """
-    from adapters._config import TrainConfig
     from adapters.resolved import lora_int_id
     from adapters.train import train
+    from classify.config.training import TrainConfig
     from classify.engine.scoring import AdapterHandle
 
     cfg = load_config(TrainConfig, "config/docpilot.json")

@@ -95,9 +95,9 @@ def tfidf(corpus: list[str], labelled: list[dict[str, str]], scored: list[dict[s
 
 def train_adapter(labelled: list[dict[str, str]], workdir: Path) -> tuple[Any, Any]:
     """``adapters.train.train`` on ``labelled`` with the shipped config and the scaled recipe; returns (outcome, cfg)."""
-    from adapters._config import TrainConfig
     from adapters.train import train
     from classify.config.sections import load_config
+    from classify.config.training import TrainConfig
 
     data = workdir / "labelled.csv"
     with data.open("w", newline="", encoding="utf-8") as fh:

@@ -90,9 +90,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     Raises:
         AdapterNotFound: no such adapter in the registry (train one with ``make train``).
     """
-    from adapters._config import TrainConfig
     from bench import baseline
     from classify.config.sections import load_config
+    from classify.config.training import TrainConfig
     from classify.engine.build import Classifier, build_engine
     from classify.engine.scoring import Scorer
 

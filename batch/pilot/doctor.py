@@ -437,8 +437,8 @@ def config_check(path: str | Path) -> Check:
     Returns:
         The ``config`` finding; its data maps each command to ``"ok"`` or the error text.
     """
-    from adapters._config import TrainConfig
     from batch.config import BatchConfig
+    from classify.config.training import TrainConfig
     from classify.errors import ConfigError
 
     verdicts: dict[str, str] = {}

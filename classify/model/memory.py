@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from classify.config.training import LINEAR_MODULES
 from classify.errors import ConfigError
 from classify.machine.probe import probe
 from classify.model.model import resolve_model
 from classify.model.shape import (
-    LINEAR_MODULES,
     ModelShape,
     lora_parameter_count,
     shape_from_folder,

@@ -15,10 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from classify.config.training import LINEAR_MODULES
 from classify.errors import ConfigError
-
-LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-"""Every linear layer of a Llama block: vLLM puts LoRA slots on all of them."""
 
 
 @dataclass(frozen=True)

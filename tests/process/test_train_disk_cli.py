@@ -71,8 +71,8 @@ def test_train_cli_exits_6_naming_the_folder_and_free_space_when_the_disk_fills(
 
 @pytest.fixture
 def train_config_quick():
-    from adapters._config import TrainConfig
     from classify.config.sections import load_config
+    from classify.config.training import TrainConfig
 
     cfg = load_config(TrainConfig, ROOT / "config" / "docpilot.json")
     return cfg.model_copy(update={

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from adapters._config import TrainConfig
 from adapters._data import collate_left, micro_batch_indices
 from adapters._support import disk_plan
 from adapters._validate import loss_fell
 from adapters.train import train
 from classify.config.sections import PilotConfig, load_config, parse_config
+from classify.config.training import TrainConfig
 from classify.errors import ConfigError, EngineError, EnvironmentCheckError, InputError, Interrupted
 from classify.runs.disk import check_disk
 from tests.support.training import quick_config

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from adapters._config import TrainConfig, TrainingSection
+from classify.config.training import TrainConfig, TrainingSection
 from tests.support.training import train_config  # noqa: F401 - fixture
 
 
@@ -69,11 +69,11 @@ def _tiny_llama(folder):
 def test_model_and_batches_go_to_the_run_device(card, train_config, tmp_path):  # noqa: F811
     import torch
 
-    import classify.machine.device as device
+    import classify.config.training as training
     from adapters._data import collate_left
     from adapters._loop import build_lora_model, on_device
 
-    card.setattr(device, "torch_device", lambda d=None: "meta")  # the card's memory, faked at torch's edge
+    card.setattr(training, "torch_device", lambda d=None: "meta")  # the card's memory, faked at torch's edge
     cfg = train_config.model_copy(update={"training": train_config.training.model_copy(update={"dtype": "auto"}),
                                           "lora": train_config.lora.model_copy(update={"layers": None})})
     model = build_lora_model(cfg, _tiny_llama(tmp_path / "m"))

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from adapters._config import DataSection
 from adapters._data import Row, split_rows
 from adapters._validate import _capture_logprobs, fit_calibration
+from classify.config.training import DataSection
 from classify.errors import InputError
 
 CATS = ("business", "entertainment", "politics", "sport", "tech")

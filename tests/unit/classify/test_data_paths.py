@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters._config import DataSection, OutputSection, TrainConfig
 from batch.config import CorpusConfig, load_batch_config
 from classify.config.sections import load_config
+from classify.config.training import DataSection, OutputSection, TrainConfig
 from classify.errors import ConfigError, InputError
 from classify.paths import expand_path, path_hint, path_variables
 

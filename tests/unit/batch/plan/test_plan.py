@@ -19,6 +19,7 @@ import pytest
 from batch.plan.lots import JobShape, LotsConfig, job_shape
 from batch.plan.plan import build_plan, main, model_shape, order_summary, ray_plan
 from classify.config.sections import EngineConfig, ModelConfig, load_config, parse_config
+from classify.config.training import LINEAR_MODULES
 from classify.errors import ConfigError
 from classify.model.memory import (
     BUILTIN_SHAPES,
@@ -28,7 +29,7 @@ from classify.model.memory import (
     serving_estimate,
     training_estimate,
 )
-from classify.model.shape import LINEAR_MODULES, lora_parameter_count
+from classify.model.shape import lora_parameter_count
 
 ROOT = Path(__file__).resolve().parents[4]
 LOTS = ROOT / "config" / "lots.json"

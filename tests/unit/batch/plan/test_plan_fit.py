@@ -15,8 +15,9 @@ import pytest
 from batch.plan.lots import JobShape, LotsConfig
 from batch.plan.plan import build_plan, main
 from classify.config.sections import EngineConfig, ModelConfig, parse_config
+from classify.config.training import LINEAR_MODULES
 from classify.model.memory import BUILTIN_SHAPES, GIB
-from classify.model.shape import LINEAR_MODULES, lora_parameter_count
+from classify.model.shape import lora_parameter_count
 
 ROOT = Path(__file__).resolve().parents[4]
 LOTS = ROOT / "config" / "lots.json"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from classify.config.training import LINEAR_MODULES
 from classify.errors import ConfigError
-from classify.model.shape import LINEAR_MODULES, lora_parameter_count, shape_from_config
+from classify.model.shape import lora_parameter_count, shape_from_config
 
 # A Qwen3-style block: head_dim set explicitly, so the query/output projections (heads x head_dim = 128)
 # are wider than hidden_size (64), and grouped-query attention gives k/v projections of 2 x 32 = 64.

@@ -1,5 +1,7 @@
 """Training's view of the config file: the shared sections plus ``train`` (one frozen section per concern).
 
+Here beside the other sections, so the plan and the doctor (``batch/``) size training without importing it.
+
 Read from the one ``config/docpilot.json`` (:mod:`classify.config.file`): the training prompt is
 built from the same shared ``classify`` section the adapter is piloted and served with, by the
 same :func:`classify.engine.prompt.build_training_example` the engine's prompt comes from.
@@ -13,11 +15,12 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, Strict, field_validator, model_validator
 
 from classify.config.sections import ClassifyConfig, CommandConfig, EngineConfig, Frozen, ModelConfig
-from classify.model.shape import LINEAR_MODULES
+from classify.errors import EnvironmentCheckError
+from classify.machine.device import auto_dtype, torch_device
 from classify.paths import DataPath, configured_path
 
-LLAMA_LORA_MODULES = LINEAR_MODULES
-"""Linear layers of a Llama-architecture block that vLLM can apply LoRA to (:data:`classify.model.shape.LINEAR_MODULES`)."""
+LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Every linear layer of a Llama block: vLLM puts LoRA slots on all of them, training may adapt any of them."""
 
 
 class DataSection(Frozen):
@@ -72,9 +75,9 @@ class LoraSection(Frozen):
     @field_validator("target_modules")
     @classmethod
     def _check_modules(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [m for m in value if m not in LLAMA_LORA_MODULES]
+        bad = [m for m in value if m not in LINEAR_MODULES]
         if not value or bad:
-            raise ValueError(f"must be a non-empty subset of {list(LLAMA_LORA_MODULES)}, got {list(value)}")
+            raise ValueError(f"must be a non-empty subset of {list(LINEAR_MODULES)}, got {list(value)}")
         return value
 
 
@@ -145,16 +148,12 @@ class TrainingSection(Frozen):
         Raises:
             EnvironmentCheckError: ``device: cuda`` and torch sees no card (the doctor says why).
         """
-        from classify.machine.device import torch_device
-
         if self.device == "auto":
             return torch_device()
         if self.device == "cuda":
-            import torch
+            import torch  # lazy: pulls in torch
 
             if not torch.cuda.is_available():
-                from classify.errors import EnvironmentCheckError
-
                 raise EnvironmentCheckError(f"`training.device: cuda` but torch {torch.__version__} sees no card; "
                                             "run `make doctor`, or set `training.device: auto`")
         return self.device
@@ -171,8 +170,6 @@ class TrainingSection(Frozen):
         """
         if self.dtype != "auto":
             return self.dtype
-        from classify.machine.device import auto_dtype
-
         dtype = auto_dtype("cpu" if self.run_device() == "cpu" else "cuda")
         return "float32" if dtype == "float16" else dtype
 
