@@ -42,7 +42,7 @@ def _serve(port: int) -> None:
     """The server process: the app over a stand-in engine, under ``docpilot serve``'s uvicorn config."""
     import uvicorn
 
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
     from classify.config.sections import PilotConfig
     from classify.model.model import ModelRef
     from classify.records import Result

@@ -26,8 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "batch": ("batch.run.driver:main", "classify a corpus with Ray, resumable by manifest"),
     "status": ("batch.lot.status:main", "show a batch run's progress from another shell"),
     "plan": ("batch.plan.plan:main", "lot order summary and per-card memory fit"),
-    "train": ("adapters.train:main", "LoRA fine-tuning with checkpoints and resume"),
-    "adapters": ("adapters.cli:main", "adapter registry: list, show, verify, merge, export, import"),
+    "train": ("adapters.train.train:main", "LoRA fine-tuning with checkpoints and resume"),
+    "adapters": ("adapters.registry.cli:main", "adapter registry: list, show, verify, merge, export, import"),
     "serve": ("serve.cli:main", "HTTP endpoint over vLLM (FastAPI)"),
     "cluster-check": ("batch.pool.cluster_check:main", "one probe actor per card across the Ray cluster: node, card, "
                       "CUDA_VISIBLE_DEVICES, TP group"),
@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 DETACHABLE: dict[str, str] = {
     "batch": "batch.run.driver:prepare_detach",
-    "train": "adapters.train:prepare_detach",
+    "train": "adapters.train.train:prepare_detach",
 }
 """Commands that take ``--detach`` / ``--stop-when-done``: each one's ``prepare_detach(argv)`` checks its options
 and returns a :class:`~classify.runs.detached.DetachPlan`, which :func:`docpilot.detach.detach` starts."""

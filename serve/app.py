@@ -100,7 +100,7 @@ def create_app(
         settings: server settings (token, limits, pilot-gate override).
         config: the pilot config (default: read from ``settings.config_path``).
         model: the resolved base model (default: :func:`classify.model.model.resolve_model`).
-        registry: the adapter registry (default: ``adapters.registry.Registry()`` at ``DOCPILOT_REGISTRY``).
+        registry: the adapter registry (default: ``adapters.registry.registry.Registry()`` at ``DOCPILOT_REGISTRY``).
         engine_factory: blocking ``() -> AsyncClassifier`` (default: :func:`serve.engine.build_async_engine`
             with LoRA enabled); tests pass a fake one for bookkeeping checks.
 
@@ -114,7 +114,7 @@ def create_app(
     config = config.model_copy(update={"engine": server_engine(config)})  # the TP the engine gets, recorded (/readyz)
     model = model or verify_model(resolve_model(config.model))  # re-hashed at server start (#28 item 3)
     if registry is None:
-        from adapters.registry import Registry
+        from adapters.registry.registry import Registry
 
         registry = Registry()
     if engine_factory is None:

@@ -364,7 +364,7 @@ def _record_gate(cfg: PilotConfig, model: ModelRef, adapter: BatchAdapter | None
         "run_dir": str(run_dir),
     })
     if adapter is not None:
-        from adapters.registry import Registry
+        from adapters.registry.registry import Registry
 
         Registry().set_pilot_status(adapter.resolved.ref, "passed" if summary["verdict"] == "pass" else "failed",
                                     run_id)

@@ -239,7 +239,7 @@ def check_start(options: BatchOptions) -> None:
     check_export_root(storage.join(root, str(options.batch_id)))
     resolved = None
     if options.adapter is not None:
-        from adapters.registry import Registry
+        from adapters.registry.registry import Registry
 
         resolved = Registry().resolve(options.adapter, base_fingerprint=model.fingerprint, engine=cfg.engine,
                                       base_model_path=model.path)

@@ -111,7 +111,7 @@ class TrainingSection(Frozen):
         threads: torch intra-op CPU threads (the machine may be shared); applies on the CPU only.
         loss_window_steps: steps averaged for the "loss fell" check (first window vs last).
         recipe: ``fixed`` (default: train ``max_steps`` or ``epochs`` on the training rows, the validation rows
-            held out to the end) or ``scaled`` (issue 56, for few labels; :mod:`adapters.recipe`): a step budget
+            held out to the end) or ``scaled`` (issue 56, for few labels; :mod:`adapters.train.recipe`): a step budget
             that grows as the rows shrink (at least ``min_steps``), early stopping on the validation ("check")
             rows' answer loss, then a final fit on ALL rows, check rows included, for the epochs the check chose.
         min_steps: ``scaled`` only: the least step budget of the selection fit (few rows get more passes).

@@ -1,7 +1,7 @@
 # This file is run by path (`python3 classify/machine/python_gate.py`) before anything else in `make setup`, with
 # whatever `python3` the machine has: it must parse and run on any Python 3 (3.0 grammar: no f-strings, no
 # annotations, no `from __future__` features), so that a too-old Python gets one sentence instead of a
-# SyntaxError from the modern modules (tests/unit/project/test_python_gate.py parses it as Python 3.4).
+# SyntaxError from the modern modules (tests/unit/classify/machine/test_machine.py parses it as Python 3.4).
 """Refuse, in one sentence and exit 3, a Python that docpilot's pinned wheels do not serve."""
 
 import sys

@@ -1,6 +1,6 @@
 """The shape of a decoder-only model and its LoRA parameter count: one source for planning and training.
 
-The lot plan (``batch/plan/plan.py``, memory per card) and training (``adapters/train.py``, the disk
+The lot plan (``batch/plan/plan.py``, memory per card) and training (``adapters/train/train.py``, the disk
 check) both count LoRA parameters here, from the model's ``config.json``. The formulas assume the
 Llama layout (rotary attention with grouped KV heads, gated SiLU MLP, RMSNorm, no linear biases
 unless ``attention_bias``), which covers SmolLM2, Llama 2/3, Mistral and Qwen2/3. Query and output

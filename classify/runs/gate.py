@@ -35,7 +35,7 @@ def combo_key(model_fingerprint: str, adapter_sha256: str | None, classification
 
     The mode counts only with an adapter: ``lora`` (vLLM's LoRA slots; the server's only mode)
     keeps the key it had before modes existed, ``merged`` (the adapter merged into the base
-    weights, :mod:`adapters.merged_cache`) gets its own, so a pilot in one mode never opens a
+    weights, :mod:`adapters.registry.merged_cache`) gets its own, so a pilot in one mode never opens a
     batch in the other.
 
     Args:

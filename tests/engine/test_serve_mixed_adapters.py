@@ -119,7 +119,7 @@ def test_phase_gate_never_admits_both_groups_and_serves_waiters_in_order():
 @pytest.fixture(scope="module")
 def registry_pair(mixed, pilot_config, tmp_path_factory):
     """A private registry with ``tamper-a@1`` and ``tamper-b@1`` (random LoRAs) and a same-shape stranger's weights."""
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
     from classify.model.model import resolve_model
 
     model = resolve_model(pilot_config.model)

@@ -111,7 +111,7 @@ def test_a_bare_dollar_variable_is_kept_literally_and_the_not_found_hint_says_so
 
 
 def test_a_missing_training_file_with_a_bare_variable_names_the_form_to_write(monkeypatch, tmp_path):
-    from adapters._data import load_rows
+    from adapters.train.data import load_rows
 
     monkeypatch.chdir(tmp_path)
     cfg = load_config(TrainConfig, SHIPPED, {"data.path": "$DATA/train.csv"})

@@ -32,6 +32,7 @@ FLOORS: dict[str, dict[str, int]] = {
         "run": 3,  # a batch run: driver, attempt, merge, export, the lease clock
         "lot": 4, "pilot": 4,  # the end of a lot (status, wrap-up, the stop); the pilot, a 12-document run of the batch
     },
+    "adapters": {"registry": 0, "train": 1},  # the registry (export, import, merge); LoRA training above it
 }
 """Each package's rooms and their floors: a module may import its own room and rooms on lower floors only."""
 

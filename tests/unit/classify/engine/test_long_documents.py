@@ -210,7 +210,7 @@ def test_classification_key_of_cut_mode_is_what_it_was():
 
 
 def test_training_check_captures_the_combined_logprobs_a_long_document_is_scored_with():
-    from adapters._validate import _capture_logprobs
+    from adapters.train.validate import _capture_logprobs
 
     first = [11, 12, 13, 14, 15]
     scorer = SimpleNamespace(mode="first-token", first_tokens=first, result=lambda doc, prompt, completion, t=1.0: "r")

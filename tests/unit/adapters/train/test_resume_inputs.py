@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters._checkpoint import INPUTS, check_inputs, run_inputs
+from adapters.train.checkpoint import INPUTS, check_inputs, run_inputs
 from classify.errors import ConfigError
 from classify.model.model import ModelRef, tokenizer_sha256
 from classify.runs.files import file_sha256

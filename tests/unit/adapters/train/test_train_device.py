@@ -70,8 +70,8 @@ def test_model_and_batches_go_to_the_run_device(card, train_config, tmp_path):  
     import torch
 
     import classify.config.training as training
-    from adapters._data import collate_left
-    from adapters._loop import build_lora_model, on_device
+    from adapters.train.data import collate_left
+    from adapters.train.loop import build_lora_model, on_device
 
     card.setattr(training, "torch_device", lambda d=None: "meta")  # the card's memory, faked at torch's edge
     cfg = train_config.model_copy(update={"training": train_config.training.model_copy(update={"dtype": "auto"}),
@@ -88,8 +88,8 @@ def test_model_and_batches_go_to_the_run_device(card, train_config, tmp_path):  
 
 
 def test_checkpoints_come_by_wall_time_as_well_as_by_steps(train_config, tmp_path, monkeypatch):  # noqa: F811
-    from adapters._checkpoint import list_checkpoints
-    from adapters._loop import build_lora_model, run_loop
+    from adapters.train.checkpoint import list_checkpoints
+    from adapters.train.loop import build_lora_model, run_loop
 
     def run(name: str, every_s: float | None) -> list[int]:
         t = train_config.training.model_copy(update={"max_steps": 3, "checkpoint_every_steps": 100, "keep_checkpoints": 10,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.recipe import EarlyStop, final_steps, step_budget
-from adapters.train import train
+from adapters.train.recipe import EarlyStop, final_steps, step_budget
+from adapters.train.train import train
 from tests.support.training import quick_config
 from tests.support.training import train_config as train_config  # noqa: F401  (fixture)
 

@@ -6,13 +6,11 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from adapters.card import AdapterCard
+from adapters.registry.card import AdapterCard
+from classify.engine.scoring import AdapterHandle
 from classify.errors import AdapterError
-
-if TYPE_CHECKING:
-    from classify.engine.scoring import AdapterHandle
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 """Adapter names: lower case, digits, ``.``, ``_``, ``-``; at most 64 characters."""
@@ -58,8 +56,8 @@ class ResolvedAdapter:
         version: positive integer version.
         path: the version folder (peft files + ``card.json``).
         card: ``card.json`` as parsed JSON (what is on disk).
-        sha256: the adapter's content hash (:func:`adapters.card.content_sha256` over its files).
-        info: the same card validated (:class:`adapters.card.AdapterCard`): typed base model,
+        sha256: the adapter's content hash (:func:`adapters.registry.card.content_sha256` over its files).
+        info: the same card validated (:class:`adapters.registry.card.AdapterCard`): typed base model,
             pilot block and calibration.
     """
 
@@ -83,8 +81,6 @@ class ResolvedAdapter:
     def handle(self) -> AdapterHandle:
         """The :class:`classify.engine.scoring.AdapterHandle` the engine applies (stable ``int_id`` per ref; the card's
         ``calibration.temperature`` as its score temperature, 1.0 without one)."""
-        from classify.engine.scoring import AdapterHandle
-
         return AdapterHandle(name=self.ref, path=str(self.path), int_id=lora_int_id(self.ref), sha256=self.sha256,
                              temperature=self.info.temperature)
 

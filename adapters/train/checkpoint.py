@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters._support import is_write_failure
+from adapters.train.support import is_write_failure
 from classify.errors import ConfigError, EnvironmentCheckError
 from classify.model.model import ModelRef, tokenizer_sha256
 from classify.runs.disk import free_mib, is_disk_full

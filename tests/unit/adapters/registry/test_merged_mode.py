@@ -19,19 +19,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from adapters import merged_cache
+from adapters.registry import merged_cache
 from classify.config.sections import ClassifyConfig, ModelConfig, classification_sha256
 from classify.errors import AdapterError, PilotGateError
 from classify.model.model import FINGERPRINT_FILE, ModelRef, weights_fingerprint
 from classify.runs.gate import combo_key, record_pilot, require_pilot
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 BASE = ModelRef("base-model", "/nowhere", "sha256:" + "cd" * 32, "test")
 ADAPTER = SimpleNamespace(ref="tiny@1", sha256="ab" * 32)
 
 
 class FakeMerge:
-    """Stands in for :func:`adapters.merge.merge_adapter`: a weight file, config.json and the card, after ``delay_s``."""
+    """Stands in for :func:`adapters.registry.merge.merge_adapter`: a weight file, config.json and the card, after ``delay_s``."""
 
     def __init__(self, delay_s: float = 0.0):
         self.calls = 0
@@ -82,7 +82,7 @@ def test_merged_once_then_reused_with_its_weights_rehashed(tmp_path, fake_merge)
 def test_a_tampered_cache_entry_is_named_moved_aside_and_rebuilt(tmp_path, fake_merge, caplog, tamper, reason):
     good = merged_cache.merged_model(ADAPTER, BASE, "float32", tmp_path)
     tamper(Path(good.path))
-    with caplog.at_level(logging.WARNING, logger="adapters.merged_cache"):
+    with caplog.at_level(logging.WARNING, logger="adapters.registry.merged_cache"):
         again = merged_cache.merged_model(ADAPTER, BASE, "float32", tmp_path)
     assert fake_merge.calls == 2 and again == good
     assert "FAILED its check" in caplog.text and reason in caplog.text

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from adapters.registry import CARD_FILE, Registry, ResolvedAdapter, content_sha256, lora_int_id, parse_ref
+from adapters.registry.registry import (
+    CARD_FILE,
+    Registry,
+    ResolvedAdapter,
+    content_sha256,
+    lora_int_id,
+    parse_ref,
+)
 from classify.errors import AdapterError, AdapterIntegrityError, AdapterNotFound
 
 BASE = {"name": "smollm2-135m-instruct", "fingerprint": "sha256:" + "a" * 64}
@@ -180,7 +187,7 @@ def test_default_root_follows_docpilot_registry(monkeypatch, tmp_path: Path):
 
 
 def test_cli_list_show_verify(reg: Registry, tmp_path: Path, capsys):
-    from adapters.cli import main
+    from adapters.registry.cli import main
 
     assert main(["--registry", str(reg.root), "list"]) == 0
     assert capsys.readouterr().out.strip() == f"no adapters in {reg.root}"
@@ -198,7 +205,7 @@ def test_cli_list_show_verify(reg: Registry, tmp_path: Path, capsys):
 
 def test_one_unreadable_card_does_not_hide_the_other_versions(reg: Registry, tmp_path: Path, capsys):
     """``adapters list`` names the broken card, lists the rest and exits with the integrity error's status."""
-    from adapters.cli import main
+    from adapters.registry.cli import main
 
     reg.publish(_adapter_dir(tmp_path, b"one"), "bbc-news", 1, {"base_model": BASE})
     reg.publish(_adapter_dir(tmp_path, b"two"), "bbc-news", 2, {"base_model": BASE})
@@ -232,7 +239,7 @@ def test_merge_writes_a_full_model_equal_to_base_plus_adapter(reg: Registry, tmp
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from adapters.merge import merge_adapter
+    from adapters.registry.merge import merge_adapter
     from classify.config.sections import ModelConfig
     from classify.model.model import resolve_model
 
@@ -266,7 +273,7 @@ def test_resolve_with_the_engine_settings_refuses_what_the_engine_cannot_apply(r
         reg.resolve("stand-in@1", engine=EngineConfig(max_lora_rank=8))
 
 
-# ---- the card's pydantic model (adapters/card.py) ------------------------------------------------
+# ---- the card's pydantic model (adapters/registry/card.py) ------------------------------------------------
 
 CALIBRATION = {"temperature": 1.7, "ece_before": 0.12, "ece_after": 0.03, "fitted_on": 100, "nll_before": 0.9}
 

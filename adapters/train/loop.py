@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from adapters._checkpoint import resume_latest, save_checkpoint
-from adapters._data import collate_left, micro_batch_indices
+from adapters.train.checkpoint import resume_latest, save_checkpoint
+from adapters.train.data import collate_left, micro_batch_indices
 from classify.config.training import TrainConfig
 
 log = logging.getLogger("adapters.train")
@@ -111,7 +111,7 @@ def answer_logits(model: Any, batch: dict[str, Any]) -> tuple[Any, Any]:
     Args:
         model: a peft ``PeftModel`` (or a plain ``transformers`` causal LM) whose decoder is its
             ``base_model`` and whose vocabulary projection is its output embeddings.
-        batch: from :func:`adapters._data.collate_left`: ``input_ids``, ``attention_mask``,
+        batch: from :func:`adapters.train.data.collate_left`: ``input_ids``, ``attention_mask``,
             ``position_ids`` and ``labels`` of shape (batch, seq), ``answer_len`` (int).
 
     Returns:
@@ -156,7 +156,7 @@ def run_loop(cfg: TrainConfig, model: Any, examples: list[dict[str, list[int]]],
         steps: optimizer steps to train (the linear schedule's length); ``None``: :func:`total_steps`.
         after_step: called after each step (before its checkpoint) with ``(step, state)``; may add JSON-able
             entries to ``state`` (they are checkpointed with it) and returns why to stop before ``steps``, or
-            ``None`` (the scaled recipe's early stopping, :mod:`adapters.recipe`).
+            ``None`` (the scaled recipe's early stopping, :mod:`adapters.train.recipe`).
 
     Returns:
         State: ``history`` (one entry per step: loss, lr, tokens, cpu_s, wall_s), ``tokens``,

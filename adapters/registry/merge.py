@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from adapters.registry import ResolvedAdapter
+from adapters.registry.registry import ResolvedAdapter
 from classify.config.sections import ModelConfig
 from classify.errors import AdapterError
 from classify.model.model import (
@@ -35,7 +35,7 @@ def merge_adapter(adapter: ResolvedAdapter, out_dir: Path, dtype: str = "bfloat1
     rounded away against ``W``).
 
     Args:
-        adapter: a verified adapter (from :meth:`adapters.registry.Registry.resolve`).
+        adapter: a verified adapter (from :meth:`adapters.registry.registry.Registry.resolve`).
         out_dir: destination folder; must not exist.
         dtype: dtype of the saved weights (``bfloat16``, ``float16`` or ``float32``).
         base: the adapter's base model, already resolved (default: resolve the card's ``base_model.name``).

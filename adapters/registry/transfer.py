@@ -35,7 +35,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from adapters._export_copy import (
+from adapters.registry.compat import check_engine_compat
+from adapters.registry.export_copy import (
     check_copy,
     fetch_copy,
     is_archive,
@@ -43,8 +44,7 @@ from adapters._export_copy import (
     stage_copy,
     write_archive,
 )
-from adapters.compat import check_engine_compat
-from adapters.registry import CARD_FILE, Registry, ResolvedAdapter, parse_ref
+from adapters.registry.registry import CARD_FILE, Registry, ResolvedAdapter, parse_ref
 from classify.errors import AdapterError, AdapterIntegrityError
 from classify.runs import storage
 from classify.runs.export import SHA256SUMS

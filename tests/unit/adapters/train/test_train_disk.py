@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters._checkpoint import META, STATE, WEIGHTS, latest_checkpoint, resume_latest, save_checkpoint
+from adapters.train.checkpoint import META, STATE, WEIGHTS, latest_checkpoint, resume_latest, save_checkpoint
 from classify.errors import ConfigError, EnvironmentCheckError
 
 SHA = "a" * 64

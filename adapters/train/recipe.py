@@ -27,6 +27,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapters.train.data import collate_left
+from adapters.train.loop import answer_logits, on_device
+
 RULE = ("budget = max(training.min_steps, steps of training.epochs (or max_steps) on the training rows); stop when "
         "the check rows' answer loss has not reached a new low for training.patience_evals evaluations (one every "
         "training.eval_every_steps steps); final fit on all rows for the chosen epochs")
@@ -112,10 +115,7 @@ def check_eval(model: Any, examples: list[dict[str, list[int]]], ids: list[str],
         ``(loss, logprobs)``: nats per answer token over all examples; ``row id -> k`` log-probs (log-softmax
         over the vocabulary at the first answer position, as the engine's first-token scores; windows averaged).
     """
-    import torch
-
-    from adapters._data import collate_left
-    from adapters._loop import answer_logits, on_device
+    import torch  # lazy: pulls in torch
 
     device = next(model.parameters()).device
     model.eval()

@@ -14,7 +14,7 @@ a temporary folder and renaming it into place, and an existing version is never 
 Every :meth:`Registry.resolve` re-hashes the files and, when asked, checks the base-model
 fingerprint, so a flipped byte or a wrong base model is refused before vLLM loads it. Given the
 engine's settings, publish and resolve also refuse an adapter the engine's LoRA support cannot
-apply (:func:`adapters.compat.check_engine_compat`), since vLLM refuses it only inside the engine.
+apply (:func:`adapters.registry.compat.check_engine_compat`), since vLLM refuses it only inside the engine.
 
 Example:
     >>> reg = Registry()  # doctest: +SKIP
@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from filelock import FileLock
 
-from adapters.card import (
+from adapters.registry.card import (
     ADAPTER_CONFIG_FILE,
     ADAPTER_WEIGHTS_FILE,
     CARD_FILE,
@@ -43,15 +43,15 @@ from adapters.card import (
     content_sha256,
     parse_card,
 )
-from adapters.compat import check_engine_compat
-from adapters.resolved import NAME_RE, ResolvedAdapter, lora_int_id, parse_ref
+from adapters.registry.compat import check_engine_compat
+from adapters.registry.resolved import NAME_RE, ResolvedAdapter, lora_int_id, parse_ref
 from classify.errors import AdapterError, AdapterIntegrityError, AdapterNotFound
 from classify.paths import registry_dir
 from classify.runs.export import compare_sha256
 from classify.runs.files import atomic_dir, tree_sha256
 from classify.runs.records import code_revision, package_versions, utc_now, write_json_atomic
 
-__all__ = [  # the card and reference helpers live in adapters.card and adapters.resolved; importable from here too
+__all__ = [  # the card and reference helpers live in adapters.registry.card and adapters.registry.resolved; importable from here too
     "ADAPTER_CONFIG_FILE", "ADAPTER_WEIGHTS_FILE", "CARD_FILE", "CARD_SCHEMA", "NAME_RE", "PILOT_STATUSES",
     "REQUIRED_FILES", "AdapterCard", "CardPilot", "Registry", "ResolvedAdapter", "content_sha256", "lora_int_id",
     "parse_card", "parse_ref",
@@ -165,7 +165,7 @@ class Registry:
             engine: the engine section (:class:`classify.config.sections.EngineConfig`) the adapter will run
                 under; when given, the adapter must be one its LoRA support can apply.
             base_model_path: the engine's base model folder (``ModelRef.path``), for the module and
-                shape checks of :func:`adapters.compat.check_engine_compat` (with ``engine``).
+                shape checks of :func:`adapters.registry.compat.check_engine_compat` (with ``engine``).
 
         Returns:
             The verified :class:`ResolvedAdapter`.

@@ -1,4 +1,4 @@
-"""adapters._data.split_rows: stratified, seeded validation split (a pure function of the seed)."""
+"""adapters.train.data.split_rows: stratified, seeded validation split (a pure function of the seed)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from adapters._data import Row, split_rows
-from adapters._validate import _capture_logprobs, fit_calibration
+from adapters.train.data import Row, split_rows
+from adapters.train.validate import _capture_logprobs, fit_calibration
 from classify.config.training import DataSection
 from classify.errors import InputError
 
@@ -88,7 +88,7 @@ def test_capture_and_fit_calibration_writes_the_card_block(tmp_path, caplog):
 
 
 def test_missing_training_data_names_the_variable_when_the_path_uses_one(tmp_path, monkeypatch):
-    from adapters._data import load_rows
+    from adapters.train.data import load_rows
 
     monkeypatch.setenv("DOCPILOT_BBC_DIR", str(tmp_path / "nowhere"))
     with pytest.raises(InputError, match=r"training data .*nowhere/train.csv does not exist \(`train.data.path` in the config "

@@ -17,8 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from adapters.registry import Registry
+from adapters.registry.merge import merge_adapter
+from adapters.registry.registry import Registry
+from adapters.registry.transfer import export_adapter, import_adapter
+from classify.config.sections import PilotConfig, load_config
 from classify.errors import AdapterIntegrityError
+from classify.model.model import resolve_model
+from classify.runs.storage import as_dest
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -86,31 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     elif args.action == "show":
         print(json.dumps(reg.show(args.ref).card, indent=2, sort_keys=True))
     elif args.action == "verify":
-        from classify.config.sections import PilotConfig, load_config
-        from classify.model.model import resolve_model
-
         cfg = load_config(PilotConfig, args.config)
         model = resolve_model(cfg.model)
         adapter = reg.resolve(args.ref, base_fingerprint=model.fingerprint, engine=cfg.engine, base_model_path=model.path)
         print(f"ok: {adapter.ref} sha256 {adapter.sha256}: {len(adapter.card['files'])} files verified, "
               f"base model {model.name} {model.fingerprint}, engine can apply it (max_lora_rank {cfg.engine.max_lora_rank})")
     elif args.action == "export":
-        from adapters.transfer import export_adapter
-        from classify.runs.storage import as_dest
-
         out = export_adapter(reg, args.ref, as_dest(args.dest))
         print(f"{'exported' if out['written'] else 'already exported (re-checked, unchanged)'}: {out['ref']} "
               f"sha256 {out['sha256']} -> {out['dest']} ({out['files']} files, {out['bytes']} bytes; "
               "read back and every hash re-checked)")
     elif args.action == "import":
-        from adapters.transfer import import_adapter
-        from classify.runs.storage import as_dest
-
         kwargs: dict = {"base_fingerprint": args.base_fingerprint}
         if args.base_fingerprint is None:
-            from classify.config.sections import PilotConfig, load_config
-            from classify.model.model import resolve_model
-
             cfg = load_config(PilotConfig, args.config)
             model = resolve_model(cfg.model)
             kwargs = {"base_fingerprint": model.fingerprint, "engine": cfg.engine, "base_model_path": model.path}
@@ -120,8 +113,6 @@ def main(argv: list[str] | None = None) -> int:
               f"base model {adapter.base_fingerprint}); pilot status here: "
               f"{(adapter.card.get('pilot') or {}).get('status')} (run `make pilot ADAPTER={adapter.ref}`)")
     else:
-        from adapters.merge import merge_adapter
-
         merged = merge_adapter(reg.resolve(args.ref), args.out, args.dtype)
         print(f"merged {merged['adapter']} into {merged['path']} (fingerprint {merged['fingerprint']})")
     return 0

@@ -1,7 +1,7 @@
 """The adapter card (``card.json``): its pydantic model, file names, and the adapter's content hash.
 
 Read by the registry, adapter transfer, the server, the pilot gate's callers and the merged-model
-cache; written by :meth:`adapters.registry.Registry.publish` (and rewritten only for its ``pilot``
+cache; written by :meth:`adapters.registry.registry.Registry.publish` (and rewritten only for its ``pilot``
 block). The JSON on disk is unchanged: the models validate what the registry depends on
 (``files``, ``sha256``, ``base_model``, ``pilot``, ``calibration``) and keep every other key as it
 is (``training``, ``metrics``, ``loss_curve``, ``classify``, ``imported``...), so

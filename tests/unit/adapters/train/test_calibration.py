@@ -1,4 +1,4 @@
-"""adapters/calibration.py: ECE, temperature scaling, reliability diagram."""
+"""adapters/train/calibration.py: ECE, temperature scaling, reliability diagram."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from adapters import calibration as cal
+from adapters.train import calibration as cal
 
 
 def _overconfident(n: int = 2000, k: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

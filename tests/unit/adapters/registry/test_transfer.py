@@ -14,8 +14,8 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from adapters.registry import Registry
-from adapters.transfer import export_adapter, import_adapter
+from adapters.registry.registry import Registry
+from adapters.registry.transfer import export_adapter, import_adapter
 from batch.run.merge import check_export
 from classify.errors import AdapterError, AdapterIntegrityError
 from classify.runs.export import SHA256SUMS, export_complete, export_run, verify_export
@@ -85,7 +85,7 @@ def test_adapter_through_s3_then_served_and_a_flipped_byte_is_refused(s3, tmp_pa
     train = Registry(tmp_path / "train")
     ref = publish(train, tmp_path)
     url = f"s3://{BUCKET}/adapters/ok-1"
-    from adapters.cli import main as adapters_cli
+    from adapters.registry.cli import main as adapters_cli
 
     assert adapters_cli(["--registry", str(train.root), "export", ref, url]) == 0
     assert sorted(s3_fs().ls(f"{BUCKET}/adapters/ok-1")) == sorted(

@@ -1,4 +1,4 @@
-"""Adapter export copies, the machinery of :mod:`adapters.transfer`: staging a version with ``SHA256SUMS``,
+"""Adapter export copies, the machinery of :mod:`adapters.registry.transfer`: staging a version with ``SHA256SUMS``,
 tar archives (``SHA256SUMS`` last), reading a copy back from a folder, archive or URL, and its re-check.
 """
 
@@ -10,7 +10,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from adapters.registry import CARD_FILE, ResolvedAdapter, content_sha256
+from adapters.registry.registry import CARD_FILE, ResolvedAdapter, content_sha256
 from classify.errors import AdapterError, AdapterIntegrityError
 from classify.runs import storage
 from classify.runs.export import SHA256SUMS, compare_sha256, read_sums, sums_text

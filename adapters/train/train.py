@@ -26,11 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters._checkpoint import check_inputs, run_inputs
-from adapters._data import load_rows, split_rows, tokenize
-from adapters._loop import build_lora_model, run_loop, total_steps
-from adapters._support import disk_plan, plot_loss, write_support_note
-from adapters._validate import (
+from adapters.registry.merge import merge_adapter
+from adapters.registry.registry import Registry, ResolvedAdapter
+from adapters.train.checkpoint import check_inputs, run_inputs
+from adapters.train.data import load_rows, split_rows, tokenize
+from adapters.train.loop import build_lora_model, run_loop, total_steps
+from adapters.train.recipe import RULE, EarlyStop, check_eval, final_steps, step_budget
+from adapters.train.support import disk_plan, plot_loss, write_support_note
+from adapters.train.validate import (
     FORMAT_ROWS,
     _calibration_or_none,
     checkpoints_exist,
@@ -38,9 +41,9 @@ from adapters._validate import (
     loss_fell,
     through_engine,
 )
-from adapters.registry import Registry, ResolvedAdapter
 from classify.config.sections import classification_sha256, config_sha256, load_config
 from classify.config.training import TrainConfig
+from classify.engine.prompt import category_first_tokens
 from classify.errors import (
     AdapterError,
     ConfigError,
@@ -218,7 +221,7 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
         InputError: bad training data (before any training).
         ConfigError: bad config, an example over ``max_seq_tokens``, or a resume mismatch (another config, or
             training data, tokenizer files or base model other than those the run's checkpoints were trained on:
-            :func:`adapters._checkpoint.check_inputs`).
+            :func:`adapters.train.checkpoint.check_inputs`).
         EnvironmentCheckError: not enough free disk before training, or the disk filled up while writing a
             checkpoint or the adapter (the message names the folder and the free space).
         VerificationError: an end-of-run check failed (nothing is published).
@@ -289,8 +292,6 @@ def train(cfg: TrainConfig, *, smoke: bool = False, resume: str | None = None, p
             adapter = _publish(card_cfg, registry or Registry(), adapter_dir, model_ref, summary)
             summary["adapter"] = {"ref": adapter.ref, "sha256": adapter.sha256, "path": str(adapter.path)}
             if cfg.output.merge:
-                from adapters.merge import merge_adapter
-
                 summary["merged"] = merge_adapter(adapter, run_dir / "merged")
         _write_summary(run_dir, summary)
         log.info("run %s done: final loss %.4f, %s", run_id, summary["final_loss"],
@@ -317,7 +318,7 @@ def _fixed_recipe(cfg: TrainConfig, n_rows: int, n_examples: int, state: dict[st
 
 def _scaled_fit(cfg: TrainConfig, tokenizer: Any, model_ref: Any, examples: list[dict[str, list[int]]],
                 val_rows: list[Any], *, run_dir: Path, sha: str, n_rows: int) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """The ``scaled`` recipe (:mod:`adapters.recipe`): a selection fit with early stopping on the check rows, then
+    """The ``scaled`` recipe (:mod:`adapters.train.recipe`): a selection fit with early stopping on the check rows, then
     a final fit on every row for the epochs it chose.
 
     The selection fit lives in ``<run>/select/`` (its checkpoints, and ``choice.json`` once it has chosen: a
@@ -327,9 +328,6 @@ def _scaled_fit(cfg: TrainConfig, tokenizer: Any, model_ref: Any, examples: list
         ``(model, state, recipe)``: the final fit's model and loop state, and ``summary.json``'s ``recipe`` block
         (with ``check_logprobs``, the check rows' log-probs at the chosen step, for the temperature).
     """
-    from adapters.recipe import RULE, EarlyStop, check_eval, final_steps, step_budget
-    from classify.engine.prompt import category_first_tokens
-
     t = cfg.training
     eff = t.batch_size * t.grad_accum_steps
     pad_id = tokenizer.pad_token_id or tokenizer.eos_token_id
@@ -422,7 +420,7 @@ def _resume_inputs_unchanged(cfg: TrainConfig, run_dir: Path) -> Any:
     only as bad; :func:`train` checks again with the hash of the rows it read.
 
     Raises:
-        ConfigError: one of them changed since the run started (:func:`adapters._checkpoint.check_inputs`).
+        ConfigError: one of them changed since the run started (:func:`adapters.train.checkpoint.check_inputs`).
     """
     model_ref = resolve_model(cfg.model)
     check_inputs(run_dir, run_inputs(cfg.data.resolved_path(), None, model_ref))
@@ -545,7 +543,7 @@ def _publish(cfg: TrainConfig, registry: Registry, adapter_dir: Path, model_ref:
         "code_revision": code_revision(),
     }
     calibration = (summary["checks"].get("engine") or {}).get("calibration") or summary.get("recipe", {}).get("calibration")
-    if calibration:  # the score temperature pilot, batch and serve apply (adapters.card.AdapterCard.temperature)
+    if calibration:  # the score temperature pilot, batch and serve apply (adapters.registry.card.AdapterCard.temperature)
         card["calibration"] = calibration
     for _ in range(5):  # another publisher may take the next version between listing and renaming
         version = registry.next_version(cfg.output.adapter_name)

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from adapters.compat import CONFIG_RULES, check_engine_compat, compat_problems
-from adapters.registry import Registry
+from adapters.registry.compat import CONFIG_RULES, check_engine_compat, compat_problems
+from adapters.registry.registry import Registry
 from classify.config.sections import EngineConfig, PilotConfig, load_config
 from classify.errors import AdapterIncompatible
 from classify.model.model import resolve_model
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 ENGINE = EngineConfig(max_lora_rank=8)
 HIDDEN, INTER, KV, VOCAB = 576, 1536, 192, 49152  # SmolLM2-135M: config.json hidden/intermediate/kv heads*64/vocab
 SHAPES = {"q_proj": (HIDDEN, HIDDEN), "k_proj": (KV, HIDDEN), "v_proj": (KV, HIDDEN), "o_proj": (HIDDEN, HIDDEN),

@@ -1,7 +1,7 @@
 """Archive bombs on adapter import (issue 28, item 6): bounded before anything is written, nothing left behind.
 
 A real export (``docpilot adapters export`` machinery) is rebuilt with extra or altered members. Each is refused by
-:func:`adapters.transfer.import_adapter` with an adapter integrity error naming the member, before extraction:
+:func:`adapters.registry.transfer.import_adapter` with an adapter integrity error naming the member, before extraction:
 members not listed in ``SHA256SUMS`` (the 3 MB ``.tgz`` that wrote 3 GiB), a sparse member declaring 64 GiB,
 members together over the stated cap, a member given twice; and the registry holds no file afterwards.
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters import _export_copy
-from adapters.registry import Registry
-from adapters.transfer import export_adapter, import_adapter
+from adapters.registry import export_copy
+from adapters.registry.registry import Registry
+from adapters.registry.transfer import export_adapter, import_adapter
 from classify.errors import AdapterIntegrityError
 from classify.runs.export import SHA256SUMS
 from tests.support.transfer import publish
@@ -101,7 +101,7 @@ def test_unlisted_members_are_refused_before_extraction(tmp_path, suffix, what, 
             written.append(Path(path).name)
         return real_open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(_export_copy, "open", watching_open, raising=False)
+    monkeypatch.setattr(export_copy, "open", watching_open, raising=False)
     reg = Registry(tmp_path / "serve")
     with pytest.raises(AdapterIntegrityError, match=message):
         import_adapter(archive, reg)
@@ -113,13 +113,13 @@ def test_members_over_the_cap_are_refused_before_writing(tmp_path, monkeypatch):
     _, _, files = _export(tmp_path)
     archive = _rebuild(tmp_path / "big.tgz", files, [])
     total = sum(len(v) for v in files.values())
-    monkeypatch.setattr(_export_copy, "IMPORT_MAX_BYTES", total - 1)
-    monkeypatch.setattr(_export_copy.extract_archive, "__defaults__", (total - 1,))
+    monkeypatch.setattr(export_copy, "IMPORT_MAX_BYTES", total - 1)
+    monkeypatch.setattr(export_copy.extract_archive, "__defaults__", (total - 1,))
     reg = Registry(tmp_path / "serve")
     with pytest.raises(AdapterIntegrityError, match=f"more than the import cap of {total - 1} bytes"):
         import_adapter(archive, reg)
     _assert_nothing_left(reg)
-    monkeypatch.setattr(_export_copy.extract_archive, "__defaults__", (total,))
+    monkeypatch.setattr(export_copy.extract_archive, "__defaults__", (total,))
     adapter, created = import_adapter(archive, reg)  # at the cap: imported
     assert created and adapter.ref == "ok@1"
 

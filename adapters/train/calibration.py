@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from classify.runs.plots import pyplot, save_png
+
 T_MIN = 0.05
 """Smallest temperature :func:`fit_temperature` returns."""
 
@@ -235,8 +237,6 @@ def reliability_diagram(scores: Any, correct: Any, path: str | Path, title: str,
     Raises:
         ValueError: as :func:`calibration_bins`.
     """
-    from classify.runs.plots import pyplot, save_png
-
     plt = pyplot()
 
     bins = calibration_bins(scores, correct, n_bins)

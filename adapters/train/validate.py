@@ -7,13 +7,23 @@ import os
 import shutil
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from adapters._checkpoint import list_checkpoints
-from adapters._data import Row
+from adapters.registry import merge
+from adapters.registry.card import content_sha256
+from adapters.registry.registry import lora_int_id
+from adapters.train.checkpoint import list_checkpoints
+from adapters.train.data import Row
 from classify.config.training import TrainConfig
+from classify.documents.read import document_from_text
+from classify.engine.args import compute_dtype
+from classify.engine.build import Classifier, build_engine
 from classify.engine.prompt import answer_text, build_prompt
+from classify.engine.scoring import AdapterHandle, Scorer, mean_logprobs
 from classify.errors import EngineError
+from classify.model.model import ModelRef
+from classify.runs.files import tree_sha256
 
 log = logging.getLogger("adapters.train")
 
@@ -61,7 +71,7 @@ def free_answers(model: Any, tokenizer: Any, cfg: TrainConfig, rows: list[Row]) 
     Returns:
         ``{"passed", "format_share", "accuracy", "rows", "examples"}``.
     """
-    import torch
+    import torch  # lazy: pulls in torch
 
     answers = {c: tokenizer(answer_text(tokenizer, c), add_special_tokens=False)["input_ids"] for c in cfg.classify.categories}
     longest = max(len(a) for a in answers.values())
@@ -124,11 +134,6 @@ def through_engine(cfg: TrainConfig, adapter_dir: Path, rows: list[Row], model_r
     Logs the engine start and a progress line (rows done, accepted, right, seconds) after each
     ``ENGINE_CHUNK_ROWS`` rows.
     """
-    from adapters.registry import lora_int_id
-    from classify.documents.read import document_from_text
-    from classify.engine.build import Classifier, build_engine
-    from classify.engine.scoring import AdapterHandle, Scorer
-
     own = classifier is None
     merged = own and cfg.model.adapter_mode == "merged"
     merged_dir = adapter_dir.parent / ".check-merged"
@@ -193,14 +198,6 @@ def _merge_for_check(cfg: TrainConfig, adapter_dir: Path, model_ref: Any, out_di
     Raises:
         EnvironmentCheckError: not enough free disk for the merged weights.
     """
-    from types import SimpleNamespace
-
-    from adapters import merge
-    from adapters.card import content_sha256
-    from classify.engine.args import compute_dtype
-    from classify.model.model import ModelRef
-    from classify.runs.files import tree_sha256
-
     shutil.rmtree(out_dir, ignore_errors=True)
     t0 = time.time()
     candidate = SimpleNamespace(ref=label, path=adapter_dir, sha256=content_sha256(tree_sha256(adapter_dir)), card={},
@@ -230,8 +227,6 @@ def _capture_logprobs(scorer: Any) -> dict[str, list[float]]:
     (:func:`classify.engine.scoring.mean_logprobs`, as :meth:`classify.engine.scoring.Scorer.combined_logprobs`), the vector its score is the softmax of, so the
     temperature is fitted on what inference scores.
     """
-    from classify.engine.scoring import mean_logprobs
-
     captured: dict[str, list[float]] = {}
     plain = scorer.result
 
@@ -261,11 +256,11 @@ def fit_calibration(logprobs: dict[str, list[float]], rows: list[Row], categorie
     Returns:
         ``{"temperature", "ece_before", "ece_after", "nll_before", "nll_after", "fitted_on", "smoothing"}`` (ECE
         with 15 bins, NLL in nats per row, T fitted with the rule-of-succession smoothing
-        :func:`adapters.calibration.fit_temperature` names), or ``None`` when no row has log-probs (``choice`` scoring).
+        :func:`adapters.train.calibration.fit_temperature` names), or ``None`` when no row has log-probs (``choice`` scoring).
     """
-    import numpy as np
+    import numpy as np  # lazy: pulls in numpy, only for calibration
 
-    from adapters.calibration import (
+    from adapters.train.calibration import (  # lazy: pulls in numpy
         apply_temperature,
         expected_calibration_error,
         fit_temperature,

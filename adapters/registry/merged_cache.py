@@ -3,7 +3,7 @@
 A batch with one adapter runs fastest with the adapter merged into the base weights
 (``model.adapter_mode: "merged"``): the engine then has no LoRA slots and no per-token LoRA
 cost, and computes the same function (``W' = W + (alpha / r) B A``, Hu et al. 2021, eq. 3).
-The merge (:func:`adapters.merge.merge_adapter`, peft ``merge_and_unload``) is done once per
+The merge (:func:`adapters.registry.merge.merge_adapter`, peft ``merge_and_unload``) is done once per
 (base model fingerprint, adapter sha256, dtype) into
 
     <model cache>/merged/<base fingerprint, 16 hex>-<adapter sha256, 16 hex>-<dtype>/
@@ -26,7 +26,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from adapters import merge
+from adapters.registry import merge
 from classify.errors import AdapterError
 from classify.model.model import FINGERPRINT_FILE, ModelRef, weights_fingerprint
 from classify.paths import model_cache_dir
@@ -98,7 +98,7 @@ def merged_model(adapter: Any, base: ModelRef, dtype: str, cache: Path | None = 
     """Return the base model with ``adapter`` merged in, merging it once and verifying every reuse.
 
     Args:
-        adapter: a verified :class:`adapters.registry.ResolvedAdapter` for ``base``.
+        adapter: a verified :class:`adapters.registry.registry.ResolvedAdapter` for ``base``.
         base: the resolved base model (:func:`classify.model.model.resolve_model`).
         dtype: dtype of the merged weights; pass the engine's compute dtype
             (:func:`classify.engine.args.compute_dtype`) so the engine reads them without a cast.

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters._data import collate_left, micro_batch_indices
-from adapters._support import disk_plan
-from adapters._validate import loss_fell
-from adapters.train import train
+from adapters.train.data import collate_left, micro_batch_indices
+from adapters.train.support import disk_plan
+from adapters.train.train import train
+from adapters.train.validate import loss_fell
 from classify.config.sections import PilotConfig, load_config, parse_config
 from classify.config.training import TrainConfig
 from classify.errors import ConfigError, EngineError, EnvironmentCheckError, InputError, Interrupted
@@ -22,7 +22,7 @@ from classify.runs.disk import check_disk
 from tests.support.training import quick_config
 from tests.support.training import train_config as train_config  # noqa: F401  (fixture)
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_train_config_classify_section_equals_the_pilot_config(train_config: TrainConfig):
@@ -126,7 +126,7 @@ def test_answer_loss_matches_the_full_model_forward_and_its_gradients(arch):
     from peft import LoraConfig, get_peft_model
     from transformers import GraniteConfig, GraniteForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    from adapters._loop import PLAIN_HEAD_MODEL_TYPES, answer_loss_sum
+    from adapters.train.loop import PLAIN_HEAD_MODEL_TYPES, answer_loss_sum
 
     torch.manual_seed(0)
     shape = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
@@ -173,7 +173,7 @@ def test_training_dtype_auto_follows_the_cpu(train_config, monkeypatch):
 
 def test_a_resumed_run_keeps_the_dtype_it_started_in_where_the_cpu_can(train_config, tmp_path, monkeypatch, caplog):
     import classify.machine.device as device
-    from adapters.train import resume_dtype
+    from adapters.train.train import resume_dtype
 
     monkeypatch.setattr(device, "on_accelerator", lambda: False)
     run = tmp_path / "run"
@@ -209,8 +209,7 @@ def test_loss_fell_compares_first_and_last_window():
 def test_end_check_leaves_no_merged_copy_when_its_engine_never_starts(train_config, tmp_path, monkeypatch, fail_in, error):
     from types import SimpleNamespace
 
-    import adapters._validate as validate
-    import classify.engine.build
+    import adapters.train.validate as validate
 
     assert train_config.model.adapter_mode == "merged"
     adapter_dir = tmp_path / "run" / "adapter"
@@ -228,7 +227,7 @@ def test_end_check_leaves_no_merged_copy_when_its_engine_never_starts(train_conf
         raise error
 
     monkeypatch.setattr(validate, "_merge_for_check", merge)
-    monkeypatch.setattr(classify.engine.build, "build_engine", start)
+    monkeypatch.setattr(validate, "build_engine", start)
     with pytest.raises(type(error)):
         validate.through_engine(train_config, adapter_dir, [], SimpleNamespace(name="base"), classifier=None, label="check")
     assert not merged_dir.exists()
