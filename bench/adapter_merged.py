@@ -3,7 +3,7 @@
 vLLM's CPU LoRA kernels re-read the adapter weights for every token of every wrapped layer, so
 base + adapter through ``enable_lora`` runs far slower than the base model on a CPU (see
 ``bench/adapter.py``). The same adapter merged into the base weights (``W' = W + (alpha/r) B A``,
-peft ``merge_and_unload``; ``adapters/merge.py``) gives the same function at base-model speed.
+peft ``merge_and_unload``; ``adapters/registry/merge.py``) gives the same function at base-model speed.
 This module merges the registry adapter once and classifies the test set through vLLM with it.
 """
 

@@ -5,7 +5,7 @@ defaults, sublinear tf, English stop words, both: :data:`VARIANTS`) chosen the w
 settings are, without ``test.csv``:
 
 * each variant is fitted on the training part of the train config's validation split
-  (``adapters._data.split_rows``, the rows ``make train`` trains on) and scored on its validation
+  (``adapters.train.data.split_rows``, the rows ``make train`` trains on) and scored on its validation
   rows; the best (first on ties) is kept;
 * that variant is scored on ``test.csv`` twice over: fitted on the training part of the split (the
   very rows the adapter trains on, so both learners see the same data) and fitted on all of
@@ -90,10 +90,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         ImportError: scikit-learn is missing (``pip install -e '.[test]'``).
         InputError: unreadable training data.
     """
-    from adapters._config import TrainConfig
-    from adapters._data import load_rows, split_rows
+    from adapters.train.data import load_rows, split_rows
     from bench.common import bbc_test
     from classify.config.sections import load_config
+    from classify.config.training import TrainConfig
 
     cfg = load_config(TrainConfig, TRAIN_CONFIG)
     cats = cfg.classify.categories
@@ -158,7 +158,7 @@ def comparison(sections: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
                  "adapter_docs_per_s": merged["docs_per_s"], "adapter_wrong_ids": merged.get("wrong_ids")}
     if not base or not tuned or "adapter_accuracy" not in tuned:
         return None
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
 
     card = Registry().resolve(tuned.get("ref", tuned["adapter"])).card
     metrics = card.get("metrics", {})

@@ -55,10 +55,10 @@ def merged_registry_adapter(model_cfg: Any) -> tuple[Any, Any]:
     Raises:
         AdapterNotFound, AdapterIncompatible: no such adapter, or one trained on another base model.
     """
-    from adapters.merge import merge_adapter
-    from adapters.registry import Registry
+    from adapters.registry.merge import merge_adapter
+    from adapters.registry.registry import Registry
     from classify.config.sections import ModelConfig
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
     from classify.paths import state_dir
 
     base = resolve_model(model_cfg)

@@ -9,10 +9,10 @@ here from the config, so the figures are for the default model's *shapes*); ``--
 Sections, each timed and independent (one failing does not stop the others), all written to ``OUT/gpu_path.json``:
 
 1. ``facts``: nvidia-smi (card, driver, CUDA), torch and its CUDA runtime.
-2. ``probe``: ``python3 -m classify.engine.machine show`` / ``check`` (the profile ``make setup`` would install).
+2. ``probe``: ``python3 -m classify.machine.probe show`` / ``check`` (the profile ``make setup`` would install).
 3. ``doctor``: :func:`batch.pilot.doctor.run_checks` (no model): machine vs venv, the CUDA compute check, card memory.
 4. ``nvml_pids``: do NVML's process ids match this container's (the pilot's GPU memory figure relies on it)?
-5. ``train``: the project's own LoRA loop (:func:`adapters._loop.run_loop`) on the card, real BBC training examples,
+5. ``train``: the project's own LoRA loop (:func:`adapters.train.loop.run_loop`) on the card, real BBC training examples,
    the shipped training settings; peak ``torch.cuda.max_memory_allocated`` beside ``make plan``'s training estimate;
    the same steps on this machine's CPU, per-step time side by side.
 6. ``forward``: documents/s of the card's forward pass for the classify prompt (the default model's shapes, bf16,
@@ -65,8 +65,8 @@ def facts() -> dict[str, Any]:
 
 
 def probe() -> dict[str, Any]:
-    return {"show": json.loads(_sh([sys.executable, "-m", "classify.engine.machine", "show"]) or "{}"),
-            "check": _sh([sys.executable, "-m", "classify.engine.machine", "check"])}
+    return {"show": json.loads(_sh([sys.executable, "-m", "classify.machine.probe", "show"]) or "{}"),
+            "check": _sh([sys.executable, "-m", "classify.machine.probe", "check"])}
 
 
 def doctor() -> list[dict[str, Any]]:
@@ -122,12 +122,12 @@ def train(model_path: Path, bbc: Path, steps: int, cpu_steps: int) -> dict[str, 
     import torch
     from transformers import AutoTokenizer
 
-    from adapters._config import TrainConfig
-    from adapters._loop import build_lora_model, run_loop
+    from adapters.train.loop import build_lora_model, run_loop
     from classify.config.sections import load_config
-    from classify.engine.memory import training_estimate
+    from classify.config.training import TrainConfig
     from classify.engine.prompt import build_training_examples
-    from classify.engine.shape import shape_from_folder
+    from classify.model.memory import training_estimate
+    from classify.model.shape import shape_from_folder
 
     base = load_config(TrainConfig, "config/docpilot.json")
     texts, labels = _texts(bbc)

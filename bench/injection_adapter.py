@@ -4,7 +4,7 @@ The base-model bench (:mod:`bench.injection`) shows that the small base model fo
 whatever wraps it. This one asks the question issue #25 measured with a trained adapter: does a document
 still steer an adapter that has learnt the task once its forged chat turns are text?
 
-1. A short LoRA adapter is trained with docpilot's training API (:func:`adapters.train.train`, the shipped
+1. A short LoRA adapter is trained with docpilot's training API (:func:`adapters.train.train.train`, the shipped
    ``config/docpilot.json`` ``train`` section with fewer steps) on the BBC **train** split only
    (``train.csv``; ``data.validation_rows`` of it are held out as the validation split, which the
    end-of-run engine check classifies). ``test.csv`` is never read by training.
@@ -28,7 +28,7 @@ from classify.config.sections import PilotConfig, load_config
 BENCH_STEPS = 80
 """Optimizer steps of the bench's adapter (batch 4: 320 training examples, a few minutes on the 2-core CPU)."""
 BENCH_VALIDATION_ROWS = 100
-"""Rows of ``train.csv`` held out as the validation split (stratified, seeded: :func:`adapters._data.split_rows`)."""
+"""Rows of ``train.csv`` held out as the validation split (stratified, seeded: :func:`adapters.train.data.split_rows`)."""
 
 
 def train_adapter(classifier: Any, steps: int = BENCH_STEPS, validation_rows: int = BENCH_VALIDATION_ROWS,
@@ -55,11 +55,11 @@ def train_adapter(classifier: Any, steps: int = BENCH_STEPS, validation_rows: in
         (accuracy and format share 0-1, seconds).
 
     Raises:
-        ConfigError, InputError, EnvironmentCheckError, VerificationError: as :func:`adapters.train.train`.
+        ConfigError, InputError, EnvironmentCheckError, VerificationError: as :func:`adapters.train.train.train`.
     """
-    from adapters._config import TrainConfig
-    from adapters.resolved import lora_int_id
-    from adapters.train import train
+    from adapters.registry.resolved import lora_int_id
+    from adapters.train.train import train
+    from classify.config.training import TrainConfig
     from classify.engine.scoring import AdapterHandle
 
     cfg = load_config(TrainConfig, "config/docpilot.json")

@@ -68,13 +68,13 @@ def read(path: Path) -> dict:
 
 
 def rehash() -> dict:
-    """The default model's re-hash (:func:`classify.engine.model.verify_model`): from the page cache, and cold (a copy
+    """The default model's re-hash (:func:`classify.model.model.verify_model`): from the page cache, and cold (a copy
     evicted from the page cache with ``posix_fadvise(DONTNEED)``)."""
     import shutil
     import tempfile
 
     from classify.config.sections import ModelConfig
-    from classify.engine.model import ModelRef, resolve_model, verify_model
+    from classify.model.model import ModelRef, resolve_model, verify_model
 
     ref = resolve_model(ModelConfig())
     verify_model(ref)

@@ -104,9 +104,9 @@ class HostEngineActor:
         from transformers import AutoTokenizer
 
         from classify.engine.build import Classifier
-        from classify.engine.model import resolve_model
         from classify.engine.prompt import set_tokenizer_threads
         from classify.engine.scoring import Scorer
+        from classify.model.model import resolve_model
 
         set_tokenizer_threads()  # as the real actor: the batch encode on this actor's cores
         model = resolve_model(model_cfg)

@@ -8,8 +8,8 @@ classify *their* corpus better than a cheap model would, at the labels they have
   **half 2** is only scored (the figures). ``test.csv`` is never read here.
 * Per point (N per category, draw d): N rows per category drawn from half 1 with ``Random(f"{N}:{d}")``
   (draws fixed in advance, nested nowhere).
-* **Adapter**: ``docpilot train``'s own :func:`adapters.train.train` on those rows with the shipped config and
-  the ``scaled`` recipe (:mod:`adapters.recipe`: step budget from the rows, early stopping on
+* **Adapter**: ``docpilot train``'s own :func:`adapters.train.train.train` on those rows with the shipped config and
+  the ``scaled`` recipe (:mod:`adapters.train.recipe`: step budget from the rows, early stopping on
   ``max(k, n // 4)`` check rows, final fit on all N x k rows), no vLLM end check (time). Scored on half 2 with the
   product's prompt ids (:func:`classify.engine.prompt.build_prompts`) and first-token scoring over the categories
   (argmax of the categories' first-token log-probs at the answer position), computed by transformers with the
@@ -94,10 +94,10 @@ def tfidf(corpus: list[str], labelled: list[dict[str, str]], scored: list[dict[s
 
 
 def train_adapter(labelled: list[dict[str, str]], workdir: Path) -> tuple[Any, Any]:
-    """``adapters.train.train`` on ``labelled`` with the shipped config and the scaled recipe; returns (outcome, cfg)."""
-    from adapters._config import TrainConfig
-    from adapters.train import train
+    """``adapters.train.train.train`` on ``labelled`` with the shipped config and the scaled recipe; returns (outcome, cfg)."""
+    from adapters.train.train import train
     from classify.config.sections import load_config
+    from classify.config.training import TrainConfig
 
     data = workdir / "labelled.csv"
     with data.open("w", newline="", encoding="utf-8") as fh:
@@ -122,8 +122,8 @@ def score_adapter(cfg: Any, adapter_dir: Path, scored: list[dict[str, str]], bat
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from classify.engine.model import resolve_model
     from classify.engine.prompt import build_prompts, category_first_tokens
+    from classify.model.model import resolve_model
 
     t0 = time.perf_counter()
     torch.set_num_threads(cfg.training.threads)

@@ -4,7 +4,7 @@ One vLLM engine runs the registry adapter merged into the base weights (the ship
 fast path, as ``bench/adapter_merged.py``); two :class:`classify.engine.scoring.Scorer` objects over it build the
 prompts of each mode, so the two modes differ only in what they read. In order:
 
-1. the validation split carved from train.csv (``adapters._data.split_rows`` with the train config's seed: the
+1. the validation split carved from train.csv (``adapters.train.data.split_rows`` with the train config's seed: the
    rows ``make train`` held out) in both modes: the figures the shipped default is chosen on;
 2. test.csv (334 articles), scored once per mode: accuracy, accuracy at 95% coverage (the 95% highest-scored
    documents), per category, docs/s and prompt tokens/s, each mode timed alone on the warm engine;
@@ -58,7 +58,7 @@ def _mode_figures(engine: Any, docs: list[Any], labels: dict[str, str], categori
 
 
 def _validation_docs(cfg: Any) -> tuple[list[Any], dict[str, str]]:
-    from adapters._data import load_rows, split_rows
+    from adapters.train.data import load_rows, split_rows
     from classify.documents.read import document_from_text
 
     rows, _ = load_rows(cfg.data, cfg.classify.categories)
@@ -90,9 +90,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     Raises:
         AdapterNotFound: no such adapter in the registry (train one with ``make train``).
     """
-    from adapters._config import TrainConfig
     from bench import baseline
     from classify.config.sections import load_config
+    from classify.config.training import TrainConfig
     from classify.engine.build import Classifier, build_engine
     from classify.engine.scoring import Scorer
 

@@ -3,7 +3,7 @@
 The same corpus (the BBC test articles) runs three times through ``docpilot batch`` (local Ray, 2 engine
 actors on their own cores, ``batch.cpu_bind: split``) with the same adapter: once with
 ``model.adapter_mode: "lora"`` (vLLM LoRA slots), twice ``"merged"`` (the adapter merged once with
-peft and cached, :mod:`adapters.merged_cache`; the engines load it as a plain model): eager, as
+peft and cached, :mod:`adapters.registry.merged_cache`; the engines load it as a plain model): eager, as
 ``engine.enforce_eager: "auto"`` gives a corpus this small, and compiled (``enforce_eager: false``),
 as ``"auto"`` gives a batch of ``COMPILE_MIN_DOCS_PER_ENGINE`` or more documents per engine. The
 goals are judged on the compiled merged row. Figures:
@@ -77,10 +77,10 @@ def _adapter(tmp: Path) -> tuple[str, str]:
     Returns:
         ``(ref, note)``; ``note`` is empty for a registry adapter.
     """
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
     from classify.config.sections import ModelConfig
-    from classify.engine.model import resolve_model
     from classify.errors import AdapterError
+    from classify.model.model import resolve_model
 
     ref = os.environ.get("DOCPILOT_BENCH_ADAPTER", "bbc-news@latest")
     model = resolve_model(ModelConfig())
@@ -167,11 +167,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     Returns:
         ``{"title", "figures", "markdown"}`` for ``bench/run.py``.
     """
-    from adapters.merged_cache import merged_folder, merged_model
-    from adapters.registry import Registry
+    from adapters.registry.merged_cache import merged_folder, merged_model
+    from adapters.registry.registry import Registry
     from classify.config.sections import ModelConfig
     from classify.engine.args import compute_dtype
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
 
     n, shard_docs = (24, 4) if quick else (None, 16)
     os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")  # a shared CPU can exceed vLLM's 300 s per step

@@ -42,9 +42,9 @@ def _serve(port: int) -> None:
     """The server process: the app over a stand-in engine, under ``docpilot serve``'s uvicorn config."""
     import uvicorn
 
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
     from classify.config.sections import PilotConfig
-    from classify.engine.model import ModelRef
+    from classify.model.model import ModelRef
     from classify.records import Result
     from serve.app import create_app
     from serve.cli import uvicorn_config

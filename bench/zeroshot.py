@@ -45,7 +45,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     """
     from classify.engine.args import compute_dtype
     from classify.engine.build import build_engine
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
 
     cfg = load_config(PilotConfig, "config/docpilot.json")
     docs, labels = bbc_test(40 if quick else None)

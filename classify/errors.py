@@ -70,7 +70,7 @@ class AdapterIntegrityError(AdapterError):
 class AdapterIncompatible(AdapterError):
     """The engine's LoRA support cannot apply the adapter (rank over ``engine.max_lora_rank``, DoRA, saved modules...).
 
-    Raised by :func:`adapters.compat.check_engine_compat` before vLLM sees the adapter: vLLM refuses
+    Raised by :func:`adapters.registry.compat.check_engine_compat` before vLLM sees the adapter: vLLM refuses
     such an adapter only inside the engine, which kills the engine for every client.
     """
 
@@ -97,7 +97,7 @@ class EngineError(DocpilotError):
 class ModelIntegrityError(EngineError):
     """A base model's weight file does not match the fingerprint it was verified under (altered, truncated, missing).
 
-    Raised by :func:`classify.engine.model.verify_model` before a pilot, a batch or a server start; the message names the file.
+    Raised by :func:`classify.model.model.verify_model` before a pilot, a batch or a server start; the message names the file.
     """
 
     kind = "model_integrity"

@@ -15,20 +15,20 @@ import signal
 import sys
 import threading
 
-from classify.engine.machine import idle_card_warning
 from classify.errors import DocpilotError, Interrupted
+from classify.machine.probe import idle_card_warning
 from classify.paths import verbose_logs
 from docpilot.logs import configure_logging
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "model": ("classify.engine.model_cli:main", "provision the base model into the model cache"),
+    "model": ("classify.model.model_cli:main", "provision the base model into the model cache"),
     "doctor": ("batch.pilot.doctor:main", "check interpreter, torch, devices, vLLM, Ray, disk and memory"),
     "pilot": ("batch.pilot.run:main", "run the 12-document pilot and record a decision"),
     "batch": ("batch.run.driver:main", "classify a corpus with Ray, resumable by manifest"),
     "status": ("batch.lot.status:main", "show a batch run's progress from another shell"),
     "plan": ("batch.plan.plan:main", "lot order summary and per-card memory fit"),
-    "train": ("adapters.train:main", "LoRA fine-tuning with checkpoints and resume"),
-    "adapters": ("adapters.cli:main", "adapter registry: list, show, verify, merge, export, import"),
+    "train": ("adapters.train.train:main", "LoRA fine-tuning with checkpoints and resume"),
+    "adapters": ("adapters.registry.cli:main", "adapter registry: list, show, verify, merge, export, import"),
     "serve": ("serve.cli:main", "HTTP endpoint over vLLM (FastAPI)"),
     "cluster-check": ("batch.pool.cluster_check:main", "one probe actor per card across the Ray cluster: node, card, "
                       "CUDA_VISIBLE_DEVICES, TP group"),
@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 DETACHABLE: dict[str, str] = {
     "batch": "batch.run.driver:prepare_detach",
-    "train": "adapters.train:prepare_detach",
+    "train": "adapters.train.train:prepare_detach",
 }
 """Commands that take ``--detach`` / ``--stop-when-done``: each one's ``prepare_detach(argv)`` checks its options
 and returns a :class:`~classify.runs.detached.DetachPlan`, which :func:`docpilot.detach.detach` starts."""
@@ -46,7 +46,7 @@ DETACH_FLAGS = ("--detach", "--stop-when-done")
 
 IDLE_CARD_COMMANDS = ("batch", "train")
 """Commands that warn once, at their start, when the machine has a card and the venv computes on the CPU
-(:func:`classify.engine.machine.idle_card_warning`; the pilot's doctor says it as a blocker or a warning)."""
+(:func:`classify.machine.probe.idle_card_warning`; the pilot's doctor says it as a blocker or a warning)."""
 
 
 def _verbose(argv: list[str]) -> tuple[bool, list[str]]:

@@ -39,7 +39,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from adapters._export_copy import redact
 from batch.lease.stop import check_stop_command, stop_settings, stop_the_meter
 from batch.lot.wrapup import wrap_up
 from classify.errors import InputError
@@ -54,6 +53,7 @@ from classify.runs.detached import (
     record_exit,
 )
 from classify.runs.records import utc_now, write_json_atomic
+from classify.runs.storage import redact
 from classify.usercommand import user_command
 from docpilot.logs import log_lines
 

@@ -3,8 +3,8 @@
 A request names an adapter (``name@version``, ``name@latest`` or ``name``), never a path
 (vLLM's ``lora/request.py`` habit). The first use of a version copies its card and listed files
 into a folder private to this server process (mode 0700, files read-only), then re-hashes THE COPY
-against the card and checks the base-model fingerprint (:meth:`adapters.registry.Registry.resolve`
-on the copy) and that the engine's LoRA settings can apply it (:func:`adapters.compat.check_engine_compat`:
+against the card and checks the base-model fingerprint (:meth:`adapters.registry.registry.Registry.resolve`
+on the copy) and that the engine's LoRA settings can apply it (:func:`adapters.registry.compat.check_engine_compat`:
 vLLM refuses such an adapter only inside the engine, which takes the engine down for every client).
 vLLM is given the copy's path, never the registry's: it reads the files again whenever it evicts an
 adapter from its LoRA cache and loads it back, and a registry file replaced or truncated after the
@@ -29,15 +29,15 @@ import threading
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from adapters.card import CARD_FILE
-from adapters.resolved import ResolvedAdapter, lora_int_id
+from adapters.registry.card import CARD_FILE
+from adapters.registry.resolved import ResolvedAdapter, lora_int_id
 from classify.config.sections import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
-from classify.engine.model import ModelRef
+from classify.model.model import ModelRef
 from classify.runs.gate import adapter_keys, gate_key, pilot_status, require_pilot
 from classify.usercommand import user_flag
 
 if TYPE_CHECKING:
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
     from classify.engine.scoring import AdapterHandle
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class AdapterService:
     """Registry look-ups, verification cache and the pilot gate for one base model.
 
     Args:
-        registry: an :class:`adapters.registry.Registry`.
+        registry: an :class:`adapters.registry.registry.Registry`.
         model: the engine's resolved base model (its fingerprint must match each adapter's card).
         model_cfg: the model section of the config (part of the base model's pilot-gate key).
         classify_cfg: the classify section (part of every pilot-gate key: base model and adapters).
@@ -107,7 +107,7 @@ class AdapterService:
             ref: ``name@version``, ``name@latest`` or ``name``.
 
         Returns:
-            The :class:`ServedAdapter` (a :class:`adapters.resolved.ResolvedAdapter` whose ``.handle()`` gives the
+            The :class:`ServedAdapter` (a :class:`adapters.registry.resolved.ResolvedAdapter` whose ``.handle()`` gives the
             engine handle on the server's verified copy).
 
         Raises:
@@ -149,7 +149,7 @@ class AdapterService:
                 copy's hashes differ from the card (names the file), or another base model.
             AdapterIncompatible: the engine's LoRA settings cannot apply it.
         """
-        from adapters.registry import Registry
+        from adapters.registry.registry import Registry
         from classify.errors import AdapterIntegrityError
 
         root = self._root() / shown.sha256[:16]
@@ -195,7 +195,7 @@ class AdapterService:
         """The pilot-gate record that decides ``adapter`` under this server's config (``None``: never piloted).
 
         Args:
-            adapter: a :class:`adapters.registry.ResolvedAdapter`.
+            adapter: a :class:`adapters.registry.registry.ResolvedAdapter`.
         """
         for key in adapter_keys(self.model.fingerprint, adapter.sha256, self.classification_sha256):
             status = pilot_status(key)
@@ -226,7 +226,7 @@ class AdapterService:
 
     def listing(self) -> tuple[list[dict[str, Any]], list[str]]:
         """Every registry version with what the server thinks of it (cards only; files are not re-hashed),
-        and why any version's card could not be read (:meth:`adapters.registry.Registry.scan`)."""
+        and why any version's card could not be read (:meth:`adapters.registry.registry.Registry.scan`)."""
         out = []
         adapters, problems = self.registry.scan()
         for adapter in adapters:

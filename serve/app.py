@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from classify.config.sections import EngineConfig, PilotConfig, load_config
-from classify.engine.model import ModelRef, resolve_model, verify_model
+from classify.model.model import ModelRef, resolve_model, verify_model
 from serve import routes_adapters, routes_classify, routes_health, routes_metrics
 from serve.adapters import AdapterService
 from serve.deps import require_token
@@ -56,15 +56,15 @@ def load_server_config(settings: ServeSettings) -> PilotConfig:
 def server_engine(config: PilotConfig, device: str | None = None) -> EngineConfig:
     """The engine section the server's vLLM engine is built with: ``tensor_parallel_size`` a number.
 
-    ``auto`` is resolved by the batch's own function (:func:`classify.engine.memory.resolve_tensor_parallel`: the
+    ``auto`` is resolved by the batch's own function (:func:`classify.model.memory.resolve_tensor_parallel`: the
     smallest size with which vLLM starts by the plan's formula) over the cards this process can use (a server is one
     node: ``CUDA_VISIBLE_DEVICES`` applied, a MIG slice counted with its own memory) and the first one's memory, as
-    ``nvidia-smi`` reports them (:meth:`classify.engine.machine.Machine.visible`);
+    ``nvidia-smi`` reports them (:meth:`classify.machine.probe.Machine.visible`);
     a number is kept on an accelerator; CPU engines run with 1.
 
     Args:
         config: the server's config (its ``model`` and ``engine`` sections).
-        device: ``cpu``, ``cuda`` or ``rocm``; ``None``: this machine's (:func:`classify.engine.args.detect_device`).
+        device: ``cpu``, ``cuda`` or ``rocm``; ``None``: this machine's (:func:`classify.machine.device.detect_device`).
 
     Returns:
         ``config.engine`` with ``tensor_parallel_size`` 1, 2, 4 or 8.
@@ -72,13 +72,13 @@ def server_engine(config: PilotConfig, device: str | None = None) -> EngineConfi
     Raises:
         ConfigError: ``auto`` and the model starts on no group of this machine's cards (the figures in the message).
     """
-    from classify.engine.args import detect_device
-    from classify.engine.memory import resolve_tensor_parallel
+    from classify.machine.device import detect_device
+    from classify.model.memory import resolve_tensor_parallel
 
     device = device or detect_device()
     cards, card_mib = 0, None
     if device != "cpu" and config.engine.tensor_parallel_size == "auto":
-        from classify.engine.machine import probe
+        from classify.machine.probe import probe
 
         gpus = probe().visible()
         cards, card_mib = len(gpus), next((g.memory_mib for g in gpus if g.memory_mib), None)
@@ -99,8 +99,8 @@ def create_app(
     Args:
         settings: server settings (token, limits, pilot-gate override).
         config: the pilot config (default: read from ``settings.config_path``).
-        model: the resolved base model (default: :func:`classify.engine.model.resolve_model`).
-        registry: the adapter registry (default: ``adapters.registry.Registry()`` at ``DOCPILOT_REGISTRY``).
+        model: the resolved base model (default: :func:`classify.model.model.resolve_model`).
+        registry: the adapter registry (default: ``adapters.registry.registry.Registry()`` at ``DOCPILOT_REGISTRY``).
         engine_factory: blocking ``() -> AsyncClassifier`` (default: :func:`serve.engine.build_async_engine`
             with LoRA enabled); tests pass a fake one for bookkeeping checks.
 
@@ -114,7 +114,7 @@ def create_app(
     config = config.model_copy(update={"engine": server_engine(config)})  # the TP the engine gets, recorded (/readyz)
     model = model or verify_model(resolve_model(config.model))  # re-hashed at server start (#28 item 3)
     if registry is None:
-        from adapters.registry import Registry
+        from adapters.registry.registry import Registry
 
         registry = Registry()
     if engine_factory is None:

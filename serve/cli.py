@@ -123,7 +123,7 @@ def main(argv: list[str]) -> int:
         AdapterError: a start-up adapter is unknown, altered, for another base model, or unpiloted.
     """
     settings = parse_settings(argv)
-    from adapters.resolved import parse_ref
+    from adapters.registry.resolved import parse_ref
 
     for ref in settings.adapters:  # a malformed ref is refused before the model is resolved or anything loads
         parse_ref(ref)

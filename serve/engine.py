@@ -26,10 +26,10 @@ from typing import Any
 
 from classify.config.sections import ClassifyConfig, EngineConfig, ModelConfig
 from classify.engine.args import engine_env, engine_kwargs
-from classify.engine.model import ModelRef
 from classify.engine.prompt import Prompt
 from classify.engine.scoring import AdapterHandle, Scorer, resolve_temperature
 from classify.errors import EngineError
+from classify.model.model import ModelRef
 from classify.records import Document, Result
 
 log = logging.getLogger(__name__)

@@ -21,15 +21,15 @@ from pydantic import (
     model_serializer,
 )
 
-from adapters.registry import NAME_RE
+from adapters.registry.registry import NAME_RE
 from classify.documents.text import escape_surrogates
 from classify.records import Result
 
 MAX_ID_CHARS = 512
 MAX_REF_CHARS = 100
 ADAPTER_REF_PATTERN = NAME_RE.pattern.removesuffix("$") + r"(@(latest|0*[1-9][0-9]*))?$"
-"""``name``, ``name@latest`` or ``name@<positive int>``: the registry's name rule (``adapters.registry.NAME_RE``)
-plus the versions :func:`adapters.registry.parse_ref` accepts."""
+"""``name``, ``name@latest`` or ``name@<positive int>``: the registry's name rule (``adapters.registry.registry.NAME_RE``)
+plus the versions :func:`adapters.registry.registry.parse_ref` accepts."""
 
 
 class _Body(BaseModel):

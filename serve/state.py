@@ -21,7 +21,7 @@ from typing import Any
 
 from classify.config.sections import PilotConfig
 from classify.documents.read import document_from_text
-from classify.engine.model import ModelRef
+from classify.model.model import ModelRef
 from serve.adapters import AdapterService
 from serve.admission import Admission
 from serve.metrics import ServeMetrics

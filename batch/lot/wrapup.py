@@ -5,7 +5,7 @@ What is copied, each through the project's one export-and-re-check path for its 
 =============================  ==========================================  =========================================
 what                           where under ``DEST``                        copied and re-checked by
 =============================  ==========================================  =========================================
-every adapter version           ``adapters/<name>-<version>/``              :func:`adapters.transfer.export_adapter`
+every adapter version           ``adapters/<name>-<version>/``              :func:`adapters.registry.transfer.export_adapter`
 (or those named)                                                            (every file's hash read back)
 every finished batch            ``<batch-id>/`` (the ``batch.export_dir``   :func:`batch.run.export.export_batch`
                                 layout: an earlier export there is          (hashes + the batch's counts recomputed
@@ -76,8 +76,8 @@ def _run_bytes(run_dir: Path) -> int:
 
 
 def _copy_adapters(dest: Dest, registry: Any, refs: list[str] | None) -> list[dict[str, Any]]:
-    from adapters.registry import parse_ref
-    from adapters.transfer import export_adapter
+    from adapters.registry.registry import parse_ref
+    from adapters.registry.transfer import export_adapter
 
     items: list[dict[str, Any]] = []
     if refs:
@@ -157,7 +157,7 @@ def wrap_up(dest: str | Path, *, adapters: list[str] | None = None, registry: st
         manifest, record_dir}``; ``verified`` is True only when at least one item was copied, every copy
         re-checked where it landed and no batch is still running.
     """
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
 
     target_root = storage.as_dest(dest)
     root = root or runs_dir()

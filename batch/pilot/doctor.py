@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from classify.config.sections import PilotConfig, load_config
-from classify.engine.args import cpp_compiler
-from classify.engine.memory import Estimate
+from classify.machine.device import cpp_compiler
+from classify.model.memory import Estimate
 from classify.paths import state_dir
 from classify.usercommand import cli_description, user_flag
 
@@ -107,7 +107,7 @@ def compute_check(device: str, dtype_name: str, n: int = MATMUL_N) -> Check:
 def engine_memory(cfg: PilotConfig, usable_bytes: int) -> tuple[Estimate, str]:
     """Host memory one engine of ``cfg``'s model needs here: the estimate the pilot records beside its peak.
 
-    On CPU: :func:`classify.engine.memory.cpu_serving_estimate` (weights in the compute dtype + the whole
+    On CPU: :func:`classify.model.memory.cpu_serving_estimate` (weights in the compute dtype + the whole
     ``engine.kv_cache_space_gib`` + LoRA slots + 3 processes x 1 GiB runtime), LoRA slots counted
     (a pilot or server may apply an adapter). On an accelerator the KV cache and LoRA slots live on the
     card (``make plan`` sizes it): the host part is the weights (loaded through host memory) and the
@@ -119,14 +119,15 @@ def engine_memory(cfg: PilotConfig, usable_bytes: int) -> tuple[Estimate, str]:
         usable_bytes: host memory the engine may use (``MemAvailable``).
 
     Returns:
-        ``(estimate, formula)``: the :class:`~classify.engine.memory.Estimate` (bytes, ``fits``) and its parts in words.
+        ``(estimate, formula)``: the :class:`~classify.model.memory.Estimate` (bytes, ``fits``) and its parts in words.
 
     Raises:
         ConfigError, EnvironmentCheckError: the model cannot be resolved; OSError/ValueError: its
         ``config.json`` cannot be read.
     """
-    from classify.engine.args import compute_dtype, detect_device
-    from classify.engine.memory import (
+    from classify.engine.args import compute_dtype
+    from classify.machine.device import detect_device
+    from classify.model.memory import (
         CPU_ENGINE_PROCESSES,
         CPU_RUNTIME_BYTES_PER_PROCESS,
         DTYPE_BYTES,
@@ -134,8 +135,8 @@ def engine_memory(cfg: PilotConfig, usable_bytes: int) -> tuple[Estimate, str]:
         cpu_serving_estimate,
         verdict,
     )
-    from classify.engine.model import resolve_model
-    from classify.engine.shape import shape_from_folder
+    from classify.model.model import resolve_model
+    from classify.model.shape import shape_from_folder
 
     path = resolve_model(cfg.model).path
     device = detect_device()
@@ -187,10 +188,10 @@ def _ray_gpu_count() -> int | None:
 def machine_checks(cfg: PilotConfig, *, build: str, n_acc: int, vllm_platform: str | None) -> list[Check]:
     """The machine compared with the venv (design card, "Doctor").
 
-    Asks the machine itself (:func:`classify.engine.machine.probe`: ``nvidia-smi``, ``/proc/driver/nvidia``,
+    Asks the machine itself (:func:`classify.machine.probe.probe`: ``nvidia-smi``, ``/proc/driver/nvidia``,
     ``/dev`` nodes, ``amd-smi``/``rocm-smi``) and the venv's record (``docpilot-profile.json``, written by
     ``make setup``), then compares them with torch's and vLLM's view. The ``machine`` row also names the cards this
-    process can use where ``CUDA_VISIBLE_DEVICES`` or MIG narrows them (:meth:`classify.engine.machine.Machine.visible`).
+    process can use where ``CUDA_VISIBLE_DEVICES`` or MIG narrows them (:meth:`classify.machine.probe.Machine.visible`).
 
     Blockers (the pilot decides ``fix-environment``): cards on the machine but a CPU torch or the vLLM CPU
     build in the venv (unless the user forced ``PROFILE=cpu``: then a warning); a CUDA/ROCm torch that cannot
@@ -210,7 +211,7 @@ def machine_checks(cfg: PilotConfig, *, build: str, n_acc: int, vllm_platform: s
     """
     import torch
 
-    from classify.engine.machine import installed_profile, probe
+    from classify.machine.probe import installed_profile, probe
 
     m = probe()
     rec = installed_profile()
@@ -436,8 +437,8 @@ def config_check(path: str | Path) -> Check:
     Returns:
         The ``config`` finding; its data maps each command to ``"ok"`` or the error text.
     """
-    from adapters._config import TrainConfig
     from batch.config import BatchConfig
+    from classify.config.training import TrainConfig
     from classify.errors import ConfigError
 
     verdicts: dict[str, str] = {}

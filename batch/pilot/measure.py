@@ -14,8 +14,8 @@ and its ``VLLM::`` engine processes), sampled after every shard while they still
 * Throughput: documents, prompts (windows: ``classify.long_documents``) and prompt tokens of the classify
   stage over its wall time; ``windows_per_doc`` is what a batch of such documents costs in prompts.
 
-The estimate is :mod:`classify.engine.memory`'s for the same model and engine section:
-:func:`~classify.engine.memory.cpu_serving_estimate` on CPU; on an accelerator vLLM claims the whole
+The estimate is :mod:`classify.model.memory`'s for the same model and engine section:
+:func:`~classify.model.memory.cpu_serving_estimate` on CPU; on an accelerator vLLM claims the whole
 ``gpu_memory_utilization`` share of the card (KV blocks fill what weights and activations leave), so
 the plan's figure for what the engine occupies is ``usable`` = card x ``gpu_memory_utilization``.
 """
@@ -25,8 +25,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from classify.engine.memory import DTYPE_BYTES, GIB, cpu_serving_estimate, serving_estimate
-from classify.engine.shape import shape_from_folder
+from classify.model.memory import DTYPE_BYTES, GIB, cpu_serving_estimate, serving_estimate
+from classify.model.shape import shape_from_folder
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def nvml_usage(pids: list[int]) -> tuple[int | None, str]:
     taken instead: a device total, every process on the cards included, and said so.
 
     NVML sees every card of the host whatever ``CUDA_VISIBLE_DEVICES`` says, so only the devices this process can
-    use are read (:meth:`classify.engine.machine.Machine.visible`: by UUID, a MIG slice as itself); where
+    use are read (:meth:`classify.machine.probe.Machine.visible`: by UUID, a MIG slice as itself); where
     ``nvidia-smi`` names none (no UUIDs), every card.
 
     Args:
@@ -114,7 +114,7 @@ def nvml_usage(pids: list[int]) -> tuple[int | None, str]:
     try:
         import pynvml
 
-        from classify.engine.machine import probe
+        from classify.machine.probe import probe
 
         pynvml.nvmlInit()
         by_pid = device_used = 0
@@ -247,7 +247,8 @@ def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: st
     try:
         import psutil
 
-        from classify.engine.args import compute_dtype, detect_device
+        from classify.engine.args import compute_dtype
+        from classify.machine.device import detect_device
 
         device = detect_device()
         if device == "cpu" and not peaks:

@@ -35,8 +35,8 @@ from batch.run.adapter import BatchAdapter, prompt_mismatch, resolve_adapter
 from batch.run.attempt import BatchRun
 from batch.run.hooks import RunHooks
 from classify.config.sections import PilotConfig, classification_sha256, config_sha256, load_config
-from classify.engine.model import ModelRef, resolve_model, verify_model
 from classify.errors import EnvironmentCheckError, Interrupted
+from classify.model.model import ModelRef, resolve_model, verify_model
 from classify.paths import exports_dir, runs_dir
 from classify.runs import storage
 from classify.runs.export import export_complete
@@ -158,7 +158,7 @@ class PilotHooks(RunHooks):
         self.last_written = time.perf_counter()
         for name, peak in pool_peaks(self.procs).items():
             self.peaks[name] = max(peak, self.peaks.get(name, 0))
-        from classify.engine.args import detect_device
+        from classify.machine.device import detect_device
 
         if detect_device() != "cpu":
             used, self.gpu_source = nvml_usage(list(self.procs))
@@ -366,7 +366,7 @@ def _record_gate(cfg: PilotConfig, model: ModelRef, adapter: BatchAdapter | None
         "run_dir": str(run_dir),
     })
     if adapter is not None:
-        from adapters.registry import Registry
+        from adapters.registry.registry import Registry
 
         Registry().set_pilot_status(adapter.resolved.ref, "passed" if summary["verdict"] == "pass" else "failed",
                                     run_id)
@@ -401,7 +401,7 @@ def _one_shard_per_actor(bcfg: BatchConfig, n_docs: int) -> BatchConfig:
     Returns:
         ``bcfg`` with ``batch.shard_docs`` = ceil(n_docs / actors) when that is smaller, else ``bcfg``.
     """
-    from classify.engine.args import detect_device
+    from classify.machine.device import detect_device
 
     actors = bcfg.batch.cpu_actors
     if detect_device() != "cpu":  # cuda or rocm: one actor per GPU

@@ -14,11 +14,11 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from classify.config.sections import ClassifyConfig, EngineConfig, Frozen, ModelConfig
-from classify.engine.shape import LINEAR_MODULES
+from classify.config.training import LINEAR_MODULES
 from classify.errors import ConfigError
 
 Period = Literal["3", "7", "30"]
-LoraTarget = Literal[LINEAR_MODULES]  # type: ignore[valid-type] # the names of classify.engine.shape.LINEAR_MODULES
+LoraTarget = Literal[LINEAR_MODULES]  # type: ignore[valid-type] # the names of classify.config.training.LINEAR_MODULES
 
 
 class GpuSpec(Frozen):
@@ -109,8 +109,8 @@ def job_shape(config_path: Any) -> JobShape:
     import json
     from pathlib import Path
 
-    from adapters._config import TrainConfig
     from classify.config.sections import load_config
+    from classify.config.training import TrainConfig
 
     try:
         data = json.loads(Path(config_path).read_text(encoding="utf-8"))

@@ -18,7 +18,7 @@ from typing import Any
 
 from batch.plan.lots import JobShape, LotsConfig, gpu_spec, job_shape, load_lots
 from classify.config.sections import ClassifyConfig, config_sha256
-from classify.engine.memory import (
+from classify.model.memory import (
     DTYPE_BYTES,
     GIB,
     TP_SIZES,
@@ -31,7 +31,7 @@ from classify.engine.memory import (
     serving_fit,
     training_estimate,
 )
-from classify.engine.shape import ModelShape
+from classify.model.shape import ModelShape
 
 _NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
 
@@ -187,7 +187,7 @@ def memory_plan(cfg: LotsConfig, shape: ModelShape, job: JobShape | None = None,
     """Serving and training memory for the ordered card (memory is not pooled; tensor parallelism splits one
     engine over the cards of one lot).
 
-    Serving is what vLLM needs to start (:func:`classify.engine.memory.serving_fit`: the weights' share of each card,
+    Serving is what vLLM needs to start (:func:`classify.model.memory.serving_fit`: the weights' share of each card,
     one ``max_model_len`` sequence of KV, LoRA slots, overhead) at the job's ``engine.tensor_parallel_size``
     (``auto``: the smallest that starts on one lot's cards), with the full-length sequences it then holds; the
     worst case (every ``max_num_seqs`` sequence at full length) is kept beside it.

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     Raises:
         EnvironmentCheckError: a probe is missing, a group spans nodes, a card is shared or left out (exit 6).
         ConfigError: no node has ``engine.tensor_parallel_size`` GPUs (``auto``: resolved as the batch resolves it,
-            :func:`classify.engine.memory.resolve_tensor_parallel`).
+            :func:`classify.model.memory.resolve_tensor_parallel`).
     """
     from pathlib import Path
 
@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from batch.pool.placement import node_gpus
     from classify.config.sections import EngineConfig, ModelConfig, parse_config
-    from classify.engine.args import detect_device
-    from classify.engine.memory import resolve_tensor_parallel
+    from classify.machine.device import detect_device
+    from classify.model.memory import resolve_tensor_parallel
 
     p = argparse.ArgumentParser(prog="docpilot cluster-check", description=cli_description(__doc__))
     p.add_argument("--config", default="config/docpilot.json", help="the job's config (its engine.tensor_parallel_size)")

@@ -94,7 +94,7 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
     all; vLLM's ``mp`` executor inside the actor runs one worker per card
     (:meth:`classify.config.engine.EngineSettings.parallel_kwargs`). Otherwise
     ``n_cpu_actors`` actors of ``actor_num_cpus`` CPUs each. The run's device is the one decision
-    (:func:`classify.engine.args.detect_device`): a CPU venv on a machine whose cards Ray counts through NVML
+    (:func:`classify.machine.device.detect_device`): a CPU venv on a machine whose cards Ray counts through NVML
     (a GPU pod with ``PROFILE=cpu``) keeps the CPU rules, the core split and the CPU-fit check, and says so. With ``cpu_bind="split"``, 2 or more CPU actors on a
     local Ray (no ``RAY_ADDRESS``) and no ``VLLM_CPU_OMP_THREADS_BIND`` set by the user, each
     actor slot gets its own cores (:func:`cpu_core_groups`).
@@ -104,7 +104,7 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
         actor_num_cpus: ``batch.actor_num_cpus``.
         cpu_bind: ``batch.cpu_bind``: ``"split"`` or ``"auto"`` (vLLM's own binding in every actor).
         device: where the engines compute, ``cpu``, ``cuda`` or ``rocm``; ``None``: this driver's
-            (:func:`classify.engine.args.detect_device`).
+            (:func:`classify.machine.device.detect_device`).
         tensor_parallel_size: GPUs per engine actor (``engine.tensor_parallel_size`` resolved to a number);
             ignored on CPU (each CPU engine runs with 1).
 
@@ -120,7 +120,7 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
     env = {k: os.environ[k] for k in ENV_PASSED_TO_ACTORS if k in os.environ}
     gpus = int(resources.get("GPU", 0))
     if device is None:
-        from classify.engine.args import detect_device
+        from classify.machine.device import detect_device
 
         device = detect_device()
     if gpus and device == "cpu":

@@ -16,5 +16,4 @@ finish.py       off_pod_within: the end of a batch done here, under the store de
 mirror.py       the progress mirror to remote storage (written by the attempt and by the wrap-up)
 submit.py       ``docpilot submit``: the batch as a Ray job
 debris.py       stale temporaries left by a killed run
-disk.py         full-disk errors (an environment failure, exit 6)
 """

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from classify.config.sections import ClassifyConfig, ModelConfig
-from classify.engine.model import ModelRef
+from classify.model.model import ModelRef
 
 if TYPE_CHECKING:
-    from adapters.resolved import ResolvedAdapter
+    from adapters.registry.resolved import ResolvedAdapter
     from classify.engine.scoring import AdapterHandle
 
 
@@ -19,9 +19,9 @@ class BatchAdapter:
     """The batch's one adapter and how the engines run it (``model.adapter_mode``).
 
     Attributes:
-        resolved: the verified registry adapter (:class:`adapters.registry.ResolvedAdapter`).
+        resolved: the verified registry adapter (:class:`adapters.registry.registry.ResolvedAdapter`).
         mode: ``merged`` (the engines load ``merged`` as their base model, LoRA off) or ``lora``.
-        merged: the cached merged model (:func:`adapters.merged_cache.merged_model`), ``None`` in ``lora`` mode.
+        merged: the cached merged model (:func:`adapters.registry.merged_cache.merged_model`), ``None`` in ``lora`` mode.
     """
 
     resolved: ResolvedAdapter
@@ -92,13 +92,13 @@ def resolve_adapter(ref: str | None, model: ModelRef, engine: Any = None,
     """
     if ref is None:
         return None
-    from adapters.registry import Registry  # imported only when an adapter is asked for
+    from adapters.registry.registry import Registry  # imported only when an adapter is asked for
 
     model_cfg = model_cfg or ModelConfig()
     resolved = Registry().resolve(ref, base_fingerprint=model.fingerprint, engine=engine, base_model_path=model.path)
     if model_cfg.adapter_mode == "lora":
         return BatchAdapter(resolved, "lora")
-    from adapters.merged_cache import merged_model
+    from adapters.registry.merged_cache import merged_model
     from classify.engine.args import compute_dtype
 
     return BatchAdapter(resolved, "merged", merged_model(resolved, model, compute_dtype(model_cfg)))

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapters._export_copy import redact
 from batch import layout as mf
 from batch.config import BatchConfig
 from batch.corpus.plan import CorpusPlan, plan_corpus, quick_fingerprint
@@ -27,7 +26,6 @@ from batch.lease.clock import LeaseWatch, lease_end
 from batch.pool import local_ray as _ray_local
 from batch.run.adapter import BatchAdapter
 from batch.run.debris import remove_stale_temporaries
-from batch.run.disk import full_disk_is_environment
 from batch.run.export import check_export_root, export_batch, export_dest
 from batch.run.finish import off_pod_within
 from batch.run.hooks import RunHooks
@@ -39,13 +37,15 @@ from batch.run.owner import ExportOwner
 from batch.run.progress import Progress, closing_on_error, logging_redirect, progress_bar
 from batch.runfiles import Manifest
 from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
-from classify.engine.args import cpp_compiler
-from classify.engine.model import ModelRef
 from classify.errors import InputError, Interrupted, OffPodPending, VerificationError
+from classify.machine.device import cpp_compiler
+from classify.model.model import ModelRef
 from classify.paths import verbose_logs
 from classify.runs import storage
+from classify.runs.disk import full_disk_is_environment
 from classify.runs.export import export_complete
 from classify.runs.records import utc_now, write_bytes_atomic, write_json_atomic
+from classify.runs.storage import redact
 
 if TYPE_CHECKING:
     from batch.run.options import BatchOptions
@@ -84,7 +84,7 @@ def _init_ray() -> Any:
     Returns:
         The local session this call started (end it with :func:`batch.pool.local_ray.stop`), else None.
     """
-    from classify.engine.args import detect_device
+    from classify.machine.device import detect_device
 
     # a CPU venv declares no GPUs in its own local Ray, whatever NVML counts (one device decision)
     gpus = {"num_gpus": 0} if detect_device() == "cpu" else {}
@@ -169,7 +169,7 @@ class BatchRun:
             InputError: a resume whose corpus, config, model, adapter or merged model changed.
             VerificationError: merged results that break the invariants, or an export that fails its re-check.
             EnvironmentCheckError: no space left in the run folder or the export destination (exit 6, naming the
-                folder and its free space; :mod:`batch.run.disk`).
+                folder and its free space; :mod:`classify.runs.disk`).
         """
         state: dict[str, Any] = {}
         dest = export_dest(self.options.export_dir or self.cfg.batch.export_dir, self.batch_id)
@@ -398,8 +398,8 @@ class BatchRun:
         from batch.pool.actor import actor_class, reap
         from batch.pool.placement import NodeWatch, actor_options, node_gpus
         from batch.pool.scheduler import Deadlines, run_pool
-        from classify.engine.args import detect_device
-        from classify.engine.memory import resolve_tensor_parallel
+        from classify.machine.device import detect_device
+        from classify.model.memory import resolve_tensor_parallel
 
         cfg, run_dir, adapter = self.cfg, self.run_dir, self.adapter
         hooks = self.hooks or RunHooks()

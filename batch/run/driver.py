@@ -26,8 +26,8 @@ from batch.run.adapter import resolve_adapter
 from batch.run.attempt import BatchRun
 from batch.run.export import check_export_root, export_dest
 from batch.run.options import BatchOptions as BatchOptions  # the options' home; imported here by name
-from classify.engine.model import resolve_model, verify_model
 from classify.errors import DocpilotError, InputError, Interrupted, OffPodPending
+from classify.model.model import resolve_model, verify_model
 from classify.paths import runs_dir
 from classify.runs.detached import DetachPlan
 from classify.runs.gate import gate_key, pipeline_differences, pipeline_settings, require_pilot
@@ -235,7 +235,7 @@ def check_start(options: BatchOptions) -> None:
     check_export_root(export_dest(options.export_dir or cfg.batch.export_dir, str(options.batch_id)))
     resolved = None
     if options.adapter is not None:
-        from adapters.registry import Registry
+        from adapters.registry.registry import Registry
 
         resolved = Registry().resolve(options.adapter, base_fingerprint=model.fingerprint, engine=cfg.engine,
                                       base_model_path=model.path)

@@ -29,7 +29,6 @@ from batch.layout import (
     streaming_parquet,
 )
 from batch.rows import REVIEW_COLUMN, RowMatcher, has_review, parsed_shards, read_rows
-from batch.run.disk import FULL_ERRNOS
 from batch.run.hooks import RunHooks
 from batch.run.merge import Tally, shard_paths
 from batch.runfiles import Manifest
@@ -38,6 +37,7 @@ from classify.paths import exports_dir
 from classify.records import Result
 from classify.runs import storage
 from classify.runs.accounting import recheck_export, recount_mismatches
+from classify.runs.disk import DISK_FULL_ERRNOS as FULL_ERRNOS
 from classify.runs.export import SHA256SUMS, export_complete, export_run
 
 log = logging.getLogger("docpilot.batch")  # the batch's own log lines, as the attempt's
@@ -101,7 +101,7 @@ def export_batch(run_dir: Path, dest: storage.Dest, hooks: RunHooks | None = Non
             export_run(run_dir, dest, reuse)
         except OSError as err:
             if not isinstance(dest, Path) or isinstance(err, EnvironmentCheckError) or err.errno in FULL_ERRNOS:
-                raise  # a store's own error kind, or a full disk (batch.run.disk says which folder)
+                raise  # a store's own error kind, or a full disk (classify.runs.disk says which folder)
             raise EnvironmentCheckError(f"cannot write the export copy {dest}: {err.strerror or err}; the run folder "
                                         f"{run_dir} is complete: run the same command again with a writable "
                                         "--export-dir") from err

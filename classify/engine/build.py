@@ -16,10 +16,10 @@ from typing import Any
 
 from classify.config.sections import ClassifyConfig, EngineConfig, ModelConfig
 from classify.engine.args import engine_env, engine_kwargs
-from classify.engine.model import ModelRef, resolve_model
 from classify.engine.prompt import Prompt
 from classify.engine.scoring import AdapterHandle, Scorer, resolve_temperature
 from classify.errors import EngineError, Interrupted
+from classify.model.model import ModelRef, resolve_model
 from classify.records import Document, Result
 
 log = logging.getLogger(__name__)

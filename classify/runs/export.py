@@ -2,7 +2,7 @@
 
 ``SHA256SUMS`` is in ``sha256sum -c`` format (``<64 hex>  <relative path>`` per line). A run
 folder (pilot, batch) is copied by :func:`export_run` and re-read by :func:`verify_export`;
-adapter exports (:mod:`adapters.transfer`) use the same file format (:func:`sums_text`,
+adapter exports (:mod:`adapters.registry.transfer`) use the same file format (:func:`sums_text`,
 :func:`read_sums`) and the same comparison (:func:`compare_sha256`).
 """
 

@@ -35,11 +35,11 @@ def combo_key(model_fingerprint: str, adapter_sha256: str | None, classification
 
     The mode counts only with an adapter: ``lora`` (vLLM's LoRA slots; the server's only mode)
     keeps the key it had before modes existed, ``merged`` (the adapter merged into the base
-    weights, :mod:`adapters.merged_cache`) gets its own, so a pilot in one mode never opens a
+    weights, :mod:`adapters.registry.merged_cache`) gets its own, so a pilot in one mode never opens a
     batch in the other.
 
     Args:
-        model_fingerprint: :func:`classify.engine.model.weights_fingerprint` of the base model (not of a merged copy).
+        model_fingerprint: :func:`classify.model.model.weights_fingerprint` of the base model (not of a merged copy).
         adapter_sha256: the adapter's content hash from its registry card, or ``None`` for the base model alone.
         classification_sha256: :func:`classify.config.sections.classification_sha256` of the model + classify config.
         adapter_mode: ``lora`` or ``merged`` (``model.adapter_mode``); ignored without an adapter.

@@ -36,6 +36,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
 
 from classify.errors import ConfigError, StoreUnreachable
 
@@ -76,12 +77,6 @@ class StoreLimits(NamedTuple):
 
     timeout_s: float
     attempts: int
-
-    @property
-    def worst_case_s(self) -> float:
-        """About the longest one request without a body can take on a store that never answers, in seconds
-        (every attempt times out; botocore's backoff between attempts adds at most a few seconds)."""
-        return self.attempts * 2 * self.timeout_s
 
 
 def store_limits() -> StoreLimits:
@@ -217,6 +212,15 @@ def store_call(what: str, url: Dest) -> Iterator[None]:
 def is_url(dest: Dest | None) -> bool:
     """Whether ``dest`` is an fsspec URL (``s3://...``) rather than a local path (``file://`` counts as local)."""
     return isinstance(dest, str) and "://" in dest and not dest.startswith("file://")
+
+
+def redact(dest: Dest) -> str:
+    """``dest`` as text with any ``user:password@`` part of a URL removed (never logged or stored)."""
+    text = str(dest)
+    if not is_url(dest):
+        return text
+    parts = urlsplit(text)
+    return urlunsplit(parts._replace(netloc=parts.hostname or "")) if parts.username or parts.password else text
 
 
 def as_dest(value: str | Path) -> Dest:

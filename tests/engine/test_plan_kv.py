@@ -1,4 +1,4 @@
-"""Tests of ``make plan`` (batch/plan/plan.py, classify/engine/memory.py).
+"""Tests of ``make plan`` (batch/plan/plan.py, classify/model/memory.py).
 
 Prices come from the shipped example table in ``config/lots.json``. Memory figures are
 hand-computed here from the models' published ``config.json`` numbers; the last tests
@@ -10,7 +10,7 @@ Split by tier: this file holds the engine tests; the others of the same subject 
 from __future__ import annotations
 
 from batch.plan.plan import model_shape
-from classify.engine.memory import (
+from classify.model.memory import (
     GIB,
     kv_bytes_per_token,
     serving_estimate,

@@ -35,9 +35,9 @@ ADAPTER_ARTICLES = 3  # the articles a test sends through the adapter: an unmerg
 @pytest.fixture(scope="module")
 def published(pilot_config, tmp_path_factory):
     """Publish a piloted adapter (tiny-lora@1) and an unpiloted one (tiny-raw@1); record a base-model pilot pass."""
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
     from classify.config.sections import classification_sha256
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
     from classify.runs.gate import combo_key, record_pilot
 
     model = resolve_model(pilot_config.model)
@@ -223,7 +223,7 @@ def test_adapters_listing(client, published):
     assert rows["tiny-lora@1"]["loaded"] and rows["tiny-lora@1"]["base_model_matches"]
     assert rows["tiny-raw@1"]["pilot_status"] == "not-run" and not rows["tiny-raw@1"]["servable"]
     assert body["unreadable"] == []
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
 
     broken = Registry().root / "tiny-broken" / "1"
     broken.mkdir(parents=True)

@@ -30,8 +30,8 @@ N_DOCS = 6
 @pytest.fixture(scope="module")
 def mixed(pilot_config, tmp_path_factory, bbc_dir):
     """An async engine with ``max_loras=2``, three adapters and six BBC test articles."""
-    from classify.engine.model import resolve_model
     from classify.engine.scoring import AdapterHandle
+    from classify.model.model import resolve_model
     from serve.engine import build_async_engine
 
     model = resolve_model(pilot_config.model)
@@ -119,8 +119,8 @@ def test_phase_gate_never_admits_both_groups_and_serves_waiters_in_order():
 @pytest.fixture(scope="module")
 def registry_pair(mixed, pilot_config, tmp_path_factory):
     """A private registry with ``tamper-a@1`` and ``tamper-b@1`` (random LoRAs) and a same-shape stranger's weights."""
-    from adapters.registry import Registry
-    from classify.engine.model import resolve_model
+    from adapters.registry.registry import Registry
+    from classify.model.model import resolve_model
 
     model = resolve_model(pilot_config.model)
     reg = Registry(tmp_path_factory.mktemp("tamper-registry"))

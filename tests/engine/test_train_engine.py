@@ -1,6 +1,6 @@
 """LoRA training: config, data checks, smoke run through the real engine, kill-and-resume in a new process.
 
-Split by tier: this file holds the engine tests; the others of the same subject are in ``tests/unit/adapters/test_train.py``, ``tests/slow/test_train_slow.py``.
+Split by tier: this file holds the engine tests; the others of the same subject are in ``tests/unit/adapters/train/test_train.py``, ``tests/slow/test_train_slow.py``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.registry import Registry
-from adapters.train import train
+from adapters.registry.registry import Registry
+from adapters.train.train import train
 from tests.support.training import quick_config
 from tests.support.training import train_config as train_config  # noqa: F401  (fixture)
 

@@ -2,7 +2,7 @@
 ``docpilot pilot`` on a tampered copy of the real default model exit 5 naming the file and record nothing.
 
 Split by tier: this file holds the process tests; the others of the same subject are in
-``tests/unit/classify/engine/test_model_integrity.py``.
+``tests/unit/classify/model/test_model_integrity.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from classify.config.sections import ModelConfig
-from classify.engine.model import resolve_model
+from classify.model.model import resolve_model
 from tests.support import ROOT
 from tests.support.processes import run_docpilot
 from tests.support.tamper import flip_byte

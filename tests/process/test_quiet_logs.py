@@ -30,7 +30,7 @@ logging.getLogger("ray.probe").warning("ray-warning-line")
 logging.getLogger("docpilot.probe").info("docpilot-info-line")
 from classify.config.sections import EngineConfig, ModelConfig
 from classify.engine.args import engine_kwargs
-from classify.engine.model import ModelRef
+from classify.model.model import ModelRef
 print("tqdm-on-load", engine_kwargs(ModelRef("m", "/m", "sha256:0", "local"), ModelConfig(dtype="float32"), EngineConfig(), False,
                                     device="cpu")["use_tqdm_on_load"])
 # what vLLM's engine processes print: a fresh interpreter (as its spawned engine core and worker) with a library's

@@ -5,7 +5,7 @@ filled with a filler file so that exactly the intended checkpoint file runs out 
 mounting is not permitted those tests skip, and the injected-error tests below still run: they make
 the write functions raise the errors a full disk or an exceeded quota raises.
 
-Split by tier: this file holds the process tests; the others of the same subject are in ``tests/unit/adapters/test_train_disk.py``.
+Split by tier: this file holds the process tests; the others of the same subject are in ``tests/unit/adapters/train/test_train_disk.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLI_SCRIPT = """
 import os, sys
 from pathlib import Path
-import adapters._loop as loop
+import adapters.train.loop as loop
 
 real = loop.save_checkpoint
 def fill_then_save(root, step, *args, **kwargs):
@@ -71,8 +71,8 @@ def test_train_cli_exits_6_naming_the_folder_and_free_space_when_the_disk_fills(
 
 @pytest.fixture
 def train_config_quick():
-    from adapters._config import TrainConfig
     from classify.config.sections import load_config
+    from classify.config.training import TrainConfig
 
     cfg = load_config(TrainConfig, ROOT / "config" / "docpilot.json")
     return cfg.model_copy(update={

@@ -6,7 +6,7 @@ the base model's fingerprint are changed, and each resume is refused naming the 
 with everything restored the run resumes and finishes on the data it started with.
 
 Split by tier: this file holds the process tests; the others of the same subject are in
-``tests/unit/adapters/test_resume_inputs.py``.
+``tests/unit/adapters/train/test_resume_inputs.py``.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters.train import train
+from adapters.train.train import train
 from classify.config.file import file_data
-from classify.engine.model import FINGERPRINT_FILE, provision_default_model
 from classify.errors import ConfigError
+from classify.model.model import FINGERPRINT_FILE, provision_default_model
 from classify.runs.files import file_sha256
 from tests.support.training import quick_config
 from tests.support.training import train_config as train_config  # noqa: F401  (fixture)

@@ -3,7 +3,7 @@
 The S3 store is moto's standalone server, started by the test on 127.0.0.1 and reached through
 the real s3fs client (``AWS_ENDPOINT_URL``, as a user reaches MinIO or R2). No network beyond it.
 
-Split by tier: this file holds the process tests; the others of the same subject are in ``tests/unit/adapters/test_transfer.py``, ``tests/ray/test_transfer_pilot.py``.
+Split by tier: this file holds the process tests; the others of the same subject are in ``tests/unit/adapters/registry/test_transfer.py``, ``tests/ray/test_transfer_pilot.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from adapters.registry import Registry
-from adapters.transfer import export_adapter, import_adapter
+from adapters.registry.registry import Registry
+from adapters.registry.transfer import export_adapter, import_adapter
 from classify.errors import AdapterIntegrityError
 from classify.runs.export import SHA256SUMS
 from tests.support.corpora import ROOT

@@ -36,7 +36,7 @@ def declared_gpus() -> dict:
     """
     if os.environ.get("DOCPILOT_TEST_RAY_GPUS"):
         return {"num_gpus": int(os.environ["DOCPILOT_TEST_RAY_GPUS"])}
-    from classify.engine.args import detect_device
+    from classify.machine.device import detect_device
 
     return {"num_gpus": 0} if detect_device() == "cpu" else {}
 

@@ -106,7 +106,7 @@ def _docpilot(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 def test_batch_end_to_end_real_ray_and_engine(tmp_path, bbc_dir, pilot_config):
     from batch.run.export import check_export
     from classify.config.sections import classification_sha256
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
     from classify.paths import exports_dir, runs_dir
     from classify.runs.export import verify_export
     from classify.runs.gate import combo_key, record_pilot

@@ -5,7 +5,7 @@ Unit cases raise "no space left" the ways Python and pyarrow word it. The real c
 real Ray (the instant stand-in engine: the failure lives in the driver's writes) with the run folder, or the export
 folder, on a small tmpfs that is filled to the last page at the phase under test: writing shards, merging, exporting.
 
-Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/batch/run/test_full_disk.py``.
+Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/classify/runs/test_full_disk.py``.
 """
 
 from __future__ import annotations

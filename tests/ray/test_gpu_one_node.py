@@ -35,7 +35,7 @@ def run_on_gpus(tmp_path, monkeypatch, batch_id: str, tp: int) -> tuple[dict, li
     from classify.runs.records import read_jsonl
     from tests.support.gpu_probe import ProbeEngine
 
-    monkeypatch.setattr("classify.engine.args.on_accelerator", lambda: True)  # the card, as torch would see it
+    monkeypatch.setattr("classify.machine.device.on_accelerator", lambda: True)  # the card, as torch would see it
     monkeypatch.setenv("DOCPILOT_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("DOCPILOT_EXPORTS", str(tmp_path / "exports"))
     corpus = write_jsonl(tmp_path / "c.jsonl", news_rows(40))
@@ -83,7 +83,7 @@ def pilot_on_gpus(tmp_path, monkeypatch, pilot_config, place_timeout_s: float = 
     from batch.pilot.run import run_pilot
     from tests.support.gpu_probe import ProbeEngine
 
-    monkeypatch.setattr("classify.engine.args.on_accelerator", lambda: True)  # the card, as torch would see it
+    monkeypatch.setattr("classify.machine.device.on_accelerator", lambda: True)  # the card, as torch would see it
     for var, sub in (("DOCPILOT_HOME", "home"), ("DOCPILOT_RUNS", "runs"), ("DOCPILOT_EXPORTS", "exports"),
                      ("DOCPILOT_REGISTRY", "registry")):
         monkeypatch.setenv(var, str(tmp_path / sub))

@@ -26,7 +26,7 @@ def corpus(tmp_path_factory, pilot_config, bbc_dir):
     """A 12-document pilot set: 10 short business notes, one 10x document (label business), one planned reject."""
     from transformers import AutoTokenizer
 
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
 
     tok = AutoTokenizer.from_pretrained(resolve_model(pilot_config.model).path)
     rows = [{"id": f"b{i:02d}", "text": f"Shares of company {i} rose after its quarterly results beat forecasts.",

@@ -4,7 +4,7 @@ Unit tests stand a fake merge in for peft (it writes a small weight file and the
 cache's build-once / reuse / rebuild / lock logic runs in milliseconds. The real-engine test pilots
 one random tiny LoRA twice: through vLLM's LoRA slots (the session engine) and merged (its own engine).
 
-Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/adapters/test_merged_mode.py``.
+Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/adapters/registry/test_merged_mode.py``.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ def _tiny_lora(model_path: str, out: Path, seed: int, scale: float = 0.1) -> Pat
 @pytest.mark.slow  # about 100 s on 2 cores: a second engine for the merged model (make test-slow)
 def test_a_merged_mode_pilot_proceeds_and_answers_as_the_lora_mode_pilot(pilot_config, engine, tmp_path):
     """Two pilots through the batch pipeline (real Ray, real vLLM engine actors): lora mode and merged mode."""
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
     from batch.pilot.run import run_pilot
     from classify.engine.args import compute_dtype
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
     from classify.runs.gate import pilot_status
 
     model = resolve_model(pilot_config.model)

@@ -220,7 +220,7 @@ def test_sigterm_during_engine_start_still_records_where_the_pilot_stopped(tmp_p
 @pytest.mark.engine
 def test_summary_holds_measured_peak_memory_and_throughput_beside_the_plan(default_trial, pilot_config):
     """summary.json: the engine's peak RSS, docs/s and tokens/s, next to the doctor's CPU estimate; decision.md says which it is."""
-    from classify.engine.memory import GIB
+    from classify.model.memory import GIB
 
     summary = json.loads((default_trial.run_dir / "summary.json").read_text())
     m = summary["measured"]

@@ -3,7 +3,7 @@
 The S3 store is moto's standalone server, started by the test on 127.0.0.1 and reached through
 the real s3fs client (``AWS_ENDPOINT_URL``, as a user reaches MinIO or R2). No network beyond it.
 
-Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/adapters/test_transfer.py``, ``tests/process/test_transfer_interrupted.py``.
+Split by tier: this file holds the ray tests; the others of the same subject are in ``tests/unit/adapters/registry/test_transfer.py``, ``tests/process/test_transfer_interrupted.py``.
 """
 
 from __future__ import annotations

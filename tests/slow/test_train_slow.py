@@ -1,6 +1,6 @@
 """LoRA training: config, data checks, smoke run through the real engine, kill-and-resume in a new process.
 
-Split by tier: this file holds the slow tests; the others of the same subject are in ``tests/unit/adapters/test_train.py``, ``tests/engine/test_train_engine.py``.
+Split by tier: this file holds the slow tests; the others of the same subject are in ``tests/unit/adapters/train/test_train.py``, ``tests/engine/test_train_engine.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.train import train
+from adapters.train.train import train
 from classify.config.file import file_data
 from tests.support.training import quick_config
 from tests.support.training import train_config as train_config  # noqa: F401  (fixture)
@@ -117,8 +117,8 @@ def test_sigterm_or_ctrl_c_stops_training_with_exit_130_and_a_resume_command(tra
 @pytest.mark.slow  # a smoke run and a second vLLM engine (merged weights): about 2 min on the 2-core CPU
 @pytest.mark.engine
 def test_end_check_in_merged_mode_matches_the_lora_path(train_config, engine):
-    from adapters._data import load_rows, split_rows
-    from adapters._validate import through_engine
+    from adapters.train.data import load_rows, split_rows
+    from adapters.train.validate import through_engine
 
     cfg = quick_config(train_config)
     run = train(cfg, smoke=True, publish=False).run_dir

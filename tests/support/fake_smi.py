@@ -1,4 +1,4 @@
-"""A fake ``nvidia-smi`` on PATH that answers the two queries :mod:`classify.engine.machine` makes.
+"""A fake ``nvidia-smi`` on PATH that answers the two queries :mod:`classify.machine.probe` makes.
 
 ``--query-gpu=...`` gets the CSV rows (name, memory.total MiB, driver, compute capability, index, uuid,
 mig.mode.current), ``-L`` the listing with MIG slices, as the real tool prints them on an 8 x H100 host and

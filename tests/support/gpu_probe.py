@@ -65,11 +65,11 @@ def run(config: str, corpus: str, batch_id: str) -> int:
     """
     import sys
 
-    import classify.engine.args
+    import classify.machine.device
     from batch.run.driver import parse_args, run_batch
     from classify.errors import DocpilotError
 
-    classify.engine.args.on_accelerator = lambda: True  # the card, as torch would see it
+    classify.machine.device.on_accelerator = lambda: True  # the card, as torch would see it
     import ray
     from ray import cloudpickle
 

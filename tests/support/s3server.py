@@ -2,7 +2,7 @@
 
 moto keeps its buckets in process-wide memory, shared by every server started in one pytest process, so
 this fixture uses a bucket of its own (:data:`BUCKET`) and creates it only when missing: it can run
-before or after ``tests/unit/adapters/test_transfer.py``'s server, in any order.
+before or after ``tests/unit/adapters/registry/test_transfer.py``'s server, in any order.
 """
 
 from __future__ import annotations

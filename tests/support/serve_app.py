@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from safetensors.numpy import save_file
 
 from classify.config.sections import PilotConfig
-from classify.engine.model import ModelRef
+from classify.model.model import ModelRef
 from classify.records import Result
 from serve.app import create_app
 from serve.settings import load_settings
@@ -57,7 +57,7 @@ class FakeEngine:
 def registry(tmp_path, monkeypatch):
     """A registry with ``ok@1`` published and piloted; pilot records (``<DOCPILOT_HOME>/pilots``) are this test's
     own, so a pass another test recorded for the fake base model cannot open a gate here."""
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
 
     monkeypatch.setenv("DOCPILOT_HOME", str(tmp_path / "state"))
 

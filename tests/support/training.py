@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from adapters._config import TrainConfig
 from classify.config.sections import load_config
+from classify.config.training import TrainConfig
 from tests.support import ROOT
 
 

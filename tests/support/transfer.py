@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from adapters.registry import Registry
+from adapters.registry.registry import Registry
 from batch import layout as mf
 from batch.config import BatchConfig, CorpusConfig, results_config, results_config_sha256
 from batch.run.export import check_export

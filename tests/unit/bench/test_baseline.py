@@ -46,12 +46,12 @@ def _sections(adapter_accuracy: float) -> dict:
 
 
 def test_comparison_reads_the_card_and_gives_an_honest_verdict(monkeypatch):
-    import adapters.registry
+    import adapters.registry.registry
 
     card = {"metrics": {"wall_s": 890.0, "run_wall_s": 1150.0,
                         "engine": {"accuracy": 0.975, "rows": 200, "per_category": {"business": {"rows": 46, "right": 44}}}},
             "calibration": {"temperature": 1.5, "ece_before": 0.03, "ece_after": 0.01, "fitted_on": "validation split, n=200"}}
-    monkeypatch.setattr(adapters.registry, "Registry", lambda: SimpleNamespace(resolve=lambda ref: SimpleNamespace(card=card)))
+    monkeypatch.setattr(adapters.registry.registry, "Registry", lambda: SimpleNamespace(resolve=lambda ref: SimpleNamespace(card=card)))
     lost = baseline.comparison(_sections(0.973))
     assert lost["figures"]["beats_baseline"] is False and "does NOT reach" in lost["markdown"]
     assert lost["figures"]["training_run_wall_s"] == 1150.0 and lost["figures"]["adapter_validation_accuracy"] == 0.975
@@ -70,10 +70,10 @@ def test_comparison_reads_the_card_and_gives_an_honest_verdict(monkeypatch):
 
 
 def test_comparison_sets_the_adapter_against_both_baseline_fits_with_mcnemar(monkeypatch):
-    import adapters.registry
+    import adapters.registry.registry
 
     card = {"training": {"data": {"train_rows": 1357}}, "metrics": {"engine": {"accuracy": 0.98, "rows": 200}}}
-    monkeypatch.setattr(adapters.registry, "Registry", lambda: SimpleNamespace(resolve=lambda ref: SimpleNamespace(card=card)))
+    monkeypatch.setattr(adapters.registry.registry, "Registry", lambda: SimpleNamespace(resolve=lambda ref: SimpleNamespace(card=card)))
     ids = [f"bbc-test-{i:04d}" for i in range(334)]
     pc = {"business": 0.97, "sport": 1.0}
     all_rows = {"rows": 334, "accuracy": 0.985, "errors": 5, "per_category": pc, "fit_s": 2.2, "docs_per_s": 1500.0,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters._config import DataSection, OutputSection, TrainConfig
 from batch.config import CorpusConfig, load_batch_config
 from classify.config.sections import load_config
+from classify.config.training import DataSection, OutputSection, TrainConfig
 from classify.errors import ConfigError, InputError
 from classify.paths import expand_path, path_hint, path_variables
 
@@ -111,7 +111,7 @@ def test_a_bare_dollar_variable_is_kept_literally_and_the_not_found_hint_says_so
 
 
 def test_a_missing_training_file_with_a_bare_variable_names_the_form_to_write(monkeypatch, tmp_path):
-    from adapters._data import load_rows
+    from adapters.train.data import load_rows
 
     monkeypatch.chdir(tmp_path)
     cfg = load_config(TrainConfig, SHIPPED, {"data.path": "$DATA/train.csv"})

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from classify.engine.machine import installed_profile
+from classify.machine.probe import installed_profile
 from docpilot.cli import COMMANDS, DETACHABLE, main
 from tests.support.corpora import ROOT
 

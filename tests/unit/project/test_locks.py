@@ -22,7 +22,7 @@ _spec.loader.exec_module(locks)
 
 
 def _installed_profile() -> str:
-    from classify.engine.machine import installed_profile
+    from classify.machine.probe import installed_profile
 
     rec = installed_profile()
     if rec is None:

@@ -54,7 +54,7 @@ case "$1" in
   -c) exit 0 ;;
 esac
 case "$2" in
-  classify.engine.machine) [[ "$*" == *--write* ]] && echo '{"profile": "cpu"}' > "${@: -1}"; exit 0 ;;
+  classify.machine.probe) [[ "$*" == *--write* ]] && echo '{"profile": "cpu"}' > "${@: -1}"; exit 0 ;;
   venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; exit 0 ;;
   pip) echo "WARNING: Retrying (Retry(total=4)) after connection broken: /whl/cpu/torch/" >&2  # as pip with --log does
        if [[ -n "$FAIL_ON" && "$*" == *"$FAIL_ON"* ]]; then echo "ERROR: No matching distribution" >&2; exit 1; fi

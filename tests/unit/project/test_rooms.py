@@ -18,10 +18,12 @@ ROOT = Path(importlib.util.find_spec("batch").submodule_search_locations[0]).par
 
 FLOORS: dict[str, dict[str, int]] = {
     "classify": {
+        "machine": 0,  # what the machine has (the setup probe) and the device torch computes on
         "errors": 0, "records": 0, "usercommand": 0,  # the exception ladder, the result record, the user's command form
         "paths": 1, "config": 1,  # where state lives; the config file and its sections
         "runs": 2,  # run folders: records, files, storage, export, accounting, the gate, detach records, plots
-        "documents": 3, "engine": 3,  # reading documents; the vLLM engine, its prompt and scoring
+        "documents": 3, "model": 3,  # reading documents; the base model, its shape and what fits
+        "engine": 4,  # the vLLM engine, its prompt and scoring
     },
     "batch": {
         "config": 0, "runfiles": 0, "layout": 0, "rows": 0,  # the user's config sections and the run-folder contract
@@ -30,6 +32,7 @@ FLOORS: dict[str, dict[str, int]] = {
         "run": 3,  # a batch run: driver, attempt, merge, export
         "lot": 4, "pilot": 4,  # the end of a lot (status, wrap-up); the pilot, a 12-document run of the batch
     },
+    "adapters": {"registry": 0, "train": 1},  # the registry (export, import, merge); LoRA training above it
 }
 """Each package's rooms and their floors: a module may import its own room and rooms on lower floors only."""
 

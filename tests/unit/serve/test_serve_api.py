@@ -234,7 +234,7 @@ def test_engine_dead_error_in_a_request_flips_the_state_at_once(registry, make_c
 
 
 def test_openapi_documents_401_503_and_the_adapter_pattern(registry, make_client):
-    from adapters.registry import parse_ref
+    from adapters.registry.registry import parse_ref
     from serve.schemas import ADAPTER_REF_PATTERN
 
     client = make_client(max_documents=5)

@@ -9,8 +9,8 @@ import logging
 import pytest
 
 from classify.config.sections import EngineConfig, ModelConfig, PilotConfig
-from classify.engine.memory import resolve_tensor_parallel
 from classify.errors import ConfigError
+from classify.model.memory import resolve_tensor_parallel
 from serve.app import server_engine
 from tests.support.serve_app import make_client as make_client  # noqa: F401  (fixture)
 from tests.support.serve_app import registry as registry  # noqa: F401  (fixture)
@@ -24,7 +24,7 @@ def cards(tmp_path, monkeypatch):
     fake = tmp_path / "bin"
     fake.mkdir()
     monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
-    monkeypatch.setattr("classify.engine.args.detect_device", lambda: "cuda")
+    monkeypatch.setattr("classify.machine.device.detect_device", lambda: "cuda")
 
     def make(n: int) -> None:
         tool = fake / "nvidia-smi"
@@ -88,7 +88,7 @@ def host(tmp_path, monkeypatch):
 
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr("classify.engine.args.detect_device", lambda: "cuda")
+    monkeypatch.setattr("classify.machine.device.detect_device", lambda: "cuda")
     return lambda kind: fake_smi.install(tmp_path / "bin", getattr(fake_smi, kind)())
 
 

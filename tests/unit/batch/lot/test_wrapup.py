@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.registry import Registry
+from adapters.registry.registry import Registry
 from batch import layout as mf
 from batch.lot import wrapup
 from classify.errors import VerificationError

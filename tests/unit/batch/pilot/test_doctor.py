@@ -78,19 +78,19 @@ def test_a_missing_cpp_compiler_is_a_warning_not_a_blocker(monkeypatch):
 
 
 def test_memory_need_is_the_plans_estimate(monkeypatch):
-    # one formula for the doctor, `make plan` and the pilot's measured-vs-estimate check (classify.engine.memory);
+    # one formula for the doctor, `make plan` and the pilot's measured-vs-estimate check (classify.model.memory);
     # the doctor's own figure (weights + KV + 1 GiB, ~2.3 GiB) passed machines the engine (4.3 GiB measured) did not fit
     from classify.config.sections import PilotConfig
     from classify.engine.args import compute_dtype
-    from classify.engine.memory import (
+    from classify.model.memory import (
         CPU_ENGINE_PROCESSES,
         CPU_RUNTIME_BYTES_PER_PROCESS,
         DTYPE_BYTES,
         GIB,
         cpu_serving_estimate,
     )
-    from classify.engine.model import resolve_model
-    from classify.engine.shape import shape_from_folder
+    from classify.model.model import resolve_model
+    from classify.model.shape import shape_from_folder
 
     cfg = PilotConfig()
     eng = cfg.engine.resolve("cpu")

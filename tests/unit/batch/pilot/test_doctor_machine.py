@@ -68,7 +68,7 @@ def test_a_forced_cpu_profile_beside_a_card_is_a_warning(h100, tmp_path, monkeyp
 @pytest.mark.skipif(__import__("torch").version.cuda is not None, reason="this venv holds a CUDA torch build")
 def test_no_card_and_the_cpu_build_is_ok(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    monkeypatch.setattr("classify.engine.machine._nvidia_proc", lambda root: [])
+    monkeypatch.setattr("classify.machine.probe._nvidia_proc", lambda root: [])
     _record(monkeypatch, tmp_path, "cpu", forced=False)
     checks = _by_name()
     assert checks["device"].status == "ok" and checks["device"].detail == "computes on the host CPU (no card on this machine)"

@@ -1,4 +1,4 @@
-"""Tests of ``make plan`` (batch/plan/plan.py, classify/engine/memory.py).
+"""Tests of ``make plan`` (batch/plan/plan.py, classify/model/memory.py).
 
 Prices come from the shipped example table in ``config/lots.json``. Memory figures are
 hand-computed here from the models' published ``config.json`` numbers; the last tests
@@ -19,7 +19,9 @@ import pytest
 from batch.plan.lots import JobShape, LotsConfig, job_shape
 from batch.plan.plan import build_plan, main, model_shape, order_summary, ray_plan
 from classify.config.sections import EngineConfig, ModelConfig, load_config, parse_config
-from classify.engine.memory import (
+from classify.config.training import LINEAR_MODULES
+from classify.errors import ConfigError
+from classify.model.memory import (
     BUILTIN_SHAPES,
     GIB,
     activation_bytes,
@@ -27,8 +29,7 @@ from classify.engine.memory import (
     serving_estimate,
     training_estimate,
 )
-from classify.engine.shape import LINEAR_MODULES, lora_parameter_count
-from classify.errors import ConfigError
+from classify.model.shape import lora_parameter_count
 
 ROOT = Path(__file__).resolve().parents[4]
 LOTS = ROOT / "config" / "lots.json"
@@ -264,7 +265,7 @@ def test_weights_estimate_matches_safetensors():
 
 def test_cpu_serving_estimate_parts():
     """The CPU figure the pilot compares its measured peak RSS with: weights + the whole CPU KV space + runtime."""
-    from classify.engine.memory import (
+    from classify.model.memory import (
         CPU_ENGINE_PROCESSES,
         CPU_RUNTIME_BYTES_PER_PROCESS,
         cpu_serving_estimate,
@@ -286,7 +287,7 @@ def test_memory_functions_take_at_most_three_positional_parameters():
     """Sizing numbers go by keyword: ``serving_estimate(shape, 2, max_model_len=..., ...)``, never eight bare ints."""
     import inspect
 
-    import classify.engine.memory as memory
+    import classify.model.memory as memory
 
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     public = {name: fn for name, fn in vars(memory).items()

@@ -1,7 +1,7 @@
 """``make plan`` tells the truth about fit: the verdict is what vLLM needs to start (one ``max_model_len`` sequence of
 KV beside the weights), it agrees with the sequence count, and a short fit comes with proposals and their figures.
 
-Figures are hand-computed from the models' published ``config.json`` numbers (:data:`classify.engine.memory.BUILTIN_SHAPES`).
+Figures are hand-computed from the models' published ``config.json`` numbers (:data:`classify.model.memory.BUILTIN_SHAPES`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import pytest
 from batch.plan.lots import JobShape, LotsConfig
 from batch.plan.plan import build_plan, main
 from classify.config.sections import EngineConfig, ModelConfig, parse_config
-from classify.engine.memory import BUILTIN_SHAPES, GIB
-from classify.engine.shape import LINEAR_MODULES, lora_parameter_count
+from classify.config.training import LINEAR_MODULES
+from classify.model.memory import BUILTIN_SHAPES, GIB
+from classify.model.shape import lora_parameter_count
 
 ROOT = Path(__file__).resolve().parents[4]
 LOTS = ROOT / "config" / "lots.json"

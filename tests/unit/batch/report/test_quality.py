@@ -82,15 +82,15 @@ def test_softmax_at_is_raw_at_t1_and_flattens_above():
 
 @pytest.mark.parametrize("t", [0.05, 0.5, 1.0, 1.7, 20.0])
 def test_the_engine_applies_the_temperature_as_the_fit_does(t):
-    """``adapters.calibration.apply_temperature`` (training's fit) and the Scorer's softmax_at agree."""
-    from adapters.calibration import apply_temperature
+    """``adapters.train.calibration.apply_temperature`` (training's fit) and the Scorer's softmax_at agree."""
+    from adapters.train.calibration import apply_temperature
 
     fitted = apply_temperature([list(LOGPROBS.values())], t)[0]
     assert [softmax_at(LOGPROBS, k, t) for k in LOGPROBS] == pytest.approx(list(fitted), abs=1e-12)
 
 
 def _registry_adapter(tmp_path, temperature):
-    from adapters.registry import Registry
+    from adapters.registry.registry import Registry
 
     reg = Registry(tmp_path / "registry")
     src = tmp_path / "src"

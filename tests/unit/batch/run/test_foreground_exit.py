@@ -13,8 +13,8 @@ from batch import layout as mf
 from batch.config import load_batch_config
 from batch.corpus.plan import plan_corpus
 from batch.run.manifest import build_manifest
-from classify.engine.model import resolve_model
 from classify.errors import InputError
+from classify.model.model import resolve_model
 from tests.support.corpora import ROOT, make_corpus
 from tests.support.processes import docpilot_env, run_docpilot
 

@@ -75,7 +75,7 @@ def test_submits_the_batch_entrypoint_with_a_small_working_dir(monkeypatch, caps
     assert set(env) == {"DOCPILOT_HOME", "DOCPILOT_MODEL_CACHE", "DOCPILOT_REGISTRY", "DOCPILOT_RUNS", "DOCPILOT_EXPORTS"}
     assert all(Path(v).is_absolute() for v in env.values())
     # the code the job runs (front door included) and the config; no caches, weights, runs or .git
-    assert {"docpilot/__main__.py", "classify/errors.py", "batch/run/driver.py", "adapters/registry.py",
+    assert {"docpilot/__main__.py", "classify/errors.py", "batch/run/driver.py", "adapters/registry/registry.py",
             "config/docpilot.json"} <= jobs.staged
     assert not {p for p in jobs.staged if "__pycache__" in p or p.startswith(("serve", "runs", ".git", "tests"))}
     assert not Path(jobs.request["runtime_env"]["working_dir"]).exists()  # staging removed once uploaded

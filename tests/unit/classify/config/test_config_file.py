@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters._config import TrainConfig
 from batch.config import BatchConfig, load_batch_config, results_config_sha256
 from classify.config.file import file_data
 from classify.config.sections import PilotConfig, classification_sha256, config_sha256, load_config
+from classify.config.training import TrainConfig
 from classify.errors import ConfigError
 from serve.app import load_server_config
 from serve.settings import load_settings

@@ -21,8 +21,8 @@ from classify.config.sections import (
     parse_config,
 )
 from classify.engine.args import engine_env, engine_kwargs
-from classify.engine.model import ModelRef
 from classify.errors import ConfigError
+from classify.model.model import ModelRef
 from classify.paths import verbose_logs
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -90,7 +90,7 @@ def test_auto_dtype_follows_the_device_asked_for():
 
 
 def test_default_device_is_this_machine():
-    from classify.engine.args import detect_device
+    from classify.machine.device import detect_device
 
     assert detect_device() == "cpu"  # the test machine has no accelerator
     assert engine_kwargs(MODEL, ModelConfig(dtype="float32"), EngineConfig(), False) == engine_kwargs(
@@ -139,8 +139,8 @@ def test_for_workload_compiles_only_long_runs_and_keeps_what_the_user_set():
 def test_torch_compile_on_cpu_without_a_cpp_compiler_is_refused_before_vllm():
     import torch._inductor.config as inductor_config
 
-    from classify.engine.args import cpp_compiler
     from classify.errors import EnvironmentCheckError
+    from classify.machine.device import cpp_compiler
 
     assert cpp_compiler() is not None  # this machine has g++ (the compiled-engine tests need it)
     with inductor_config.patch({"cpp.cxx": (None, "docpilot-no-such-c++")}):  # what CXX=docpilot-no-such-c++ gives inductor

@@ -33,7 +33,7 @@ WINDOWS = ClassifyConfig(long_documents="windows")
 def tokenizer(pilot_config):
     from transformers import AutoTokenizer
 
-    from classify.engine.model import resolve_model
+    from classify.model.model import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(pilot_config.model).path)
 
@@ -210,7 +210,7 @@ def test_classification_key_of_cut_mode_is_what_it_was():
 
 
 def test_training_check_captures_the_combined_logprobs_a_long_document_is_scored_with():
-    from adapters._validate import _capture_logprobs
+    from adapters.train.validate import _capture_logprobs
 
     first = [11, 12, 13, 14, 15]
     scorer = SimpleNamespace(mode="first-token", first_tokens=first, result=lambda doc, prompt, completion, t=1.0: "r")

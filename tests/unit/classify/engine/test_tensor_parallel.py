@@ -9,8 +9,8 @@ import pytest
 
 from classify.config.sections import EngineConfig, ModelConfig, parse_config
 from classify.engine.args import engine_kwargs
-from classify.engine.model import ModelRef
 from classify.errors import ConfigError
+from classify.model.model import ModelRef
 from classify.runs.gate import pipeline_differences, pipeline_settings
 
 MODEL = ModelRef(name="m", path="/models/m", fingerprint="sha256:0", source="local")
@@ -74,9 +74,9 @@ def test_a_cpu_engine_says_it_runs_with_tensor_parallel_1_when_more_was_configur
     both resolve the size through this one function."""
     import logging
 
-    from classify.engine.memory import resolve_tensor_parallel
+    from classify.model.memory import resolve_tensor_parallel
 
-    with caplog.at_level(logging.INFO, logger="classify.engine.memory"):
+    with caplog.at_level(logging.INFO, logger="classify.model.memory"):
         got = resolve_tensor_parallel(EngineConfig(tensor_parallel_size=tp), ModelConfig(), "cpu", cards_per_node=0)
     assert got == 1
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
