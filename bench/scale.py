@@ -21,6 +21,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -135,21 +136,32 @@ def measure(name: str, tmp: Path, host: bool = False) -> dict:
     return out
 
 
-def run_child(corpus: str, work: Path, batch_id: str, host: bool = False, env: dict[str, str] | None = None) -> dict:
+def run_child(corpus: str, work: Path, batch_id: str, host: bool = False, env: dict[str, str] | None = None,
+              timeout_s: float = 7200) -> dict:
     """Run :func:`_child` on ``corpus`` (a local path or a store URL) in a fresh interpreter, in the new folder ``work``
     (removed after); ``env``: variables added to the child's environment (a store's endpoint and keys). Returns its
-    figures."""
+    figures.
+
+    Raises:
+        subprocess.TimeoutExpired: the child ran over ``timeout_s`` (it and the Ray processes it started, its own
+            process group, are killed).
+        RuntimeError: the child failed.
+    """
     work.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "bench.scale", "--child", corpus, str(work), batch_id,
+                             "1" if host else "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, start_new_session=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "bench.scale", "--child", corpus, str(work), batch_id,
-                               "1" if host else "0"],
-                              cwd=ROOT, capture_output=True, text=True, timeout=7200,
-                              env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"{batch_id}: exit {proc.returncode}: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"{batch_id}: exit {proc.returncode}: {err[-2000:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def run(quick: bool = False, sizes: list[str] | None = None) -> dict:
