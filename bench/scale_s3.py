@@ -198,7 +198,7 @@ def markdown(rows: list[dict], sizes: list[dict], rounds: int) -> str:
         f"The batch of `bench.scale` (instant engine, real Ray pool with {ACTORS} actors, run folders, local export "
         "with its re-check, then a resume with half the shards removed), each run in a fresh process, on the same JSONL "
         "corpus read locally and from moto's S3 server on 127.0.0.1 (`s3://`, read by byte range through fsspec/s3fs: "
-        f"the driver's plan and the actors' shards). {rounds} run(s) of each per size, the order alternating "
+        f"the driver plans from it and sends each shard's bytes to the actors). {rounds} run(s) of each per size, the order alternating "
         "(local first in even rounds of 10k and 1m, s3 first in those of 100k); \"docs/s\" and \"wall s\" are the "
         "first run's, the resume after it is timed apart. The server is moto with ranges served from "
         "memory without a copy of the whole object (moto as released reads all of it for each range request: "
