@@ -19,7 +19,7 @@ from bench.common import machine
 from classify.runs.records import code_revision, utc_now
 
 MODULES = ("baseline", "zeroshot", "adapter", "adapter_merged", "long_documents", "merged_mode", "batch", "serve_load", "host", "injection",
-           "injection_adapter", "scale", "pilot", "slow_clients", "learning_curve")
+           "injection_adapter", "scale", "scale_s3", "pilot", "slow_clients", "learning_curve")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,7 @@ def _child(corpus: str, work: str, batch_id: str, host: str = "0") -> None:
     os.environ["DOCPILOT_RUNS"] = f"{work}/runs"
     os.environ["DOCPILOT_EXPORTS"] = f"{work}/exports"
     from batch import layout as mf
+    from batch.corpus.source import corpus_file
     from batch.run import driver
     from bench.instant_engine import remote_class
 
@@ -108,7 +110,7 @@ def _child(corpus: str, work: str, batch_id: str, host: str = "0") -> None:
     resume_wall = time.monotonic() - t1
     assert again["total"] == summary["total"] and again["this_attempt"]["processed_docs"] < summary["total"]
     print(json.dumps({
-        "docs": summary["total"], "corpus_bytes": Path(corpus).stat().st_size, "shards": n_shards,
+        "docs": summary["total"], "corpus_bytes": corpus_file(corpus).stat().st_size, "shards": n_shards,
         "wall_s": round(wall, 1), "docs_per_s": round(summary["total"] / wall),
         "pool_wall_s": summary["this_attempt"]["pool_wall_s"], "merge_s": summary["this_attempt"].get("merge_s"),
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
@@ -126,19 +128,40 @@ def measure(name: str, tmp: Path, host: bool = False) -> dict:
     t0 = time.monotonic()
     write_corpus(corpus, n, text_bytes)
     gen_s = time.monotonic() - t0
-    work = tmp / f"work-{name}{'-host' if host else ''}"
-    work.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "bench.scale", "--child", str(corpus), str(work), f"scale-{name}",
-                           "1" if host else "0"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=7200,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    corpus.unlink()
-    shutil.rmtree(work, ignore_errors=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{name}: exit {proc.returncode}: {proc.stderr[-2000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        out = run_child(str(corpus), tmp / f"work-{name}{'-host' if host else ''}", f"scale-{name}", host=host)
+    finally:
+        corpus.unlink()
     out.update(size=f"{name}, real prompt ids" if host else name, corpus_write_s=round(gen_s, 1))
     return out
+
+
+def run_child(corpus: str, work: Path, batch_id: str, host: bool = False, env: dict[str, str] | None = None,
+              timeout_s: float = 7200) -> dict:
+    """Run :func:`_child` on ``corpus`` (a local path or a store URL) in a fresh interpreter, in the new folder ``work``
+    (removed after); ``env``: variables added to the child's environment (a store's endpoint and keys). Returns its
+    figures.
+
+    Raises:
+        subprocess.TimeoutExpired: the child ran over ``timeout_s`` (it and the Ray processes it started, its own
+            process group, are killed).
+        RuntimeError: the child failed.
+    """
+    work.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "bench.scale", "--child", corpus, str(work), batch_id,
+                             "1" if host else "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{batch_id}: exit {proc.returncode}: {err[-2000:]}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def run(quick: bool = False, sizes: list[str] | None = None) -> dict:

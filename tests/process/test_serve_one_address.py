@@ -3,7 +3,8 @@
 The crowd connects from 127.0.0.2 (every 127/8 address is the loopback on Linux), the probes and the real client
 from 127.0.0.1. A client refused for its token is answered 401 and closed at once (it used to hold its slot for the
 body it announced); connections holding a request without the token are evicted for newcomers; one address keeps
-at most ``max_connections_per_client`` connections. Bounded: at most 120 connections, a few seconds each test.
+at most ``max_connections_per_client`` connections; a steady 120 connections/s without the token from one address
+fails no probe. Bounded: at most 120 connections at once (360 over 3 s in the steady test), a few seconds each test.
 """
 
 from __future__ import annotations
@@ -76,3 +77,71 @@ def test_one_address_holding_requests_without_the_token_cannot_lock_out_others(r
             finally:
                 for s in socks:
                     s.close()
+
+
+STEADY_PER_S, STEADY_S = 120, 3.0
+"""The steady crowd: connections per second from one address, for this long (at most 360 connections)."""
+
+
+def _steady_crowd(url: str, socks: list[socket.socket], errors: list[BaseException]) -> None:
+    """Open connections from :data:`CROWD` at :data:`STEADY_PER_S` for :data:`STEADY_S`, each sending a request without
+    the token and never its body, none closed by this side (``socks`` collects them, ``errors`` what failed)."""
+    t0 = time.monotonic()
+    for i in range(int(STEADY_PER_S * STEADY_S)):
+        time.sleep(max(0.0, t0 + i / STEADY_PER_S - time.monotonic()))
+        try:
+            socks += _crowd(url, 1, NO_TOKEN)
+        except OSError as err:
+            errors.append(err)
+
+
+def _probe(client, url: str) -> str | None:
+    """One health probe and one authenticated call, each on a new connection from 127.0.0.1 (``client`` keeps none
+    alive): ``None``, or what failed."""
+    import httpx
+
+    from tests.support.serve_app import AUTH
+
+    try:
+        health = client.get(f"{url}/healthz")
+        call = client.post(f"{url}/v1/classify", headers=AUTH, json={"documents": [{"id": "a", "text": "hello"}]})
+    except httpx.TransportError as err:
+        return f"{type(err).__name__}: {err}"
+    if (health.status_code, call.status_code) != (200, 200):
+        return f"healthz {health.status_code}, classify {call.status_code}: {call.text[:120]}"
+    return None
+
+
+def test_a_steady_stream_of_connections_without_the_token_from_one_address_fails_no_probe(registry):  # noqa: F811
+    """120 connections/s from one address, each sending its headers without the token and no body, for 3 s (the
+    report: one real probe in ten failed): every health probe and authenticated call made meanwhile is served."""
+    import threading
+
+    import httpx
+
+    limits = {**LONG, "max_connections": 64, "max_connections_per_client": 16}
+    with serving(registry, FakeEngine(), **limits) as (url, _app, server):
+        socks: list[socket.socket] = []
+        errors: list[BaseException] = []
+        crowd = threading.Thread(target=_steady_crowd, args=(url, socks, errors), daemon=True)
+        crowd.start()
+        failed, probes = [], 0
+        client = httpx.Client(timeout=2, limits=httpx.Limits(max_keepalive_connections=0))
+        try:
+            time.sleep(0.5)  # the crowd is under way
+            while crowd.is_alive():
+                probes += 1
+                problem = _probe(client, url)
+                if problem:
+                    failed.append(problem)
+                time.sleep(0.05)
+            crowd.join(10)
+            assert not errors and len(socks) == STEADY_PER_S * STEADY_S, (errors[:3], len(socks))
+            assert probes >= 10 and failed == [], f"{len(failed)} of {probes} probes failed: {failed[:3]}"
+            counts = server.config.http_protocol_class.counts
+            assert counts.refused == counts.refused_per_client == 0, vars(counts)
+        finally:
+            client.close()
+            crowd.join(10)
+            for s in socks:
+                s.close()
