@@ -15,7 +15,8 @@ A thousand of them exhausted the process's file descriptors (``ulimit -n`` 1,024
   closed: the app sees a hang-up, as for a client that left, and the request counts 499);
 - a **connection cap**: at most ``max_connections`` open connections. A new connection over it closes the
   oldest one still waiting for its request headers (a slow or idle client; one that never sent the token
-  first), else the oldest one holding a request without the token (a body sent to an open route); when
+  first) for over a second, else the oldest one holding a request without the token (a body sent to an open
+  route), else one that has just connected (its headers on their way: :data:`HEADER_GRACE_S`); when
   every open connection has an authenticated request in progress, the new one is answered ``503`` and closed.
   uvicorn's ``limit_concurrency`` is not used for this: it answers 503 to new *requests* but keeps every idle
   connection open, so idle ones would shut out real clients;
@@ -49,6 +50,11 @@ log = logging.getLogger("docpilot.serve")
 FD_RESERVE = 256
 """File descriptors kept free beside ``max_connections`` (engine, tokenizer, logs, registry files, sockets of the
 engine core)."""
+
+HEADER_GRACE_S = 1.0
+"""A connection waiting for its request headers for less than this is evicted only after every connection holding a
+request without the token: a real client's headers arrive within milliseconds of its connect, so a health probe
+that has just connected is not closed for a crowd of held requests on a route that needs no token."""
 
 _RESPONSE_408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
                  b"content-length: %d\r\n\r\n%s")
@@ -138,14 +144,19 @@ class GuardedH11Protocol(H11Protocol):
 
     def _make_room(self, same_client: bool = False) -> bool:
         """Close the oldest evictable connection (of this client's address with ``same_client``): one waiting for
-        its request headers (one never authenticated first), else one holding a request without the token."""
+        its request headers over :data:`HEADER_GRACE_S` (one never authenticated first), else one holding a request
+        without the token, else one that connected within the grace (a probe whose headers are on their way)."""
         others = [c for c in self.connections
                   if c is not self and isinstance(c, type(self)) and not c.transport.is_closing()
                   and (not same_client or c._client == self._client)]
+        now = time.monotonic()
         waiting = [c for c in others if c._waiting()]
+        slow = [c for c in waiting if now - c._waiting_since >= HEADER_GRACE_S]
         held = [c for c in others if not c._waiting() and not c._authenticated]
-        for group, what in ((waiting, "waiting {:.1f} s for its request headers"),
-                            (held, "holding a request without the token for {:.1f} s")):
+        fresh = [c for c in waiting if now - c._waiting_since < HEADER_GRACE_S]
+        for group, what in ((slow, "waiting {:.1f} s for its request headers"),
+                            (held, "holding a request without the token for {:.1f} s"),
+                            (fresh, "waiting {:.1f} s for its request headers")):
             if group:
                 oldest = min(group, key=lambda c: (c._authenticated, c._waiting_since))
                 limit = (f"{self.limits.per_client_cap} connections open from {self._client} "

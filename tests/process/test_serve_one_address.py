@@ -145,3 +145,32 @@ def test_a_steady_stream_of_connections_without_the_token_from_one_address_fails
             crowd.join(10)
             for s in socks:
                 s.close()
+
+
+def test_a_probe_that_has_just_connected_outlives_held_requests_without_the_token(registry):  # noqa: F811
+    """The per-address cap as high as the global one (behind a proxy): a crowd holding requests without the token
+    on a route that needs none fills the server, a probe connects, one more of the crowd arrives before the probe's
+    headers: a held request is closed for it, not the probe (it used to be: the oldest connection waiting for its
+    headers went first, however young)."""
+    limits = {**LONG, "max_connections": 16, "max_connections_per_client": 16}
+    with serving(registry, FakeEngine(), **limits) as (url, _app, server):
+        socks = _crowd(url, 16, OPEN_ROUTE_BODY)
+        probe = None
+        try:
+            time.sleep(0.3)
+            probe = socket.create_connection(("127.0.0.1", _port(url)), timeout=5)
+            time.sleep(0.1)
+            socks += _crowd(url, 1, OPEN_ROUTE_BODY)  # over the cap while the probe's headers are on their way
+            time.sleep(0.1)
+            probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            got = b""
+            while chunk := probe.recv(65536):
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 200"), got[:200]
+            counts = server.config.http_protocol_class.counts
+            assert counts.evicted == 2 and counts.refused == 0, vars(counts)
+        finally:
+            if probe is not None:
+                probe.close()
+            for s in socks:
+                s.close()
