@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from batch.corpus.plan import IdHashBuckets
 from batch.layout import (
     RESULTS,
     RESULTS_PARQUET,
@@ -26,7 +27,7 @@ from batch.layout import (
 from batch.rows import has_review, parsed_shards, results_schema
 from batch.runfiles import Manifest
 from classify.records import Result
-from classify.runs.accounting import Ledger, account
+from classify.runs.accounting import Ledger, account, row_problem
 
 
 def check_results(rows: list[Result], expected_ids: list[str] | None, categories: list[str]) -> list[str]:
@@ -76,8 +77,6 @@ class Tally(Ledger):
 
     def __init__(self, categories: list[str]):
         super().__init__(categories, max_problems=100)
-        from batch.corpus.plan import IdHashBuckets
-
         self.ids = IdHashBuckets()
 
     def add_table(self, table: Any) -> list[str]:
@@ -117,8 +116,6 @@ class Tally(Ledger):
         self.truncated += pc.sum(pc.cast(pc.fill_null(table.column("truncated"), False), "int64")).as_py() or 0
         self.n_windows += pc.sum(table.column("n_windows")).as_py() or 0
         if flagged:  # name each flagged row, in row order (few rows: Python over them alone)
-            from classify.runs.accounting import row_problem
-
             for row in table.select(["id", "status", "category", "reason"]).to_pylist():
                 r = Result.model_construct(**row)
                 if row_problem(r, self.categories) is not None:
