@@ -53,9 +53,6 @@ RESULT_COLUMNS = (("id", "string"), ("status", "string"), ("category", "string")
 """The columns of ``results.parquet`` (the fields of :class:`classify.records.Result`) and their Arrow types
 (``dropped``: null on a row that does not carry it)."""
 
-RESUME_KEYS = ("corpus_fingerprint", "config_sha256", "model_fingerprint", "adapter_sha256")
-"""Manifest fields that must be unchanged for a batch id to resume."""
-
 
 def shard_path(run_dir: Path, index: int) -> Path:
     """The file of shard ``index``: ``shards/GGG/NNNNNN.jsonl`` (``GGG`` = ``index // 1000``)."""
