@@ -35,6 +35,7 @@ from batch.runfiles import (
 from batch.runfiles import EarlierRunFolder, Manifest, Shard, earlier_run_folder
 from classify.errors import InputError, VerificationError
 from classify.records import Result
+from classify.runs.accounting import row_problem
 from classify.runs.files import ids_sha256
 from classify.runs.records import write_jsonl_atomic
 
@@ -51,9 +52,6 @@ RESULT_COLUMNS = (("id", "string"), ("status", "string"), ("category", "string")
                   ("n_doc_tokens", "int64"), ("n_windows", "int64"), ("truncated", "bool_"), ("dropped", "string"))
 """The columns of ``results.parquet`` (the fields of :class:`classify.records.Result`) and their Arrow types
 (``dropped``: null on a row that does not carry it)."""
-
-RESUME_KEYS = ("corpus_fingerprint", "config_sha256", "model_fingerprint", "adapter_sha256")
-"""Manifest fields that must be unchanged for a batch id to resume."""
 
 
 def shard_path(run_dir: Path, index: int) -> Path:
@@ -127,8 +125,6 @@ def scan_done(run_dir: Path, manifest: Manifest) -> dict[int, dict[str, int]]:
         VerificationError: a shard file that is not in the plan, whose ids differ from the plan, or holding a row
             that breaks the batch's rules (the file, the row and its problem named).
     """
-    from classify.runs.accounting import row_problem
-
     planned = {s.index: s for s in manifest.shards}
     categories = manifest.categories
     done: dict[int, dict[str, int]] = {}

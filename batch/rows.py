@@ -19,6 +19,7 @@ from typing import Any
 
 from batch.layout import RESULT_COLUMNS
 from classify.errors import VerificationError
+from classify.records import Result
 
 REVIEW_COLUMN = ("review", "bool_")
 """The extra ``results.parquet`` column of a batch with ``classify.review_below_score`` (null on rejected rows)."""
@@ -83,8 +84,6 @@ def read_rows(body: bytes, review: bool, name: str = "<rows>", first_line: int =
             ``"{name}:{n}: not a result row: ..."`` for a field whose value does not fit its column.
     """
     import pyarrow as pa
-
-    from classify.records import Result
 
     schema = results_schema(review)
     table = _arrow_table(body, schema)

@@ -135,7 +135,7 @@ class Manifest(_RunFile):
         corpus: :meth:`batch.corpus.plan.CorpusPlan.describe` (``path``, ``format``, ``input_rows``,
             ``distinct_ids``, ``duplicate_rows``, ``fingerprint``, ...).
         corpus_fingerprint, config_sha256, model_fingerprint, adapter_sha256: the resume keys
-            (:data:`batch.layout.RESUME_KEYS`).
+            (a batch id resumes only while all four are unchanged).
         config: the config sections that decide results (:func:`batch.config.results_config`).
         full_config: the whole batch config.
         model: ``{name, path, source}`` of the base model.

@@ -27,7 +27,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-from classify.errors import ConfigError
+from classify.errors import ConfigError, InputError
 
 
 def _env_path(var: str, default: Path) -> Path:
@@ -293,8 +293,6 @@ def configured_path(configured: str | None, missing: str) -> Path:
         ConfigError: a malformed ``${``.
     """
     if configured is None:
-        from classify.errors import InputError
-
         raise InputError(missing)
     return expand_path(configured)
 

@@ -138,7 +138,3 @@ class Result(BaseModel):
 
 OPTIONAL_FIELDS = ("review", "dropped")
 """Fields of :class:`Result` a row holds only when they are set."""
-
-RESULT_FIELDS: tuple[str, ...] = tuple(f for f in Result.model_fields if f not in OPTIONAL_FIELDS)
-"""The fields of :class:`Result` every row holds, in order; ``review`` and ``dropped`` are added to a row only
-when set."""

@@ -49,7 +49,7 @@ REMOVED = {"cpu": {"torchvision", "torchaudio", "torchcodec"}, "cuda": set()}
 """Pulled in by the engine, then uninstalled by ``make setup`` (``requirements/cpu-removed.txt`` pins them)."""
 
 CLAIMED = {"python": ("3.11", "3.12"), "platform": "manylinux_2_35_x86_64"}
-"""The Pythons and the platform every lock must resolve for (``PYTHON_SUPPORTED`` in classify/machine/probe.py)."""
+"""The Pythons and the platform every lock must resolve for (``SUPPORTED`` in classify/machine/python_gate.py)."""
 
 def platform_tags(platform: str) -> list[str]:
     """``manylinux_2_35_x86_64`` and every older manylinux tag a glibc 2.35 machine also runs (pip's ``--platform``

@@ -27,18 +27,17 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from adapters.registry.card import CARD_FILE
+from adapters.registry.registry import Registry
 from adapters.registry.resolved import ResolvedAdapter, lora_int_id
 from classify.config.sections import ClassifyConfig, EngineConfig, ModelConfig, classification_sha256
+from classify.engine.scoring import AdapterHandle
+from classify.errors import AdapterIntegrityError
 from classify.model.model import ModelRef
 from classify.runs.gate import adapter_keys, gate_key, pilot_status, require_pilot
 from classify.usercommand import user_flag
-
-if TYPE_CHECKING:
-    from adapters.registry.registry import Registry
-    from classify.engine.scoring import AdapterHandle
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +54,6 @@ class ServedAdapter(ResolvedAdapter):
 
     def handle(self) -> AdapterHandle:
         """The engine handle: the private copy's path and a vLLM id bound to ``ref`` and ``sha256``."""
-        from classify.engine.scoring import AdapterHandle
-
         return AdapterHandle(name=self.ref, path=str(self.path), int_id=lora_int_id(f"{self.ref}#{self.sha256}"),
                              sha256=self.sha256, temperature=self.info.temperature)
 
@@ -149,9 +146,6 @@ class AdapterService:
                 copy's hashes differ from the card (names the file), or another base model.
             AdapterIncompatible: the engine's LoRA settings cannot apply it.
         """
-        from adapters.registry.registry import Registry
-        from classify.errors import AdapterIntegrityError
-
         root = self._root() / shown.sha256[:16]
         target = root / shown.name / str(shown.version)
         staging = root / shown.name / f".{shown.version}.partial"

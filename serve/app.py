@@ -19,11 +19,16 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from adapters.registry.registry import Registry
 from classify.config.sections import EngineConfig, PilotConfig, load_config
+from classify.machine.device import detect_device
+from classify.machine.probe import probe
+from classify.model.memory import resolve_tensor_parallel
 from classify.model.model import ModelRef, resolve_model, verify_model
 from serve import routes_adapters, routes_classify, routes_health, routes_metrics
 from serve.adapters import AdapterService
 from serve.deps import require_token
+from serve.engine import build_async_engine
 from serve.errors import install_error_handlers
 from serve.guard import AuthGuard
 from serve.metrics import ServeMetrics, ServeMiddleware
@@ -72,14 +77,9 @@ def server_engine(config: PilotConfig, device: str | None = None) -> EngineConfi
     Raises:
         ConfigError: ``auto`` and the model starts on no group of this machine's cards (the figures in the message).
     """
-    from classify.machine.device import detect_device
-    from classify.model.memory import resolve_tensor_parallel
-
     device = device or detect_device()
     cards, card_mib = 0, None
     if device != "cpu" and config.engine.tensor_parallel_size == "auto":
-        from classify.machine.probe import probe
-
         gpus = probe().visible()
         cards, card_mib = len(gpus), next((g.memory_mib for g in gpus if g.memory_mib), None)
     tp = resolve_tensor_parallel(config.engine, config.model, device, cards_per_node=cards, card_mib=card_mib)
@@ -114,12 +114,8 @@ def create_app(
     config = config.model_copy(update={"engine": server_engine(config)})  # the TP the engine gets, recorded (/readyz)
     model = model or verify_model(resolve_model(config.model))  # re-hashed at server start (#28 item 3)
     if registry is None:
-        from adapters.registry.registry import Registry
-
         registry = Registry()
     if engine_factory is None:
-        from serve.engine import build_async_engine
-
         engine_factory = partial(build_async_engine, model, config.model, config.engine, config.classify, True)
     metrics = ServeMetrics()
     state = ServerState(

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic_settings import CliSettingsSource
 
+from adapters.registry.resolved import parse_ref
 from classify.errors import EngineError
 from classify.usercommand import cli_description, user_flag
 from serve.settings import ServeSettings, load_settings
@@ -123,8 +124,6 @@ def main(argv: list[str]) -> int:
         AdapterError: a start-up adapter is unknown, altered, for another base model, or unpiloted.
     """
     settings = parse_settings(argv)
-    from adapters.registry.resolved import parse_ref
-
     for ref in settings.adapters:  # a malformed ref is refused before the model is resolved or anything loads
         parse_ref(ref)
     import uvicorn

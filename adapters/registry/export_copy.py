@@ -18,11 +18,6 @@ from classify.runs.files import file_sha256, special_kind, tree_sha256
 from classify.runs.records import write_bytes_atomic
 from classify.runs.storage import Dest, redact
 
-
-def _complete(dest: Dest) -> bool:
-    """Whether an export is complete at ``dest``: an archive exists, or a folder's ``SHA256SUMS`` does."""
-    return storage.exists(dest) if is_archive(dest) else storage.exists(dest, SHA256SUMS)
-
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 

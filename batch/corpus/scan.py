@@ -34,8 +34,6 @@ from classify.errors import InputError
 from classify.records import Document
 from classify.runs.files import NotRegularFile, regular_file_sha256
 
-FORMATS = ("jsonl", "csv", "parquet", "dir")
-
 
 def detect_format(path: Path, fmt: str) -> str:
     """Resolve ``format: auto`` from the path.

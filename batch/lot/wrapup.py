@@ -36,6 +36,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from adapters.registry.registry import Registry, parse_ref
+from adapters.registry.transfer import export_adapter
 from batch import layout as mf
 from batch.lease.stop import check_stop_command, stop_settings, stop_the_meter
 from batch.lot.status import batch_status
@@ -76,9 +78,6 @@ def _run_bytes(run_dir: Path) -> int:
 
 
 def _copy_adapters(dest: Dest, registry: Any, refs: list[str] | None) -> list[dict[str, Any]]:
-    from adapters.registry.registry import parse_ref
-    from adapters.registry.transfer import export_adapter
-
     items: list[dict[str, Any]] = []
     if refs:
         wanted = refs
@@ -157,8 +156,6 @@ def wrap_up(dest: str | Path, *, adapters: list[str] | None = None, registry: st
         manifest, record_dir}``; ``verified`` is True only when at least one item was copied, every copy
         re-checked where it landed and no batch is still running.
     """
-    from adapters.registry.registry import Registry
-
     target_root = storage.as_dest(dest)
     root = root or runs_dir()
     if record_dir is None:

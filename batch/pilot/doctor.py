@@ -22,9 +22,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from batch.config import BatchConfig
 from classify.config.sections import PilotConfig, load_config
-from classify.machine.device import cpp_compiler
-from classify.model.memory import Estimate
+from classify.config.training import TrainConfig
+from classify.engine.args import compute_dtype
+from classify.errors import ConfigError
+from classify.machine.device import cpp_compiler, detect_device
+from classify.machine.probe import installed_profile, probe
+from classify.model.memory import (
+    CPU_ENGINE_PROCESSES,
+    CPU_RUNTIME_BYTES_PER_PROCESS,
+    DTYPE_BYTES,
+    GIB,
+    Estimate,
+    cpu_serving_estimate,
+    verdict,
+)
+from classify.model.model import resolve_model
+from classify.model.shape import shape_from_folder
 from classify.paths import state_dir
 from classify.usercommand import cli_description, user_flag
 
@@ -125,19 +140,6 @@ def engine_memory(cfg: PilotConfig, usable_bytes: int) -> tuple[Estimate, str]:
         ConfigError, EnvironmentCheckError: the model cannot be resolved; OSError/ValueError: its
         ``config.json`` cannot be read.
     """
-    from classify.engine.args import compute_dtype
-    from classify.machine.device import detect_device
-    from classify.model.memory import (
-        CPU_ENGINE_PROCESSES,
-        CPU_RUNTIME_BYTES_PER_PROCESS,
-        DTYPE_BYTES,
-        GIB,
-        cpu_serving_estimate,
-        verdict,
-    )
-    from classify.model.model import resolve_model
-    from classify.model.shape import shape_from_folder
-
     path = resolve_model(cfg.model).path
     device = detect_device()
     eng = cfg.engine.resolve(device)
@@ -210,8 +212,6 @@ def machine_checks(cfg: PilotConfig, *, build: str, n_acc: int, vllm_platform: s
         The checks ``machine``, ``profile``, ``device`` and, per visible card, ``card memory cuda:N``.
     """
     import torch
-
-    from classify.machine.probe import installed_profile, probe
 
     m = probe()
     rec = installed_profile()
@@ -437,10 +437,6 @@ def config_check(path: str | Path) -> Check:
     Returns:
         The ``config`` finding; its data maps each command to ``"ok"`` or the error text.
     """
-    from batch.config import BatchConfig
-    from classify.config.training import TrainConfig
-    from classify.errors import ConfigError
-
     verdicts: dict[str, str] = {}
     for command, cls in (("train", TrainConfig), ("batch", BatchConfig)):
         try:

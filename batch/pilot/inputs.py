@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 
 from batch.config import BatchConfig
-from batch.corpus.plan import CorpusPlan, locate_corpus
+from batch.corpus.labels import has_labels, iter_labels
+from batch.corpus.plan import CorpusPlan, locate_corpus, plan_corpus
 from classify.config.sections import ClassifyConfig
 from classify.documents.read import LABEL_FILES
 from classify.documents.text import escape_surrogates, refuse_wide_file
@@ -101,8 +102,6 @@ def pilot_labels(input_path: Path, plan: CorpusPlan) -> dict[str, str]:
     """
     if plan.format == "dir":
         return _read_labels_file(input_path)
-    from batch.corpus.labels import has_labels, iter_labels
-
     for key in LABEL_KEYS:
         if has_labels(plan, key):
             return {i: lab for i, lab in iter_labels(plan, key) if lab is not None}
@@ -169,8 +168,6 @@ def read_pilot_set(path: Path, cfg: ClassifyConfig, expected_documents: int, bat
         InputError: as :func:`pilot_corpus`, :func:`batch.corpus.plan.plan_corpus`, :func:`pilot_documents`,
             :func:`pilot_labels` and :func:`check_labels` (a label outside the allowed categories).
     """
-    from batch.corpus.plan import plan_corpus
-
     run_cfg, where, _ = pilot_corpus(Path(path), batch_cfg or BatchConfig(classify=cfg))
     plan = plan_corpus(run_cfg.corpus, run_cfg.batch.shard_docs, run_cfg.batch.shard_target_bytes, where,
                        cfg.max_doc_bytes)

@@ -25,6 +25,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from classify.engine.args import compute_dtype
+from classify.machine.device import detect_device
+from classify.machine.probe import probe
 from classify.model.memory import DTYPE_BYTES, GIB, cpu_serving_estimate, serving_estimate
 from classify.model.shape import shape_from_folder
 
@@ -113,8 +116,6 @@ def nvml_usage(pids: list[int]) -> tuple[int | None, str]:
     """
     try:
         import pynvml
-
-        from classify.machine.probe import probe
 
         pynvml.nvmlInit()
         by_pid = device_used = 0
@@ -246,9 +247,6 @@ def measure_pool(peaks: dict[str, int], gpu_bytes: int | None, *, model_path: st
     """
     try:
         import psutil
-
-        from classify.engine.args import compute_dtype
-        from classify.machine.device import detect_device
 
         device = detect_device()
         if device == "cpu" and not peaks:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapters.registry.registry import Registry
 from batch import layout as mf
 from batch.config import BatchConfig, load_batch_config
 from batch.lease.clock import lease_end
@@ -31,11 +32,14 @@ from batch.pilot.decision import VERDICT_VS_DECISION, build_summary, decide, dec
 from batch.pilot.doctor import blockers, findings_json, run_checks
 from batch.pilot.inputs import read_pilot_set
 from batch.pilot.measure import measure_pool, nvml_usage, pool_peaks, process_titles
+from batch.pool.cluster_check import check_cluster, report_lines
 from batch.run.adapter import BatchAdapter, prompt_mismatch, resolve_adapter
 from batch.run.attempt import BatchRun
 from batch.run.hooks import RunHooks
+from batch.run.options import BatchOptions
 from classify.config.sections import PilotConfig, classification_sha256, config_sha256, load_config
 from classify.errors import EnvironmentCheckError, Interrupted
+from classify.machine.device import detect_device
 from classify.model.model import ModelRef, resolve_model, verify_model
 from classify.paths import exports_dir, runs_dir
 from classify.runs import storage
@@ -130,8 +134,6 @@ class PilotHooks(RunHooks):
         """
         import ray
 
-        from batch.pool.cluster_check import check_cluster, report_lines
-
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         cards = device != "cpu" and any(n.get("Resources", {}).get("GPU", 0) for n in nodes)
         if len(nodes) < 2 and not cards:
@@ -158,8 +160,6 @@ class PilotHooks(RunHooks):
         self.last_written = time.perf_counter()
         for name, peak in pool_peaks(self.procs).items():
             self.peaks[name] = max(peak, self.peaks.get(name, 0))
-        from classify.machine.device import detect_device
-
         if detect_device() != "cpu":
             used, self.gpu_source = nvml_usage(list(self.procs))
             self.gpu_bytes = max(used or 0, self.gpu_bytes or 0) or None
@@ -264,8 +264,6 @@ def run_pilot(
         if adapter_ref:
             hooks.stage("load-adapter")  # resolve, verify, engine compatibility, merge: the batch's preparation
             adapter = _load_adapter(adapter_ref, model, cfg, params, hooks)
-        from batch.run.options import BatchOptions
-
         gate = {"key": _gate_key(model, adapter, cfg), "passed": None, "override": False, "pilot_run_id": run_id,
                 "role": "pilot", "checked_at": utc_now()}
         options = BatchOptions(config=config_path or "config/docpilot.json",
@@ -366,8 +364,6 @@ def _record_gate(cfg: PilotConfig, model: ModelRef, adapter: BatchAdapter | None
         "run_dir": str(run_dir),
     })
     if adapter is not None:
-        from adapters.registry.registry import Registry
-
         Registry().set_pilot_status(adapter.resolved.ref, "passed" if summary["verdict"] == "pass" else "failed",
                                     run_id)
 
@@ -401,8 +397,6 @@ def _one_shard_per_actor(bcfg: BatchConfig, n_docs: int) -> BatchConfig:
     Returns:
         ``bcfg`` with ``batch.shard_docs`` = ceil(n_docs / actors) when that is smaller, else ``bcfg``.
     """
-    from classify.machine.device import detect_device
-
     actors = bcfg.batch.cpu_actors
     if detect_device() != "cpu":  # cuda or rocm: one actor per GPU
         import torch

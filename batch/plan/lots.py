@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
-from classify.config.sections import ClassifyConfig, EngineConfig, Frozen, ModelConfig
-from classify.config.training import LINEAR_MODULES
+from classify.config.sections import ClassifyConfig, EngineConfig, Frozen, ModelConfig, load_config
+from classify.config.training import LINEAR_MODULES, TrainConfig
 from classify.errors import ConfigError
 
 Period = Literal["3", "7", "30"]
@@ -108,9 +108,6 @@ def job_shape(config_path: Any) -> JobShape:
     """
     import json
     from pathlib import Path
-
-    from classify.config.sections import load_config
-    from classify.config.training import TrainConfig
 
     try:
         data = json.loads(Path(config_path).read_text(encoding="utf-8"))
@@ -209,8 +206,6 @@ def load_lots(path: Any, overrides: dict[str, Any] | None = None) -> LotsConfig:
     """
     import json
     from pathlib import Path
-
-    from classify.config.sections import load_config
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

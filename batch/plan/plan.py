@@ -18,6 +18,7 @@ from typing import Any
 
 from batch.plan.lots import JobShape, LotsConfig, gpu_spec, job_shape, load_lots
 from classify.config.sections import ClassifyConfig, config_sha256
+from classify.engine.prompt import template_text
 from classify.model.memory import (
     DTYPE_BYTES,
     GIB,
@@ -32,6 +33,8 @@ from classify.model.memory import (
     training_estimate,
 )
 from classify.model.shape import ModelShape
+from classify.paths import runs_dir
+from classify.runs.records import code_revision, new_run_dir, utc_now, write_json_atomic
 
 _NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
 
@@ -331,8 +334,6 @@ def prompt_length(classify: ClassifyConfig, runs: Path | None = None) -> dict[st
     Returns:
         ``{tokens, min_max_model_len, source}``.
     """
-    from classify.engine.prompt import template_text
-
     pilot = latest_pilot_reading(runs, classify)
     if pilot is not None and pilot.get("longest_prompt_tokens"):
         tokens = int(pilot["longest_prompt_tokens"])
@@ -470,9 +471,6 @@ def main(argv: list[str]) -> int:
     Raises:
         ConfigError: invalid config or overrides (exit 2 through the CLI).
     """
-    from classify.paths import runs_dir
-    from classify.runs.records import code_revision, new_run_dir, utc_now, write_json_atomic
-
     parser = argparse.ArgumentParser(prog="docpilot plan", description="lot order summary and per-card memory fit")
     parser.add_argument("--config", default="config/docpilot.json",
                         help="the job's config: model, engine and train sections (default: %(default)s)")

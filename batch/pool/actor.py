@@ -17,7 +17,10 @@ import time
 from typing import Any
 
 from batch.corpus.shard import ShardInput, ShardOutput
+from batch.pool.local_ray import terminate_then_kill
 from classify.config.sections import ClassifyConfig, EngineConfig, ModelConfig
+from classify.engine.build import build_engine
+from classify.engine.prompt import set_tokenizer_threads
 from classify.engine.scoring import AdapterHandle
 from classify.errors import EngineError
 
@@ -41,9 +44,6 @@ class EngineActor:
 
     def __init__(self, model_cfg: ModelConfig, engine_cfg: EngineConfig, classify_cfg: ClassifyConfig,
                  adapter: AdapterHandle | None, model_fingerprint: str, *, temperature: float | None = None):
-        from classify.engine.build import build_engine
-        from classify.engine.prompt import set_tokenizer_threads
-
         set_tokenizer_threads()  # the prompt tokenizer's batch encode runs on this actor's cores
         self.adapter = adapter
         self.temperature = temperature
@@ -150,8 +150,6 @@ def reap(actor_infos: list[dict[str, Any]]) -> list[int]:
     """
     import psutil
     import ray
-
-    from batch.pool.local_ray import terminate_then_kill
 
     here = ray.util.get_node_ip_address() if ray.is_initialized() else None
     victims = []

@@ -16,7 +16,11 @@ import logging
 import os
 from typing import Any
 
-from classify.errors import EnvironmentCheckError
+from batch.pool.placement import node_gpus, tp_groups
+from classify.config.sections import EngineConfig, ModelConfig, parse_config
+from classify.errors import ConfigError, EnvironmentCheckError
+from classify.machine.device import detect_device
+from classify.model.memory import resolve_tensor_parallel
 from classify.usercommand import cli_description
 
 log = logging.getLogger(__name__)
@@ -55,8 +59,6 @@ def check_cluster(tp: int = 1, timeout_s: float = 120.0, cards: bool = True) -> 
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    from batch.pool.placement import node_gpus, tp_groups
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     described = [{"node_id": n["NodeID"], "ip": n.get("NodeManagerAddress"), "gpus": int(n["Resources"].get("GPU", 0)),
@@ -145,11 +147,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from batch.pool.placement import node_gpus
-    from classify.config.sections import EngineConfig, ModelConfig, parse_config
-    from classify.machine.device import detect_device
-    from classify.model.memory import resolve_tensor_parallel
-
     p = argparse.ArgumentParser(prog="docpilot cluster-check", description=cli_description(__doc__))
     p.add_argument("--config", default="config/docpilot.json", help="the job's config (its engine.tensor_parallel_size)")
     p.add_argument("--timeout-s", type=float, default=120.0, help="seconds to wait for the probes (default: %(default)s)")
@@ -159,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = json.loads(Path(args.config).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        from classify.errors import ConfigError
-
         raise ConfigError(f"{args.config}: cannot read the job's config: {err}") from None
     engine = parse_config(EngineConfig, data.get("engine", {}), f"{args.config}: engine")
     model = parse_config(ModelConfig, data.get("model", {}), f"{args.config}: model")

@@ -32,6 +32,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from classify.runs.records import signals_raise_interrupted
+
 log = logging.getLogger("docpilot.batch")
 
 GRACE_S = 5.0
@@ -128,8 +130,6 @@ def interrupts() -> Any:
     Raises:
         Interrupted: a handled signal arrived.
     """
-    from classify.runs.records import signals_raise_interrupted
-
     return signals_raise_interrupted(via_keyboard_interrupt=True, doing="ending the local Ray")
 
 

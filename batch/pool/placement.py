@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from classify.errors import ConfigError
+from classify.machine.device import detect_device
 from classify.usercommand import user_flag
 
 log = logging.getLogger(__name__)
@@ -120,8 +121,6 @@ def actor_options(n_cpu_actors: int, actor_num_cpus: float, cpu_bind: str = "spl
     env = {k: os.environ[k] for k in ENV_PASSED_TO_ACTORS if k in os.environ}
     gpus = int(resources.get("GPU", 0))
     if device is None:
-        from classify.machine.device import detect_device
-
         device = detect_device()
     if gpus and device == "cpu":
         log.warning("the Ray cluster declares %d GPU(s), but this venv computes on the CPU: %d CPU engine actor(s), "

@@ -24,6 +24,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from batch.corpus.labels import has_labels, iter_labels
+from batch.layout import RESULTS_PARQUET, streaming_parquet
+from batch.report.plots import write_pictures
+from batch.rows import read_rows
+
 REJECT_LABEL = "reject"
 """A pilot label meaning "this document must be rejected"."""
 REJECTED = "rejected"
@@ -278,16 +283,12 @@ def _result_batches(results: Path) -> Iterator[Any]:
     ``score`` (and ``review``): read from the ``results.parquet`` merged beside ``results.jsonl``
     (:func:`batch.run.merge.merge_results`), or from ``results.jsonl`` itself (:func:`batch.rows.read_rows`,
     64k lines at a time) when there is none."""
-    from batch.layout import RESULTS_PARQUET, streaming_parquet
-
     parquet = results.with_name(RESULTS_PARQUET)
     if parquet.is_file():
         pf = streaming_parquet(parquet)
         names = [c for c in ("id", "status", "category", "score", "review") if c in pf.schema_arrow.names]
         yield from pf.iter_batches(batch_size=65_536, columns=names)
         return
-    from batch.rows import read_rows
-
     with results.open("rb") as fh:
         first_line = 1
         while chunk := b"".join(line for _, line in zip(range(65_536), fh, strict=False)):
@@ -351,8 +352,6 @@ def write_report(folder: Path, tally: QualityTally, run: str, note: str | None =
     Returns:
         :meth:`QualityTally.report` plus ``files``: the names written (PNGs, then ``quality.md``).
     """
-    from batch.report.plots import write_pictures
-
     report = tally.report()
     report["files"] = [*write_pictures(report, folder, run), QUALITY_MD]
     text = f"# Quality of {run}\n\n" + quality_table(report)
@@ -379,8 +378,6 @@ def batch_report(run_dir: Path, plan: Any, *, label_column: str | None, categori
         The report (:func:`write_report`) plus ``label_column`` (``None`` when the corpus has no
         labels) and ``label_problem`` (why the labels were dropped, else ``None``).
     """
-    from batch.corpus.labels import has_labels, iter_labels
-
     column = label_column if has_labels(plan, label_column) else None
     labels = iter_labels(plan, column) if column else None
     tally, problem = tally_results_file(run_dir / "results.jsonl", labels, categories, review_below_score)

@@ -6,7 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from adapters.registry.merged_cache import merged_model
+from adapters.registry.registry import Registry
 from classify.config.sections import ClassifyConfig, ModelConfig
+from classify.engine.args import compute_dtype
 from classify.model.model import ModelRef
 
 if TYPE_CHECKING:
@@ -92,15 +95,10 @@ def resolve_adapter(ref: str | None, model: ModelRef, engine: Any = None,
     """
     if ref is None:
         return None
-    from adapters.registry.registry import Registry  # imported only when an adapter is asked for
-
     model_cfg = model_cfg or ModelConfig()
     resolved = Registry().resolve(ref, base_fingerprint=model.fingerprint, engine=engine, base_model_path=model.path)
     if model_cfg.adapter_mode == "lora":
         return BatchAdapter(resolved, "lora")
-    from adapters.registry.merged_cache import merged_model
-    from classify.engine.args import compute_dtype
-
     return BatchAdapter(resolved, "merged", merged_model(resolved, model, compute_dtype(model_cfg)))
 
 

@@ -24,6 +24,10 @@ from batch.corpus.shard import ShardOutput
 from batch.corpus.source import StoreObject
 from batch.lease.clock import LeaseWatch, lease_end
 from batch.pool import local_ray as _ray_local
+from batch.pool.actor import actor_class, reap
+from batch.pool.placement import NodeWatch, actor_options, node_gpus
+from batch.pool.scheduler import Deadlines, run_pool
+from batch.report.quality import batch_report, tally_rows, write_report
 from batch.run.adapter import BatchAdapter
 from batch.run.debris import remove_stale_temporaries
 from batch.run.export import check_export_root, export_batch, export_dest
@@ -35,16 +39,19 @@ from batch.run.mirror import progress_mirror
 from batch.run.offpod import ShardUploader, offpod_short
 from batch.run.owner import ExportOwner
 from batch.run.progress import Progress, closing_on_error, logging_redirect, progress_bar
+from batch.run.resume import is_default_config
 from batch.runfiles import Manifest
 from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
+from classify.config.file import DEFAULT_CONFIG
 from classify.errors import InputError, Interrupted, OffPodPending, VerificationError
-from classify.machine.device import cpp_compiler
+from classify.machine.device import cpp_compiler, detect_device
+from classify.model.memory import resolve_tensor_parallel
 from classify.model.model import ModelRef
 from classify.paths import verbose_logs
 from classify.runs import storage
 from classify.runs.disk import full_disk_is_environment
 from classify.runs.export import export_complete
-from classify.runs.records import utc_now, write_bytes_atomic, write_json_atomic
+from classify.runs.records import read_jsonl, utc_now, write_bytes_atomic, write_json_atomic
 from classify.runs.storage import redact
 
 if TYPE_CHECKING:
@@ -84,8 +91,6 @@ def _init_ray() -> Any:
     Returns:
         The local session this call started (end it with :func:`batch.pool.local_ray.stop`), else None.
     """
-    from classify.machine.device import detect_device
-
     # a CPU venv declares no GPUs in its own local Ray, whatever NVML counts (one device decision)
     gpus = {"num_gpus": 0} if detect_device() == "cpu" else {}
     return _ray_local.start(include_dashboard=False, object_store_memory=512 * 1024**2, log_to_driver=verbose_logs(),
@@ -366,9 +371,6 @@ class BatchRun:
             ``{"quality": report}``, plus ``accuracy`` on a labelled corpus and ``review`` (flags per
             category) when ``classify.review_below_score`` is set.
         """
-        from batch.report.quality import batch_report, tally_rows, write_report
-        from classify.runs.records import read_jsonl
-
         cfg = self.cfg
         if self.labels is not None:  # the pilot's labels file: a few rows, tallied in memory
             tally = tally_rows(read_jsonl(self.run_dir / mf.RESULTS), self.labels, cfg.classify.categories,
@@ -395,12 +397,6 @@ class BatchRun:
             ``compiled`` what the actors' engines reported (``["false"]``, ``["true"]``, ``["none"]`` for
             a stand-in engine; two values if actors differed).
         """
-        from batch.pool.actor import actor_class, reap
-        from batch.pool.placement import NodeWatch, actor_options, node_gpus
-        from batch.pool.scheduler import Deadlines, run_pool
-        from classify.machine.device import detect_device
-        from classify.model.memory import resolve_tensor_parallel
-
         cfg, run_dir, adapter = self.cfg, self.run_dir, self.adapter
         hooks = self.hooks or RunHooks()
         hooks.stage("start-pool")
@@ -531,7 +527,4 @@ def _engine_for_workload(engine: Any, per_engine: int, *, lora: bool) -> Any:
 def _config_file(config: str) -> str:
     """The config file as a resume hint names it (``docpilot status`` may run elsewhere): absolute, unless it is
     the default (:data:`classify.config.file.DEFAULT_CONFIG`)."""
-    from batch.run.resume import is_default_config
-    from classify.config.file import DEFAULT_CONFIG
-
     return DEFAULT_CONFIG if is_default_config(config) else str(Path(config).resolve())

@@ -19,19 +19,25 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from adapters.registry.registry import Registry
 from batch.config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
 from batch.corpus.plan import corpus_settings_for, locate_corpus, require_id_column
-from batch.layout import read_manifest
+from batch.layout import MANIFEST, read_manifest
 from batch.run.adapter import resolve_adapter
 from batch.run.attempt import BatchRun
 from batch.run.export import check_export_root, export_dest
+from batch.run.offpod import restore_run, resume_location
 from batch.run.options import BatchOptions as BatchOptions  # the options' home; imported here by name
+from batch.run.owner import ExportOwner
+from batch.run.resume import corpus_to_name, resume_command
+from classify.documents.text import not_text_reason
 from classify.errors import DocpilotError, InputError, Interrupted, OffPodPending
 from classify.model.model import resolve_model, verify_model
 from classify.paths import runs_dir
-from classify.runs.detached import DetachPlan
+from classify.runs.detached import DetachPlan, record_exit
 from classify.runs.gate import gate_key, pipeline_differences, pipeline_settings, require_pilot
-from classify.runs.records import signals_raise_interrupted, utc_now
+from classify.runs.records import new_run_dir, signals_raise_interrupted, utc_now
+from classify.runs.storage import as_dest
 from classify.usercommand import user_command, user_flag
 
 log = logging.getLogger("docpilot.batch")
@@ -88,9 +94,6 @@ def resume_options(options: BatchOptions) -> BatchOptions:
     """
     if not options.resume_from:
         return options
-    from batch.run.offpod import resume_location
-    from classify.runs.storage import as_dest
-
     root, batch_id = resume_location(options.resume_from)
     check_batch_id(batch_id)
     if options.batch_id not in (None, batch_id):
@@ -127,8 +130,6 @@ def warn_pipeline(pilot: dict[str, Any], cfg: Any, adapter_mode: str | None) -> 
 def _open_run(batch_id: str | None) -> tuple[str, Path]:
     root = runs_dir()
     if batch_id is None:
-        from classify.runs.records import new_run_dir
-
         return new_run_dir("batch", root)
     check_batch_id(batch_id)
     run_dir = root / batch_id
@@ -235,8 +236,6 @@ def check_start(options: BatchOptions) -> None:
     check_export_root(export_dest(options.export_dir or cfg.batch.export_dir, str(options.batch_id)))
     resolved = None
     if options.adapter is not None:
-        from adapters.registry.registry import Registry
-
         resolved = Registry().resolve(options.adapter, base_fingerprint=model.fingerprint, engine=cfg.engine,
                                       base_model_path=model.path)
     _gate(options, cfg, model, (resolved.ref, resolved.sha256, cfg.model.adapter_mode) if resolved else None)
@@ -268,9 +267,6 @@ def _restore(resume_from: str, run_dir: Path, take_over: bool = False) -> None:
             (:meth:`batch.run.owner.ExportOwner.check_claimable`: checked first, so nothing is downloaded).
         VerificationError: as :func:`batch.run.offpod.restore_run`.
     """
-    from batch.run.offpod import restore_run
-    from batch.run.owner import ExportOwner
-
     ExportOwner(resume_from.rstrip("/"), run_dir.name, run_dir, take_over=take_over).check_claimable()
     t0 = time.monotonic()
     manifest, n = restore_run(resume_from.rstrip("/"), run_dir)
@@ -294,8 +290,6 @@ def _drop_empty_run(run_dir: Path) -> None:
 def _resume_command(options: BatchOptions) -> str:
     """The command that resumes this batch (:func:`batch.run.resume.resume_command`): its id, its config file unless
     it is the default, its corpus unless it is the config's own, its adapter, and the pilot-gate override if given."""
-    from batch.run.resume import corpus_to_name, resume_command
-
     corpus_cfg = None
     if options.corpus is not None:
         try:
@@ -309,8 +303,6 @@ def _resume_command(options: BatchOptions) -> str:
 def _say_if_new(batch_id: str) -> None:
     """Log that a named batch id has no run under the runs folder yet (a typo'd id would otherwise start a whole
     new batch without a word); a new batch is started with it, as tests and users name new batches this way."""
-    from batch.layout import MANIFEST
-
     root = runs_dir()
     if not (root / batch_id / MANIFEST).is_file():
         log.info("no batch '%s' under %s: starting a new batch with that id", batch_id, root)
@@ -367,8 +359,6 @@ def _record_foreground_exit(batch_id: str, code: int) -> None:
     """Write the run folder's ``exit.json`` for ``docpilot status --follow`` when this process ran an attempt there
     (:func:`attempt_recorded_by`), unless another driver holds the folder (a batch refused as "already running"
     must not write into the running one's folder)."""
-    from classify.runs.detached import record_exit
-
     run_dir = runs_dir() / batch_id
     if not run_dir.is_dir() or not attempt_recorded_by(run_dir, os.getpid(), socket.gethostname()):
         return  # nothing was started (dropped, refused before the folder existed, or before its attempt began)
@@ -435,8 +425,6 @@ def _all_rejected_as_not_text(summary: dict[str, Any]) -> str | None:
     reasons = summary.get("reject_reasons") or {}
     if not summary.get("total") or summary.get("accepted") or not reasons:
         return None
-    from classify.documents.text import not_text_reason
-
     if not all(not_text_reason(r) for r in reasons):
         return None
     named = ", ".join(f"{r} ({n})" for r, n in list(reasons.items())[:3])

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from batch.config import BatchConfig, results_config, results_config_sha256
 from batch.runfiles import MANIFEST_VERSION, Manifest
 from classify.runs.records import code_revision, package_versions, utc_now
 
 if TYPE_CHECKING:
-    from batch.config import BatchConfig
     from batch.corpus.plan import CorpusPlan
     from batch.run.adapter import BatchAdapter
     from classify.model.model import ModelRef
@@ -33,8 +33,6 @@ def build_manifest(batch_id: str, cfg: BatchConfig, corpus: CorpusPlan, model: M
     Returns:
         The :class:`~batch.runfiles.Manifest`: the resume keys, the shard plan and provenance.
     """
-    from batch.config import results_config, results_config_sha256
-
     return Manifest(
         manifest_version=MANIFEST_VERSION, batch_id=batch_id, created_at=utc_now(),
         corpus=corpus.describe(), corpus_fingerprint=corpus.fingerprint,

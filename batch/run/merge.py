@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from batch.corpus.plan import IdHashBuckets
 from batch.layout import (
     RESULTS,
     RESULTS_PARQUET,
@@ -26,36 +27,7 @@ from batch.layout import (
 from batch.rows import has_review, parsed_shards, results_schema
 from batch.runfiles import Manifest
 from classify.records import Result
-from classify.runs.accounting import Ledger, account
-
-
-def check_results(rows: list[Result], expected_ids: list[str] | None, categories: list[str]) -> list[str]:
-    """The batch invariants over merged results (:func:`classify.runs.accounting.account`).
-
-    Args:
-        rows: result records.
-        expected_ids: the corpus's distinct ids (``None``: only checks that need no corpus).
-        categories: the allowed categories.
-
-    Returns:
-        Problems found (empty list = all invariants hold).
-    """
-    return account(rows, expected_ids, categories).problems()
-
-
-def summarize(rows: list[Result], corpus: dict[str, Any], categories: list[str]) -> dict[str, Any]:
-    """Counts over merged results (throughput and wall time are added by the driver).
-
-    Args:
-        rows: merged result records.
-        corpus: :meth:`batch.corpus.plan.CorpusPlan.describe`.
-        categories: allowed categories.
-
-    Returns:
-        ``{total, accepted, rejected, input_rows, duplicate_rows, by_category, reject_reasons, ...}``.
-    """
-    acc = account(rows, None, categories)
-    return _summary_counts(acc.ledger, corpus, acc.duplicate_ids)
+from classify.runs.accounting import Ledger, row_problem
 
 
 def _summary_counts(ledger: Ledger, corpus: dict[str, Any], duplicate_ids: list[str]) -> dict[str, Any]:
@@ -68,7 +40,7 @@ def _summary_counts(ledger: Ledger, corpus: dict[str, Any], duplicate_ids: list[
 
 class Tally(Ledger):
     """:class:`classify.runs.accounting.Ledger` counted a table at a time, with the batch's id-uniqueness check on
-    disk (the streaming form of :func:`summarize` and :func:`check_results`; at most 100 problems kept).
+    disk (the streaming form of :func:`classify.runs.accounting.account`; at most 100 problems kept).
 
     Args:
         categories: the allowed categories.
@@ -76,8 +48,6 @@ class Tally(Ledger):
 
     def __init__(self, categories: list[str]):
         super().__init__(categories, max_problems=100)
-        from batch.corpus.plan import IdHashBuckets
-
         self.ids = IdHashBuckets()
 
     def add_table(self, table: Any) -> list[str]:
@@ -117,8 +87,6 @@ class Tally(Ledger):
         self.truncated += pc.sum(pc.cast(pc.fill_null(table.column("truncated"), False), "int64")).as_py() or 0
         self.n_windows += pc.sum(table.column("n_windows")).as_py() or 0
         if flagged:  # name each flagged row, in row order (few rows: Python over them alone)
-            from classify.runs.accounting import row_problem
-
             for row in table.select(["id", "status", "category", "reason"]).to_pylist():
                 r = Result.model_construct(**row)
                 if row_problem(r, self.categories) is not None:
@@ -142,7 +110,7 @@ class Tally(Ledger):
         return sorted(i for i, c in seen.items() if c > 1)
 
     def summary(self, corpus: dict[str, Any], duplicate_ids: list[str]) -> dict[str, Any]:
-        """The counts of :func:`summarize`."""
+        """``{total, accepted, rejected, input_rows, duplicate_rows, by_category, reject_reasons, ...}``."""
         return _summary_counts(self, corpus, duplicate_ids)
 
     def check(self, manifest: Manifest, results: Path) -> tuple[list[str], list[str]]:
@@ -235,7 +203,8 @@ def merge_results(run_dir: Path, manifest: Manifest, write: bool = True) -> tupl
         write: ``False``: only check and count (a finished batch re-checked, nothing written).
 
     Returns:
-        ``(summary counts as :func:`summarize`, problems)``; problems empty = every invariant holds.
+        ``(summary counts, problems)``: ``{total, accepted, rejected, input_rows, duplicate_rows, by_category,
+        reject_reasons, ...}``; problems empty = every invariant holds.
 
     Raises:
         VerificationError: a shard file whose ids differ from its plan, or a line that is not a result row.

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from batch.layout import PROGRESS
 from batch.runfiles import ProgressFile
+from classify.runs.detached import process_identity
 from classify.runs.records import utc_now
 
 SAVE_EVERY_S = 2.0
@@ -57,8 +58,6 @@ class Progress:
         self.previous_actors: list[dict[str, Any]] = []
         self.lease: dict[str, Any] | None = None  # the latest lease verdict (batch.lease.clock.LeaseWatch)
         self.mirror = mirror
-        from classify.runs.detached import process_identity
-
         self._identity = process_identity()
         self.offpod = offpod
         old = ProgressFile.read_or_none(self.path)

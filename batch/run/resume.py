@@ -13,6 +13,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from batch.config import CorpusConfig
+from batch.corpus.plan import configured_corpus
 from classify.config.file import DEFAULT_CONFIG
 from classify.usercommand import user_command
 
@@ -54,9 +56,6 @@ def corpus_to_name(corpus: str | Path | None, corpus_cfg: Any) -> str | Path | N
     """
     if corpus is None or corpus_cfg is None:
         return corpus
-    from batch.config import CorpusConfig
-    from batch.corpus.plan import configured_corpus
-
     try:
         cfg = corpus_cfg if isinstance(corpus_cfg, CorpusConfig) else CorpusConfig.model_validate(corpus_cfg)
         return None if configured_corpus(cfg, corpus) else corpus

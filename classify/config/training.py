@@ -4,7 +4,7 @@ Here beside the other sections, so the plan and the doctor (``batch/``) size tra
 
 Read from the one ``config/docpilot.json`` (:mod:`classify.config.file`): the training prompt is
 built from the same shared ``classify`` section the adapter is piloted and served with, by the
-same :func:`classify.engine.prompt.build_training_example` the engine's prompt comes from.
+same :func:`classify.engine.prompt.build_training_examples` the engine's prompt comes from.
 """
 
 from __future__ import annotations

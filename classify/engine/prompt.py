@@ -4,7 +4,7 @@ The prompt is the model's chat template over a system message (instruction +
 category list) and a user message (the document cut to ``max_doc_tokens``
 tokens), ending where the assistant's answer starts. The answer is the bare
 category name followed by the end-of-turn token, so a LoRA adapter trained on
-:func:`build_training_example` answers in exactly the format the engine scores.
+:func:`build_training_examples` answers in exactly the format the engine scores.
 
 The prompt is built as token ids, never as a string the engine tokenizes again
 (:class:`PromptBuilder`):
@@ -139,10 +139,6 @@ class Prompt:
     def longest(self) -> int:
         """Tokens of the document's longest prompt (what must stay under ``max_model_len``)."""
         return max(len(w) for w in self.windows)
-
-    def engine_input(self) -> dict[str, list[int]]:
-        """The vLLM prompt of the first window (``vllm.inputs.TokensPrompt``): vLLM does not tokenize it again."""
-        return {"prompt_token_ids": self.ids}
 
     def engine_inputs(self) -> list[dict[str, list[int]]]:
         """The vLLM prompts of every window, in order (one engine request each, all in the same call)."""
@@ -626,19 +622,6 @@ def build_training_examples(tokenizer: Any, cfg: ClassifyConfig, texts: Sequence
         answer = answers[category]
         out += [{"input_ids": ids + answer, "labels": [-100] * len(ids) + answer} for ids in prompt.windows]
     return out
-
-
-def build_training_example(tokenizer: Any, cfg: ClassifyConfig, text: str, category: str) -> dict[str, list[int]]:
-    """Token ids and labels for one supervised example (:func:`build_training_examples` of one document; its first
-    window in ``windows`` mode).
-
-    Raises:
-        ValueError: ``category`` is not an allowed category, or the document has no word to learn from.
-    """
-    examples = build_training_examples(tokenizer, cfg, [text], [category])
-    if not examples:
-        raise ValueError("the document has no word (letter or digit) to learn from")
-    return examples[0]
 
 
 def category_first_tokens(tokenizer: Any, categories: tuple[str, ...]) -> list[int] | None:

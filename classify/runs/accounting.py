@@ -18,6 +18,7 @@ from typing import Any
 
 from classify.errors import VerificationError
 from classify.records import Result
+from classify.runs.export import export_complete, export_run, verify_export
 
 STATUSES = ("accepted", "rejected")
 
@@ -206,8 +207,6 @@ def recheck_export(dest: Any, check: Callable[[Path], list[str]] | None, label: 
     Raises:
         VerificationError: ``"<label> failed its re-check: <problem>; ..."``.
     """
-    from classify.runs.export import verify_export
-
     problems = verify_export(dest, check)
     if problems:
         raise VerificationError(f"{label} failed its re-check: {'; '.join(problems)}")
@@ -230,8 +229,6 @@ def export_checked(run_dir: Path, dest: Any, check: Callable[[Path], list[str]] 
     Raises:
         VerificationError: the copy fails its re-check.
     """
-    from classify.runs.export import export_complete, export_run
-
     made = not export_complete(dest)
     if made:
         export_run(run_dir, dest)

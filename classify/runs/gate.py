@@ -18,6 +18,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from classify.config.sections import classification_sha256
 from classify.errors import PilotGateError
 from classify.paths import pilots_dir
 from classify.runs.records import utc_now, write_json_atomic
@@ -72,8 +73,6 @@ def gate_key(model_fingerprint: str, model_cfg: Any, classify_cfg: Any, adapter_
     Returns:
         :func:`combo_key` of the combination, with :func:`classify.config.sections.classification_sha256` of the sections.
     """
-    from classify.config.sections import classification_sha256
-
     return combo_key(model_fingerprint, adapter_sha256, classification_sha256(model_cfg, classify_cfg),
                      adapter_mode or "lora")
 

@@ -275,47 +275,7 @@ def _upward(graph: dict[str, set[str]], floors: dict[str, int]) -> list[str]:
                   for t in targets if _room(t) and floors[_room(t)] > floors[_room(m)])
 
 
-KNOWN_LAZY_TODAY: set[str] = {  # to empty in this step
-    "batch.layout -> classify.runs.accounting", "batch.lot.wrapup -> adapters.registry.registry",
-    "batch.lot.wrapup -> adapters.registry.transfer", "batch.pilot.doctor -> batch.config",
-    "batch.pilot.doctor -> classify.config.training", "batch.pilot.doctor -> classify.engine.args",
-    "batch.pilot.doctor -> classify.errors", "batch.pilot.doctor -> classify.machine.device",
-    "batch.pilot.doctor -> classify.machine.probe", "batch.pilot.doctor -> classify.model.memory",
-    "batch.pilot.doctor -> classify.model.model", "batch.pilot.doctor -> classify.model.shape",
-    "batch.pilot.inputs -> batch.corpus.labels", "batch.pilot.inputs -> batch.corpus.plan",
-    "batch.pilot.measure -> classify.engine.args", "batch.pilot.measure -> classify.machine.device",
-    "batch.pilot.measure -> classify.machine.probe", "batch.pilot.run -> adapters.registry.registry",
-    "batch.pilot.run -> batch.pool.cluster_check", "batch.pilot.run -> batch.run.options",
-    "batch.pilot.run -> classify.machine.device", "batch.plan.lots -> classify.config.sections",
-    "batch.plan.lots -> classify.config.training", "batch.plan.plan -> classify.engine.prompt",
-    "batch.plan.plan -> classify.paths", "batch.plan.plan -> classify.runs.records",
-    "batch.pool.actor -> batch.pool.local_ray", "batch.pool.actor -> classify.engine.build",
-    "batch.pool.actor -> classify.engine.prompt", "batch.pool.cluster_check -> batch.pool.placement",
-    "batch.pool.cluster_check -> classify.config.sections", "batch.pool.cluster_check -> classify.errors",
-    "batch.pool.cluster_check -> classify.machine.device", "batch.pool.cluster_check -> classify.model.memory",
-    "batch.pool.local_ray -> classify.runs.records", "batch.pool.placement -> classify.machine.device",
-    "batch.report.quality -> batch.corpus.labels", "batch.report.quality -> batch.layout",
-    "batch.report.quality -> batch.report.plots", "batch.report.quality -> batch.rows",
-    "batch.rows -> classify.records", "batch.run.adapter -> adapters.registry.merged_cache",
-    "batch.run.adapter -> adapters.registry.registry", "batch.run.adapter -> classify.engine.args",
-    "batch.run.attempt -> batch.pool.actor", "batch.run.attempt -> batch.pool.placement",
-    "batch.run.attempt -> batch.pool.scheduler", "batch.run.attempt -> batch.report.quality",
-    "batch.run.attempt -> batch.run.resume", "batch.run.attempt -> classify.config.file",
-    "batch.run.attempt -> classify.machine.device", "batch.run.attempt -> classify.model.memory",
-    "batch.run.attempt -> classify.runs.records", "batch.run.driver -> adapters.registry.registry",
-    "batch.run.driver -> batch.layout", "batch.run.driver -> batch.run.offpod", "batch.run.driver -> batch.run.owner",
-    "batch.run.driver -> batch.run.resume", "batch.run.driver -> classify.documents.text",
-    "batch.run.driver -> classify.runs.detached", "batch.run.driver -> classify.runs.records",
-    "batch.run.driver -> classify.runs.storage", "batch.run.manifest -> batch.config",
-    "batch.run.merge -> batch.corpus.plan", "batch.run.merge -> classify.runs.accounting",
-    "batch.run.progress -> classify.runs.detached", "batch.run.resume -> batch.config",
-    "batch.run.resume -> batch.corpus.plan", "classify.paths -> classify.errors",
-    "classify.runs.accounting -> classify.runs.export", "classify.runs.gate -> classify.config.sections",
-    "serve.adapters -> adapters.registry.registry", "serve.adapters -> classify.engine.scoring",
-    "serve.adapters -> classify.errors", "serve.app -> adapters.registry.registry",
-    "serve.app -> classify.machine.device", "serve.app -> classify.machine.probe",
-    "serve.app -> classify.model.memory", "serve.app -> serve.engine", "serve.cli -> adapters.registry.resolved",
-}
+KNOWN_LAZY_TODAY: set[str] = set()
 """``"module -> target"``: function-level imports that load nothing heavy, sit in no cycle and give no reason yet
 (each must still be one, so the list only shrinks)."""
 

@@ -24,7 +24,7 @@ def cards(tmp_path, monkeypatch):
     fake = tmp_path / "bin"
     fake.mkdir()
     monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
-    monkeypatch.setattr("classify.machine.device.detect_device", lambda: "cuda")
+    monkeypatch.setattr("serve.app.detect_device", lambda: "cuda")
 
     def make(n: int) -> None:
         tool = fake / "nvidia-smi"
@@ -74,7 +74,7 @@ def test_readyz_records_the_tp_the_engine_was_built_with(cards, registry, make_c
         built.append(engine_cfg.tensor_parallel_size)
         return FakeEngine()
 
-    monkeypatch.setattr("serve.engine.build_async_engine", build_async_engine)
+    monkeypatch.setattr("serve.app.build_async_engine", build_async_engine)
     client = make_client(factory=None, config=config("auto"))
     ready = client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["tensor_parallel_size"] == 2, ready.json()
@@ -88,7 +88,7 @@ def host(tmp_path, monkeypatch):
 
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr("classify.machine.device.detect_device", lambda: "cuda")
+    monkeypatch.setattr("serve.app.detect_device", lambda: "cuda")
     return lambda kind: fake_smi.install(tmp_path / "bin", getattr(fake_smi, kind)())
 
 

@@ -126,11 +126,10 @@ def test_pilot_batch_and_serve_apply_the_card_temperature_identically(tmp_path, 
 
 
 def test_the_batch_actor_applies_the_temperature_in_lora_and_merged_mode(tmp_path, monkeypatch):
-    import classify.engine.build as engine_mod
     from batch.corpus.shard import ShardInput
     from batch.pool.actor import EngineActor
 
-    monkeypatch.setattr(engine_mod, "build_engine", lambda *a, **k: Classifier(FakeLLM(), _scorer(), None, True))
+    monkeypatch.setattr("batch.pool.actor.build_engine", lambda *a, **k: Classifier(FakeLLM(), _scorer(), None, True))
     handle = _registry_adapter(tmp_path, 2.5).handle()
     expected = round(softmax_at(LOGPROBS, 0, 2.5), 6)
     for adapter, temperature in ((handle, None), (None, handle.temperature)):  # LoRA mode, merged mode

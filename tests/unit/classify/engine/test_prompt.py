@@ -17,7 +17,7 @@ from classify.engine.prompt import (
     answer_text,
     build_prompt,
     build_prompts,
-    build_training_example,
+    build_training_examples,
     category_first_tokens,
     prompt_builder,
     render_text,
@@ -62,7 +62,7 @@ def test_prompt_lists_categories_and_ends_at_the_answer(tokenizer):
     assert text.endswith("<|im_start|>assistant\n")
     assert not prompt.truncated and prompt.n_tokens == len(prompt.ids)
     assert prompt.ids == tokenizer(text, add_special_tokens=False)["input_ids"]
-    assert prompt.engine_input() == {"prompt_token_ids": prompt.ids}
+    assert prompt.engine_inputs() == [{"prompt_token_ids": prompt.ids}]
 
 
 def test_long_document_is_cut_to_the_token_budget(tokenizer):
@@ -194,7 +194,7 @@ def test_a_second_tokenizer_and_chat_template_keep_special_strings_as_text(secon
 
 def test_training_example_puts_loss_on_the_answer_only(tokenizer):
     cfg = ClassifyConfig()
-    ex = build_training_example(tokenizer, cfg, "The striker scored twice.", "sport")
+    (ex,) = build_training_examples(tokenizer, cfg, ["The striker scored twice."], ["sport"])
     prompt = build_prompt(tokenizer, cfg, "The striker scored twice.")
     n_prompt = prompt.n_tokens
     assert len(ex["input_ids"]) == len(ex["labels"])
@@ -204,7 +204,7 @@ def test_training_example_puts_loss_on_the_answer_only(tokenizer):
     assert answer == answer_text(tokenizer, "sport") == "sport<|im_end|>"
     assert tokenizer.decode(ex["input_ids"]) == prompt.text(tokenizer) + "sport<|im_end|>"
     with pytest.raises(ValueError, match=r"`category` must be one of .*got 'weather'"):
-        build_training_example(tokenizer, cfg, "x", "weather")
+        build_training_examples(tokenizer, cfg, ["x"], ["weather"])
 
 
 def test_first_tokens_distinct_for_bbc_and_collision_detected(tokenizer):
@@ -244,7 +244,7 @@ def test_descriptions_are_listed_one_line_per_category_and_the_answer_stays_the_
     assert ("Categories:\n- business: companies, markets, trade and the economy\n- entertainment\n- politics\n"
             "- sport: games, athletes and results\n- tech: computers, the internet, phones and games consoles<|im_end|>") in text
     assert text.endswith("<|im_start|>assistant\n")
-    assert build_training_example(tokenizer, cfg, "Shares rose.", "business")["labels"][-2:] == \
+    assert build_training_examples(tokenizer, cfg, ["Shares rose."], ["business"])[0]["labels"][-2:] == \
         tokenizer(answer_text(tokenizer, "business"), add_special_tokens=False)["input_ids"]
     assert category_first_tokens(tokenizer, cfg.categories) == category_first_tokens(tokenizer, ClassifyConfig().categories)
     assert ClassifyConfig(descriptions={}).model_dump(exclude={"descriptions"}) == ClassifyConfig().model_dump(
