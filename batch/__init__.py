@@ -4,7 +4,6 @@ Rooms, by floor: a module imports its own room and lower floors only (``tests/un
 checks it, that there is no import circle, and that each room's ``__init__`` names its files).
 
 floor 0
-config.py    BatchConfig, RunConfig, CorpusConfig: the user-facing ``corpus`` and ``batch`` config sections
 runfiles.py  Manifest, Shard, ProgressFile: ``manifest.json`` (and its shard plan) and ``progress.json`` as pydantic models
 layout.py    the run folder: file names (manifest.json, progress.json, shards/, results.*) and their readers
 rows.py      result rows as Arrow tables: the results schema, the one columnar reader and row matcher

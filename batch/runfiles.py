@@ -136,7 +136,7 @@ class Manifest(_RunFile):
             ``distinct_ids``, ``duplicate_rows``, ``fingerprint``, ...).
         corpus_fingerprint, config_sha256, model_fingerprint, adapter_sha256: the resume keys
             (a batch id resumes only while all four are unchanged).
-        config: the config sections that decide results (:func:`batch.config.results_config`).
+        config: the config sections that decide results (:func:`classify.config.batch.results_config`).
         full_config: the whole batch config.
         model: ``{name, path, source}`` of the base model.
         adapter: ``name@version`` or ``None``; ``adapter_mode``, ``merged_model``: how engines ran it.

@@ -44,8 +44,8 @@ def _corpus(folder: Path, n: int | None) -> Path:
 
 
 def _offline(corpus: Path) -> dict:
-    from batch.config import load_batch_config
     from batch.corpus.plan import plan_corpus
+    from classify.config.batch import load_batch_config
     from classify.engine.build import build_engine
 
     cfg = load_batch_config(ROOT / "config" / "docpilot.json")

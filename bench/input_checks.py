@@ -44,8 +44,8 @@ def _peak_mib() -> float:
 
 def plan(path: Path) -> dict:
     """Plan time of a corpus (``shard_docs`` 1000, 4 MiB shards, as config/docpilot.json)."""
-    from batch.config import CorpusConfig
     from batch.corpus.plan import plan_corpus
+    from classify.config.batch import CorpusConfig
 
     t0 = time.perf_counter()
     p = plan_corpus(CorpusConfig(path=str(path), id_column="id"), 1000, 4 << 20)
@@ -55,8 +55,8 @@ def plan(path: Path) -> dict:
 
 def read(path: Path) -> dict:
     """Plan, then read every shard as the driver does at dispatch: docs/s of the reading, and the peak RSS."""
-    from batch.config import CorpusConfig
     from batch.corpus.plan import plan_corpus
+    from classify.config.batch import CorpusConfig
 
     t0 = time.perf_counter()
     p = plan_corpus(CorpusConfig(path=str(path), id_column="id"), 1000, 4 << 20)

@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batch.config import CorpusConfig
 from batch.corpus.ids import IdHashBuckets
 from batch.corpus.scan import (
     csv_rows,
@@ -55,6 +54,7 @@ from batch.corpus.shard import ShardInput, fold_shard, jsonl_documents
 from batch.corpus.source import StoreObject, corpus_file, identity_of, same_object, sha256_of
 from batch.corpus.tabular import csv_header, csv_row_document, iter_csv_rows, parquet_columns
 from batch.runfiles import Manifest, Shard
+from classify.config.batch import CorpusConfig
 from classify.documents.read import read_file_document
 from classify.documents.text import checked_id, escape_surrogates, refuse_wide_file
 from classify.errors import InputError

@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 
-from batch.config import CorpusConfig
 from batch.corpus.source import sha256_of
 from batch.corpus.tabular import (
     csv_header,
@@ -28,6 +27,7 @@ from batch.corpus.tabular import (
     parquet_row_id,
     parquet_text_values,
 )
+from classify.config.batch import CorpusConfig
 from classify.documents.read import jsonl_line_id
 from classify.documents.text import escape_surrogates, refuse_compressed, refuse_wide_file
 from classify.errors import InputError

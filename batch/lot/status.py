@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from batch import layout as mf
-from batch.config import BATCH_ID_RE
 from batch.lease.clock import DEFAULT_UPLOAD_MIB_PER_S, eta_text, lease_check, lease_end
 from batch.run.export import export_partial
 from batch.run.mirror import MIRROR_SUFFIX
@@ -27,6 +26,7 @@ from batch.run.offpod import LEDGER, read_remote_ledger
 from batch.run.progress import progress_bar
 from batch.run.resume import corpus_to_name, resume_command
 from batch.runfiles import EarlierRunFolder, ProgressFile
+from classify.config.batch import BATCH_ID_RE
 from classify.errors import InputError, StoreUnreachable
 from classify.paths import runs_dir
 from classify.runs import storage

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batch.config import BatchConfig
+from classify.config.batch import BatchConfig
 from classify.config.sections import PilotConfig, load_config
 from classify.config.training import TrainConfig
 from classify.engine.args import compute_dtype

@@ -13,9 +13,9 @@ import csv
 import json
 from pathlib import Path
 
-from batch.config import BatchConfig
 from batch.corpus.labels import has_labels, iter_labels
 from batch.corpus.plan import CorpusPlan, locate_corpus, plan_corpus
+from classify.config.batch import BatchConfig
 from classify.config.sections import ClassifyConfig
 from classify.documents.read import LABEL_FILES
 from classify.documents.text import escape_surrogates, refuse_wide_file

@@ -26,7 +26,6 @@ from typing import Any
 
 from adapters.registry.registry import Registry
 from batch import layout as mf
-from batch.config import BatchConfig, load_batch_config
 from batch.lease.clock import lease_end
 from batch.pilot.decision import VERDICT_VS_DECISION, build_summary, decide, decision_markdown
 from batch.pilot.doctor import blockers, findings_json, run_checks
@@ -37,6 +36,7 @@ from batch.run.adapter import BatchAdapter, prompt_mismatch, resolve_adapter
 from batch.run.attempt import BatchRun
 from batch.run.hooks import RunHooks
 from batch.run.options import BatchOptions
+from classify.config.batch import BatchConfig, load_batch_config
 from classify.config.sections import PilotConfig, classification_sha256, config_sha256, load_config
 from classify.errors import EnvironmentCheckError, Interrupted
 from classify.machine.device import detect_device

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batch import layout as mf
-from batch.config import BatchConfig
 from batch.corpus.plan import CorpusPlan, plan_corpus, quick_fingerprint
 from batch.corpus.shard import ShardOutput
 from batch.corpus.source import StoreObject
@@ -41,6 +40,7 @@ from batch.run.owner import ExportOwner
 from batch.run.progress import Progress, closing_on_error, logging_redirect, progress_bar
 from batch.run.resume import is_default_config
 from batch.runfiles import Manifest
+from classify.config.batch import BatchConfig
 from classify.config.engine import COMPILE_MIN_DOCS_PER_ENGINE
 from classify.config.file import DEFAULT_CONFIG
 from classify.errors import InputError, Interrupted, OffPodPending, VerificationError

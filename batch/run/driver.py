@@ -20,7 +20,6 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from adapters.registry.registry import Registry
-from batch.config import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
 from batch.corpus.plan import corpus_settings_for, locate_corpus, require_id_column
 from batch.layout import MANIFEST, read_manifest
 from batch.run.adapter import resolve_adapter
@@ -30,6 +29,7 @@ from batch.run.offpod import restore_run, resume_location
 from batch.run.options import BatchOptions as BatchOptions  # the options' home; imported here by name
 from batch.run.owner import ExportOwner
 from batch.run.resume import corpus_to_name, resume_command
+from classify.config.batch import BATCH_ID_RE, check_batch_id, load_batch_config  # noqa: F401 - BATCH_ID_RE: part of this module's API
 from classify.documents.text import not_text_reason
 from classify.errors import DocpilotError, InputError, Interrupted, OffPodPending
 from classify.model.model import resolve_model, verify_model

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from batch.config import BatchConfig, results_config, results_config_sha256
 from batch.runfiles import MANIFEST_VERSION, Manifest
+from classify.config.batch import BatchConfig, results_config, results_config_sha256
 from classify.runs.records import code_revision, package_versions, utc_now
 
 if TYPE_CHECKING:

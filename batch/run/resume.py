@@ -13,8 +13,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from batch.config import CorpusConfig
 from batch.corpus.plan import configured_corpus
+from classify.config.batch import CorpusConfig
 from classify.config.file import DEFAULT_CONFIG
 from classify.usercommand import user_command
 
@@ -49,7 +49,7 @@ def corpus_to_name(corpus: str | Path | None, corpus_cfg: Any) -> str | Path | N
 
     Args:
         corpus: the corpus a batch ran on (``--corpus``, or the manifest's ``corpus.path``), or ``None``.
-        corpus_cfg: the config's ``corpus`` section (:class:`batch.config.CorpusConfig` or its JSON), or ``None``.
+        corpus_cfg: the config's ``corpus`` section (:class:`classify.config.batch.CorpusConfig` or its JSON), or ``None``.
 
     Returns:
         ``corpus`` when it cannot be told to be the configured one (naming it is always right).

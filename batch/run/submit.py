@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from batch.config import check_batch_id, load_batch_config
+from classify.config.batch import check_batch_id, load_batch_config
 from classify.errors import ConfigError, InputError
 from classify.paths import exports_dir, model_cache_dir, path_hint, registry_dir, runs_dir, state_dir
 from classify.runs import storage

@@ -86,7 +86,7 @@ def pipeline_settings(engine_cfg: Any, run_cfg: Any, adapter_mode: str | None) -
 
     Args:
         engine_cfg: the ``engine`` section (:class:`classify.config.sections.EngineConfig`).
-        run_cfg: the ``batch`` section (:class:`batch.config.RunConfig`).
+        run_cfg: the ``batch`` section (:class:`classify.config.batch.RunConfig`).
         adapter_mode: ``lora``, ``merged`` or ``None`` (no adapter).
 
     Returns:

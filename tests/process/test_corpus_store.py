@@ -27,8 +27,8 @@ def _upload(local: Path, key: str) -> str:
 
 
 def _plan(where: str | Path):
-    from batch.config import CorpusConfig
     from batch.corpus.plan import plan_corpus
+    from classify.config.batch import CorpusConfig
 
     return plan_corpus(CorpusConfig(path=str(where), id_column="id"), 40, 1 << 20)
 
@@ -103,11 +103,11 @@ def test_path_records_and_a_prefix_are_refused_for_a_store_corpus(tmp_path, leas
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
 def test_a_resume_with_the_same_object_reuses_the_plan_without_reading_it(tmp_path, lease_s3, monkeypatch, suffix):  # noqa: F811
-    from batch.config import BatchConfig
     from batch.corpus import source
     from batch.corpus.plan import locate_corpus
     from batch.run import attempt
     from batch.runfiles import MANIFEST_VERSION, Manifest
+    from classify.config.batch import BatchConfig
 
     local = tmp_path / f"c{suffix}"
     write_texts(local, numbered_texts(N))
@@ -183,6 +183,6 @@ def test_a_local_gzip_corpus_is_refused_naming_the_compression(tmp_path, name):
 
 
 def _cfg(url: str):
-    from batch.config import CorpusConfig
+    from classify.config.batch import CorpusConfig
 
     return CorpusConfig(path=url, id_column="id")

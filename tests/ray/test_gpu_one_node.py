@@ -79,8 +79,8 @@ def test_tp2_one_actor_holds_both_cards(two_gpu_ray, tmp_path, monkeypatch):
 
 def pilot_on_gpus(tmp_path, monkeypatch, pilot_config, place_timeout_s: float = 120.0):
     """The pilot (data/pilot) with :class:`ProbeEngine` on this Ray's two declared cards; its outcome."""
-    from batch.config import BatchConfig
     from batch.pilot.run import run_pilot
+    from classify.config.batch import BatchConfig
     from tests.support.gpu_probe import ProbeEngine
 
     monkeypatch.setattr("classify.machine.device.on_accelerator", lambda: True)  # the card, as torch would see it

@@ -53,7 +53,7 @@ def _engine_core(progress: dict):
 @pytest.mark.engine
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["engine-killed", "engine-frozen"])
 def test_real_batch_survives_a_dead_or_frozen_engine_core(tmp_path, bbc_dir, engine, sig):
-    from batch.config import load_batch_config
+    from classify.config.batch import load_batch_config
     from classify.paths import runs_dir
     from classify.runs.records import read_jsonl
     from tests.support.corpora import read_corpus

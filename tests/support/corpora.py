@@ -135,8 +135,8 @@ def planned_shards(path: Path | str, shard_docs: int, max_doc_bytes: int = 200_0
     Returns:
         ``[(Shard, [Document, ...]), ...]`` in plan order.
     """
-    from batch.config import CorpusConfig
     from batch.corpus.plan import plan_corpus
+    from classify.config.batch import CorpusConfig
 
     plan = plan_corpus(CorpusConfig(path=str(path)), shard_docs, 1 << 62, None, max_doc_bytes)
     return [(s, plan.read_shard(s, max_doc_bytes)) for s in plan.shards]

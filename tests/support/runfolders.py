@@ -11,9 +11,9 @@ CATEGORIES = ["business", "tech"]
 def shard_run_folder(tmp_path: Path) -> tuple[Path, object]:
     """A run folder with a manifest of 6 shards (5 docs each) and the files of shards 0..3."""
     from batch import layout as mf
-    from batch.config import CorpusConfig
     from batch.corpus.plan import plan_corpus
     from batch.runfiles import MANIFEST_VERSION, Manifest
+    from classify.config.batch import CorpusConfig
     from classify.records import Result
     from tests.support.corpora import numbered_texts, write_texts
 

@@ -12,10 +12,10 @@ from safetensors.numpy import save_file
 
 from adapters.registry.registry import Registry
 from batch import layout as mf
-from batch.config import BatchConfig, CorpusConfig, results_config, results_config_sha256
 from batch.run.export import check_export
 from batch.run.merge import merge_results
 from batch.runfiles import Manifest
+from classify.config.batch import BatchConfig, CorpusConfig, results_config, results_config_sha256
 from classify.records import Result
 from tests.support.corpora import make_corpus, planned_shards, read_corpus
 from tests.support.s3server import moto_s3

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from batch.config import CorpusConfig, load_batch_config
+from classify.config.batch import CorpusConfig, load_batch_config
 from classify.config.sections import load_config
 from classify.config.training import DataSection, OutputSection, TrainConfig
 from classify.errors import ConfigError, InputError

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from batch.config import CorpusConfig
+from classify.config.batch import CorpusConfig
 from classify.config.training import DataSection
 from classify.errors import ConfigError
 from classify.paths import expand_path, exports_dir, model_cache_dir, registry_dir, runs_dir, state_dir

@@ -34,7 +34,7 @@ FLOORS: dict[str, dict[str, int]] = {
         "engine": 4,  # the vLLM engine, its prompt and scoring
     },
     "batch": {
-        "config": 0, "runfiles": 0, "layout": 0, "rows": 0,  # the user's config sections and the run-folder contract
+        "runfiles": 0, "layout": 0, "rows": 0,  # the run-folder contract
         "corpus": 1, "plan": 1,  # the corpus and its shard plan; the lot plan and the lots file
         "pool": 2, "report": 2, "lease": 2,  # the Ray pool; the quality report; the lease clock and its stop
         "run": 3,  # a batch run: driver, attempt, merge, export
@@ -54,7 +54,7 @@ FLOORS: dict[str, dict[str, int]] = {
     "docpilot": {"logs": 0, "detach": 1, "cli": 2, "__main__": 3},  # logging once, the detacher, the command, -m
 }
 """Each package's rooms and their floors: a module may import its own room and rooms on lower floors only. A room
-is a folder or a single module (``batch/config.py``; every room of ``adapters``, ``serve`` and ``docpilot`` today)."""
+is a folder or a single module (``batch/layout.py``; every room of ``adapters``, ``serve`` and ``docpilot`` today)."""
 
 UPPER = {"classify": {"batch", "adapters", "serve", "docpilot"}, "adapters": {"batch", "serve", "docpilot"},
          "serve": {"batch", "docpilot"}, "batch": {"serve", "docpilot"}}

@@ -149,9 +149,9 @@ def test_a_pilot_in_one_mode_never_opens_a_batch_in_the_other(tmp_path, piloted,
 
 def test_batch_manifest_records_the_mode_and_resume_refuses_a_changed_one(tmp_path):
     from batch import layout as mf
-    from batch.config import load_batch_config
     from batch.run.adapter import BatchAdapter
     from batch.run.manifest import build_manifest
+    from classify.config.batch import load_batch_config
 
     corpus = SimpleNamespace(describe=lambda: {"path": "c.jsonl", "input_rows": 1}, fingerprint="sha256:c", docs=[], shards=[])
     resolved = SimpleNamespace(ref="tiny@1", sha256="ab" * 32, handle=lambda: "lora-handle")

@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from batch.config import CorpusConfig
 from batch.corpus.ids import IdHashBuckets
 from batch.corpus.plan import plan_corpus
+from classify.config.batch import CorpusConfig
 from tests.support.corpora import ROOT, news_rows, read_corpus, write_jsonl
 
 
@@ -99,9 +99,9 @@ def test_a_second_plan_of_the_same_tabular_file_reuses_the_stored_one(tmp_path, 
     import pyarrow.parquet as pq
 
     import batch.run.attempt as attempt
-    from batch.config import BatchConfig
     from batch.corpus.plan import plan_corpus, quick_fingerprint
     from batch.runfiles import Manifest
+    from classify.config.batch import BatchConfig
 
     rows = news_rows(40)
     path = tmp_path / f"c.{fmt}"

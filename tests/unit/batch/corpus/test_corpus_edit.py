@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from batch.config import CorpusConfig
 from batch.corpus.plan import plan_corpus
 from batch.runfiles import Shard
+from classify.config.batch import CorpusConfig
 from classify.errors import InputError
 from tests.support.corpora import edit_in_place, numbered_texts, write_texts
 

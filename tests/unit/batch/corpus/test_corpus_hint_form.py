@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from batch.config import CorpusConfig
 from batch.corpus.plan import locate_corpus
+from classify.config.batch import CorpusConfig
 from classify.errors import InputError
 from classify.usercommand import VIA_MAKE_ENV
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from batch.config import CorpusConfig
 from batch.corpus.tabular import iter_csv
+from classify.config.batch import CorpusConfig
 from classify.errors import InputError
 from tests.support.corpora import read_corpus
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from batch.config import CorpusConfig
 from batch.corpus.plan import require_id_column
 from batch.run import driver
+from classify.config.batch import CorpusConfig
 from classify.errors import InputError
 from tests.support import ROOT
 

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from batch.config import CorpusConfig
 from batch.corpus.shard import jsonl_documents
 from batch.corpus.tabular import iter_csv
 from batch.layout import scan_done, write_shard
 from batch.pilot.inputs import read_pilot_set
 from batch.runfiles import Manifest
+from classify.config.batch import CorpusConfig
 from classify.config.sections import ClassifyConfig
 from classify.documents.read import document_from_text
 from classify.documents.text import check_bytes, check_text
@@ -311,8 +311,8 @@ def test_document_from_text_is_the_one_rule_for_serve(tmp_path):
 
 def test_a_csv_row_that_is_not_utf8_is_rejected_by_its_byte_offset_and_the_rest_is_read(tmp_path):
     """One bad byte costs its row (rejected, the byte and its offset named), not the whole corpus; a bad header stops."""
-    from batch.config import CorpusConfig
     from batch.corpus.tabular import csv_header, iter_csv_rows
+    from classify.config.batch import CorpusConfig
     from tests.support.corpora import read_corpus
 
     bad = tmp_path / "bad.csv"

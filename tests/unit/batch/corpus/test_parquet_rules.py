@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import batch.corpus.scan as _corpus_scan
-from batch.config import CorpusConfig
 from batch.corpus.plan import plan_corpus
+from classify.config.batch import CorpusConfig
 from classify.errors import InputError
 from tests.support.corpora import read_corpus
 

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from batch.config import CorpusConfig
 from batch.corpus.plan import plan_corpus
 from batch.corpus.shard import ShardInput, ShardOutput
 from batch.rows import RowMatcher, read_rows, results_schema
 from batch.run.merge import Tally
+from classify.config.batch import CorpusConfig
 from classify.errors import VerificationError
 from classify.records import Result
 from classify.runs.files import ids_sha256

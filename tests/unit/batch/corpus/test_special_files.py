@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from batch.config import CorpusConfig
 from batch.corpus.plan import locate_corpus, plan_corpus
 from batch.corpus.tabular import iter_csv
 from batch.pilot.inputs import read_pilot_set
+from classify.config.batch import CorpusConfig
 from classify.config.sections import ClassifyConfig
 from classify.documents.read import read_file_document
 from classify.errors import InputError

@@ -160,7 +160,7 @@ def test_a_failed_measurement_is_recorded_not_raised(pilot_config):
 
 
 def test_pipeline_differences_name_each_setting_and_an_old_record():
-    from batch.config import RunConfig
+    from classify.config.batch import RunConfig
     from classify.config.sections import EngineConfig
     from classify.runs.gate import pipeline_differences, pipeline_settings
 

@@ -259,9 +259,9 @@ def _labelled_corpora(tmp_path):
 
 
 def test_corpus_labels_come_in_the_order_of_the_documents_for_every_format(tmp_path):
-    from batch.config import CorpusConfig
     from batch.corpus.labels import has_labels, iter_labels
     from batch.corpus.plan import plan_corpus
+    from classify.config.batch import CorpusConfig
 
     for path in _labelled_corpora(tmp_path):
         plan = plan_corpus(CorpusConfig(path=str(path), id_column="id"), 5, 1 << 30)
@@ -275,9 +275,9 @@ def test_corpus_labels_come_in_the_order_of_the_documents_for_every_format(tmp_p
 
 def test_jsonl_labels_found_past_lines_that_only_mention_the_column(tmp_path):
     """The key's bytes in a text (or a broken line) are not a label; the first record with the key is."""
-    from batch.config import CorpusConfig
     from batch.corpus.labels import has_labels
     from batch.corpus.plan import plan_corpus
+    from classify.config.batch import CorpusConfig
 
     lines = ['{"id": "a", "text": "no category here"}', '{"id": "b", "text": "category: none {"}',
              '{"id": "c", "text": "the last one", "category": "tech"}']
@@ -289,9 +289,9 @@ def test_jsonl_labels_found_past_lines_that_only_mention_the_column(tmp_path):
 
 
 def test_a_folder_corpus_has_no_labels(tmp_path):
-    from batch.config import CorpusConfig
     from batch.corpus.labels import has_labels
     from batch.corpus.plan import plan_corpus
+    from classify.config.batch import CorpusConfig
 
     (tmp_path / "a.txt").write_text("some text")
     assert not has_labels(plan_corpus(CorpusConfig(path=str(tmp_path)), 5, 1 << 30), "category")
@@ -308,9 +308,9 @@ def _results_for(plan, folder, answer):
 
 
 def test_batch_report_labelled_and_unlabelled(tmp_path):
-    from batch.config import CorpusConfig
     from batch.corpus.plan import plan_corpus
     from batch.report.quality import batch_report
+    from classify.config.batch import CorpusConfig
 
     jsonl = _labelled_corpora(tmp_path)[0]
     plan = plan_corpus(CorpusConfig(path=str(jsonl), id_column="id"), 5, 1 << 30)

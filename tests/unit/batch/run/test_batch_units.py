@@ -11,12 +11,12 @@ import re
 import pytest
 
 from batch import layout as mf
-from batch.config import BatchConfig, CorpusConfig, load_batch_config, results_config_sha256
 from batch.lot.status import batch_status
 from batch.lot.status import main as status_main
 from batch.run.export import check_export
 from batch.run.merge import merge_results
 from batch.runfiles import Manifest
+from classify.config.batch import BatchConfig, CorpusConfig, load_batch_config, results_config_sha256
 from classify.config.sections import PilotConfig, load_config
 from classify.errors import ConfigError, InputError, VerificationError
 from classify.records import Result
@@ -124,7 +124,7 @@ def test_corpus_errors(tmp_path):
 
 
 def _manifest(corpus, cfg: BatchConfig, model_fp="sha256:m", adapter=None) -> dict:
-    from batch.config import results_config
+    from classify.config.batch import results_config
 
     return {"manifest_version": mf.MANIFEST_VERSION, "corpus": corpus.describe(), "corpus_fingerprint": corpus.fingerprint,
             "config": results_config(cfg), "config_sha256": results_config_sha256(cfg), "model": {"path": "/m"},
@@ -383,8 +383,8 @@ def test_the_corpus_of_the_command_line_gets_its_own_ids_and_a_url_is_never_reso
     """Issue 42 item 5: `corpus.id_prefix` names the configured corpus only (the driver's `corpus_settings_for`)."""
     from pathlib import Path
 
-    from batch.config import CorpusConfig
     from batch.corpus.plan import corpus_settings_for
+    from classify.config.batch import CorpusConfig
 
     cfg = CorpusConfig(path=str(tmp_path / "test.csv"), id_prefix="bbc-test")
     assert corpus_settings_for(cfg, None).id_prefix == "bbc-test"

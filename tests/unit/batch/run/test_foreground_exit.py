@@ -10,9 +10,9 @@ import socket
 import pytest
 
 from batch import layout as mf
-from batch.config import load_batch_config
 from batch.corpus.plan import plan_corpus
 from batch.run.manifest import build_manifest
+from classify.config.batch import load_batch_config
 from classify.errors import InputError
 from classify.model.model import resolve_model
 from tests.support.corpora import ROOT, make_corpus

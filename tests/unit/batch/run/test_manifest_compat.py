@@ -46,9 +46,9 @@ def write_corpora(root: Path) -> None:
 
 def manifests(root: Path) -> dict[str, dict[str, Any]]:
     """``{corpus name: manifest JSON}`` of a new plan of each corpus, as the code on the import path writes it."""
-    from batch.config import CorpusConfig
     from batch.corpus.plan import plan_corpus
     from batch.runfiles import Manifest
+    from classify.config.batch import CorpusConfig
 
     out = {}
     for name in CORPORA:
@@ -104,9 +104,9 @@ def test_a_new_plan_of_the_same_corpus_is_the_same_json(tmp_path, captured, name
 def test_an_earlier_manifest_resumes_with_its_stored_plan(tmp_path, captured, name):
     """The resume path (:func:`batch.run.attempt.plan_or_reuse`) reuses the stored plan and reads its shards."""
     from batch import layout as mf
-    from batch.config import BatchConfig, CorpusConfig
     from batch.corpus.plan import CorpusPlan, plan_corpus
     from batch.run.attempt import plan_or_reuse
+    from classify.config.batch import BatchConfig, CorpusConfig
 
     write_corpora(tmp_path)
     run = tmp_path / "run"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from batch.config import BatchConfig, load_batch_config, results_config_sha256
+from classify.config.batch import BatchConfig, load_batch_config, results_config_sha256
 from classify.config.file import file_data
 from classify.config.sections import PilotConfig, classification_sha256, config_sha256, load_config
 from classify.config.training import TrainConfig

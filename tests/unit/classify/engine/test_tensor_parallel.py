@@ -41,7 +41,7 @@ def test_engine_kwargs_carry_the_tp_and_the_mp_executor(device, tp, expected, mo
 
 
 def test_tp_is_a_pipeline_setting_the_batch_compares_with_its_pilot():
-    from batch.config import RunConfig
+    from classify.config.batch import RunConfig
 
     run = RunConfig()
     piloted = pipeline_settings(EngineConfig(tensor_parallel_size=1), run, None)
