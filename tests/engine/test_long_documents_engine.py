@@ -62,6 +62,7 @@ def _head(tok, text: str, n: int) -> str:
     return tok.decode(tok(text, add_special_tokens=False)["input_ids"][:n])
 
 
+@pytest.mark.slow  # about 40 s (make test-slow); the ten-x document's windows on the real engine stay in make test
 def test_a_topic_found_only_after_the_first_window_is_read_with_windows_not_with_cut(engine, bbc_dir):
     """A planted document: a non-sport article's first 320 tokens, then three sport articles (real BBC train text).
 

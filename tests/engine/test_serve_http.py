@@ -109,7 +109,7 @@ def test_classify_one_document_base_model(client, pilot_config, bbc_docs):
     assert result["category"] in pilot_config.classify.categories and 0 <= result["score"] <= 1
 
 
-@pytest.mark.parametrize("adapter", [None, "tiny-lora@1"])
+@pytest.mark.parametrize("adapter", [pytest.param(None, marks=pytest.mark.slow), "tiny-lora@1"])  # base: make test-slow
 def test_many_documents_equal_the_offline_engine(client, engine, published, bbc_docs, adapter, pilot_config):
     articles = bbc_docs if adapter is None else bbc_docs[:ADAPTER_ARTICLES]
     documents = articles + [{"id": "blank", "text": "   \n"}, {"id": "binary", "text": "\x01\x02\x03\x04 x"}]

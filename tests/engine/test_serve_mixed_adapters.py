@@ -138,6 +138,7 @@ def _service(reg, model, pilot_config):
                           engine_cfg=pilot_config.engine.model_copy(update={"max_loras": 2}))
 
 
+@pytest.mark.slow  # about 75 s (make test-slow); tests/unit/serve's registry checks and the served paths below stay in make test
 def test_registry_bytes_replaced_or_truncated_after_first_use_are_never_served(mixed, registry_pair, pilot_config):
     """Serve an adapter, tamper with its registry file, make vLLM evict it and load it again: the verified bytes answer.
 

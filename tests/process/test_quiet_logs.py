@@ -56,7 +56,8 @@ def _vllm_cpu_build() -> bool:
     return True
 
 
-@pytest.mark.parametrize("args", [[], ["--verbose"], ["batch", "--verbose"]])
+@pytest.mark.parametrize("args", [[], pytest.param(["--verbose"], marks=pytest.mark.slow),  # slow: make test-slow
+                                  ["batch", "--verbose"]])
 def test_third_party_logs_are_quiet_unless_verbose(args):
     env = {k: v for k, v in os.environ.items() if k not in ("DOCPILOT_VERBOSE", "VLLM_LOGGING_LEVEL", "RAY_LOGGER_LEVEL",
                                                             "TORCH_CPP_LOG_LEVEL", "PYTHONWARNINGS")}

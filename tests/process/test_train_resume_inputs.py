@@ -84,6 +84,7 @@ def _stop_after_first_checkpoint(proc: subprocess.Popen, runs: Path, before: set
     pytest.fail(f"no checkpoint within 300 s: {proc.communicate()[0]}")
 
 
+@pytest.mark.slow  # about 50 s: three refused resumes of a real training run (make test-slow)
 def test_resume_refuses_changed_data_tokenizer_or_base_model_and_resumes_on_the_same(train_config, tmp_path,
                                                                                       model_cache):
     rows = _rows(train_config.data.resolved_path(), 40)

@@ -59,7 +59,7 @@ def dirs(tmp_path, monkeypatch):
 ACCOUNTING = ("total", "accepted", "rejected", "input_rows", "duplicate_rows")
 
 
-@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+@pytest.mark.parametrize("suffix", [".jsonl", pytest.param(".csv", marks=pytest.mark.slow), ".parquet"])  # .csv: make test-slow
 def test_a_store_corpus_gives_the_results_and_accounting_of_the_local_file(local_ray, lease_s3, dirs, suffix):  # noqa: F811
     from batch.run.export import check_export
 

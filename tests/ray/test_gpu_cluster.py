@@ -96,6 +96,7 @@ def test_make_cluster_check_places_one_probe_per_card(cluster, tmp_path):
     assert refused.returncode == 2 and "needs 2 GPUs on one node" in refused.stderr
 
 
+@pytest.mark.slow  # about 23 s (make test-slow); one actor per card on two nodes stays in make test
 def test_a_node_joined_mid_run_gets_an_actor_and_shards_exactly_once(cluster, tmp_path):
     """Runs last: it adds a third node. The first two actors hold their shards until the late node has classified one
     (:mod:`tests.support.gpu_probe`), so the late node finds shards waiting on any machine."""

@@ -57,7 +57,7 @@ def _debris(run_dir: Path, exports: Path) -> list[str]:
     return found + [p.name for p in exports.iterdir() if p.name.startswith(".")] if exports.is_dir() else found
 
 
-@pytest.mark.parametrize("phase", ["merge", "export"])
+@pytest.mark.parametrize("phase", [pytest.param("merge", marks=pytest.mark.slow), "export"])  # merge: make test-slow (21 s)
 def test_a_driver_killed_in_merge_or_export_leaves_debris_that_the_rerun_removes(tmp_path, phase):
     from batch.lot.status import batch_status
     from tests.support.corpora import write_config

@@ -64,6 +64,7 @@ def test_pilot_gives_one_row_for_a_ten_x_document_and_reports_its_windows(local_
     assert "Long documents (windows): 0/11 documents cut" in (outcome.run_dir / "decision.md").read_text()
 
 
+@pytest.mark.slow  # about 14 s (make test-slow); the pilot's twin (the same pipeline) stays in make test
 def test_batch_gives_one_row_for_a_ten_x_document_and_its_summary_counts_windows(local_ray, tmp_path, monkeypatch,
                                                                                 pilot_config, corpus):
     import pyarrow.parquet as pq

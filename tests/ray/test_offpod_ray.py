@@ -212,6 +212,7 @@ def test_pod_loss_resumes_from_the_s3_copy_every_id_exactly_once(tmp_path, s3):
     assert len(_ledger(fs, dest)) == n_shards
 
 
+@pytest.mark.slow  # about 22 s (make test-slow); the pod-loss resume from the S3 copy stays in make test
 def test_resume_from_refuses_another_corpus(tmp_path, s3):
     moto, fs = s3
     args, export_root = _setup(tmp_path, "refuse")

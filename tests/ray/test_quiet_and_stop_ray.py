@@ -75,6 +75,7 @@ def test_sigterm_while_ray_starts_leaves_no_ray_process(tiny_batch):
 
 
 @pytest.mark.engine  # about 45 s: an engine start to interrupt (its pilot twin, ~55 s, is in make test-slow)
+@pytest.mark.slow  # about 60 s (make test-slow); the SIGTERM while Ray starts stays in make test
 def test_sigterm_during_engine_start_leaves_no_ray_or_engine_process(tiny_batch):
     """SIGTERM once the actor's ``VLLM::EngineCore`` exists: exit 130, no worker or engine core survives."""
     _sigterm_leaves_nothing(tiny_batch, "VLLM::EngineCore", watch_s=240, exit_s=150)
