@@ -4,7 +4,7 @@ Owns the adapter registry (``<DOCPILOT_REGISTRY>/<name>/<version>/`` with the pe
 and ``card.json``), LoRA training with checkpoints and resume (``make train``), and
 merging an adapter into a full model. Shared by the training and serving images.
 
-Rooms, by floor: a module imports its own room and lower floors only.
+Rooms, by floor: a module imports its own room, rooms of its floor without a loop, and lower floors.
 
 floor 0
 registry/  the registry: cards, resolved versions, engine compatibility, export and import, merge, the merged cache

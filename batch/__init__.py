@@ -1,6 +1,6 @@
 """Batch: the corpus, the Ray pool, a run and its files, the pilot, the end of a lot, the lease, reports and the lot plan.
 
-Rooms, by floor: a module imports its own room and lower floors only (``tests/unit/project/test_rooms.py``
+Rooms, by floor: a module imports its own room, rooms of its floor without a loop, and lower floors (``tests/unit/project/test_rooms.py``
 checks it, that there is no import circle, and that each room's ``__init__`` names its files).
 
 floor 0

@@ -2,7 +2,7 @@
 (``serve/``) and LoRA training (``adapters/``) all need. Nothing heavy (torch, vLLM, transformers) is imported
 at import time.
 
-Rooms, by floor: a module imports its own room and lower floors only (``tests/unit/project/test_rooms.py``
+Rooms, by floor: a module imports its own room, rooms of its floor without a loop, and lower floors (``tests/unit/project/test_rooms.py``
 checks it, that there is no import circle, and that every module here serves more than one outside package).
 
 floor 0

@@ -1,6 +1,6 @@
 """Serve: the HTTP endpoint (FastAPI over vLLM's async engine) for base model + LoRA adapters. See docs/serving.md.
 
-Rooms, by floor (single modules, a stack): a module imports its own floor's neighbours below it only.
+Rooms, by floor (single modules, a stack): a module imports modules of lower floors only.
 
 floor 0
 settings.py          pydantic-settings; refuses to start without a token

@@ -45,7 +45,6 @@ sys.exit(main(["train", "--config", sys.argv[1], "--smoke", "--no-publish"]))
 """
 
 
-@pytest.mark.slow  # about 18 s (make test-slow); the full-disk checks of training in tests/unit/adapters stay in make test
 def test_train_cli_exits_6_naming_the_folder_and_free_space_when_the_disk_fills(train_config_quick, tmp_path):
     disk = tmp_path / "runs"
     disk.mkdir()

@@ -1,6 +1,6 @@
 """``engine.tensor_parallel_size``: the field's values and errors, what vLLM is given, and the pool's TP groups.
 
-No engine and no Ray here; the TP pool on a Ray whose nodes declare GPUs is ``tests/ray/test_gpu_tensor_parallel.py``.
+No engine and no Ray here; the TP pool on a Ray whose nodes declare GPUs is ``tests/ray/test_gpu_one_node.py`` (and across nodes ``tests/ray/test_gpu_cluster.py``).
 """
 
 from __future__ import annotations
